@@ -1,0 +1,328 @@
+"""The Plan: the schedule of an allreduce, as data.
+
+A Plan is what rank 0 computes at ``init()`` and broadcasts; the engine interprets it and builds
+no trees itself. It holds one entry per tree (the paper's *synchronization topology* is the set of
+these trees): the root ``r``, the reduce in-arborescence ``A`` and the broadcast out-arborescence
+``B`` as parent arrays, the rate ``x`` and the share ``x / R`` of each buffer that the tree
+carries. It also carries the modelled throughput ``R``, ring's throughput on the same model, the
+certified upper bound, a chunk size and a digest that every rank checks.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from .packing import Packing, TreeRate, pack, ring_packing, tree_depth, validate_arborescence
+from .topology import Topology
+
+__all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
+           "parse_size", "format_size"]
+
+PLAN_VERSION = 1
+MIN_CHUNK = 64 << 10
+MAX_CHUNK = 4 << 20
+
+
+class PlanError(ValueError):
+    """A plan document that is malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One reduce/broadcast tree pair with its rate.
+
+    ``reduce_parent[v]`` is where ``v`` sends its partial sum (``-1`` at the root);
+    ``bcast_parent[v]`` is where ``v`` receives the result from (``-1`` at the root).
+    """
+
+    root: int
+    reduce_parent: Tuple[int, ...]
+    bcast_parent: Tuple[int, ...]
+    rate_Bps: float
+    share: float
+
+    def reduce_children(self) -> Tuple[Tuple[int, ...], ...]:
+        return _children(self.reduce_parent)
+
+    def bcast_children(self) -> Tuple[Tuple[int, ...], ...]:
+        return _children(self.bcast_parent)
+
+    @property
+    def depth(self) -> int:
+        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf."""
+        return tree_depth(self.reduce_parent) + tree_depth(self.bcast_parent)
+
+
+def _children(parent: Sequence[int]) -> Tuple[Tuple[int, ...], ...]:
+    kids: list = [[] for _ in parent]
+    for v, p in enumerate(parent):
+        if p >= 0:
+            kids[p].append(v)
+    return tuple(tuple(k) for k in kids)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An allreduce schedule over ``n`` ranks (see module docstring)."""
+
+    n: int
+    trees: Tuple[Tree, ...]
+    chunk_bytes: int
+    throughput_Bps: float
+    ring_Bps: float
+    upper_bound_Bps: float
+    latency_s: float
+    topology_name: str = ""
+    topology_digest: str = ""
+    pruning_loss: float = 0.0
+    planner: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def gap(self) -> float:
+        """Certified optimality gap ``1 - R / upper_bound``."""
+        if self.upper_bound_Bps <= 0 or not math.isfinite(self.upper_bound_Bps):
+            return 0.0
+        return max(0.0, 1.0 - self.throughput_Bps / self.upper_bound_Bps)
+
+    @property
+    def digest(self) -> str:
+        """Hash of everything the engine acts on; ranks compare it before the first op."""
+        core = {"n": self.n, "chunk_bytes": self.chunk_bytes,
+                "trees": [[t.root, list(t.reduce_parent), list(t.bcast_parent),
+                           repr(float(t.share))] for t in self.trees]}
+        return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
+
+    def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
+        """Modelled seconds for an allreduce of ``nbytes``: ``M / R`` plus pipeline fill.
+
+        Each tree moves its share in chunks; the first chunk crosses ``depth`` hops before the
+        pipeline is full, each hop costing the chunk's transfer time at the tree's rate plus the
+        per-message latency.
+        """
+        if nbytes <= 0 or self.n == 1:
+            return 0.0
+        chunk = chunk_bytes or self.chunk_bytes
+        worst = 0.0
+        for t in self.trees:
+            part = t.share * nbytes
+            if part <= 0:
+                continue
+            first = min(chunk, part)
+            chunks = math.ceil(part / chunk)
+            hop = first / t.rate_Bps + self.latency_s
+            # steady state: one chunk per hop-time after the fill
+            worst = max(worst, max(part / t.rate_Bps, chunks * self.latency_s)
+                        + (t.depth - 1) * hop + self.latency_s)
+        return worst
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "version": PLAN_VERSION, "n": self.n, "chunk_bytes": self.chunk_bytes,
+            "throughput_Bps": self.throughput_Bps, "ring_Bps": self.ring_Bps,
+            "upper_bound_Bps": self.upper_bound_Bps, "gap": self.gap,
+            "latency_s": self.latency_s, "pruning_loss": self.pruning_loss,
+            "topology_name": self.topology_name, "topology_digest": self.topology_digest,
+            "digest": self.digest, "planner": dict(self.planner),
+            "trees": [{"root": t.root, "reduce_parent": list(t.reduce_parent),
+                       "bcast_parent": list(t.bcast_parent), "rate_Bps": t.rate_Bps,
+                       "share": t.share} for t in self.trees],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Plan":
+        try:
+            if doc.get("version", PLAN_VERSION) != PLAN_VERSION:
+                raise PlanError(f"version: this horotopo reads plan version {PLAN_VERSION}, "
+                                f"got {doc.get('version')!r}")
+            trees = tuple(Tree(root=int(t["root"]),
+                               reduce_parent=tuple(int(p) for p in t["reduce_parent"]),
+                               bcast_parent=tuple(int(p) for p in t["bcast_parent"]),
+                               rate_Bps=float(t["rate_Bps"]), share=float(t["share"]))
+                          for t in doc["trees"])
+            plan = cls(n=int(doc["n"]), trees=trees, chunk_bytes=int(doc["chunk_bytes"]),
+                       throughput_Bps=float(doc["throughput_Bps"]),
+                       ring_Bps=float(doc["ring_Bps"]),
+                       upper_bound_Bps=float(doc["upper_bound_Bps"]),
+                       latency_s=float(doc.get("latency_s", 0.0)),
+                       topology_name=str(doc.get("topology_name", "")),
+                       topology_digest=str(doc.get("topology_digest", "")),
+                       pruning_loss=float(doc.get("pruning_loss", 0.0)),
+                       planner=dict(doc.get("planner", {})))
+        except PlanError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(f"malformed plan document: {type(exc).__name__}: {exc}") from None
+        plan.validate()
+        if "digest" in doc and doc["digest"] != plan.digest:
+            raise PlanError(f"digest: document says {doc['digest']}, contents hash to "
+                            f"{plan.digest}; the plan was altered or corrupted")
+        return plan
+
+    def validate(self) -> None:
+        """Raise PlanError unless every tree spans all ranks and shares sum to 1."""
+        if self.n < 1:
+            raise PlanError(f"n: must be at least 1, got {self.n}")
+        if not self.trees:
+            raise PlanError("trees: a plan needs at least one tree")
+        if self.chunk_bytes < 1:
+            raise PlanError(f"chunk_bytes: must be positive, got {self.chunk_bytes}")
+        for k, t in enumerate(self.trees):
+            for name, parent in (("reduce_parent", t.reduce_parent),
+                                 ("bcast_parent", t.bcast_parent)):
+                problem = validate_arborescence(parent, t.root, self.n)
+                if problem:
+                    raise PlanError(f"trees[{k}].{name}: {problem}")
+            if not (t.share >= 0 and math.isfinite(t.share)):
+                raise PlanError(f"trees[{k}].share: must be >= 0, got {t.share}")
+            if not (t.rate_Bps > 0 and math.isfinite(t.rate_Bps)):
+                raise PlanError(f"trees[{k}].rate_Bps: must be positive, got {t.rate_Bps}")
+        total = sum(t.share for t in self.trees)
+        if abs(total - 1.0) > 1e-9:
+            raise PlanError(f"trees: shares must sum to 1, got {total!r}")
+
+    def with_chunk(self, chunk_bytes: int) -> "Plan":
+        return replace(self, chunk_bytes=int(chunk_bytes))
+
+    def describe(self, size: Optional[int] = None) -> str:
+        lines = [f"plan for {self.topology_name or 'topology'}: {self.n} ranks, "
+                 f"{len(self.trees)} trees, chunk {format_size(self.chunk_bytes)}, "
+                 f"digest {self.digest}"]
+        lines.append(f"  modelled throughput R   {self.throughput_Bps / 1e6:12.3f} MB/s")
+        lines.append(f"  ring on the same model  {self.ring_Bps / 1e6:12.3f} MB/s "
+                     f"({_ratio(self.throughput_Bps, self.ring_Bps)} ring)")
+        lines.append(f"  certified upper bound   {self.upper_bound_Bps / 1e6:12.3f} MB/s "
+                     f"(gap {self.gap * 100:.2f}%, pruning cost {self.pruning_loss * 100:.2f}%)")
+        for k, t in enumerate(self.trees):
+            lines.append(f"  tree {k:<3} root {t.root:<3} rate {t.rate_Bps / 1e6:10.3f} MB/s "
+                         f"share {t.share:6.3f} depth {t.depth}")
+            lines.append(f"      reduce {_arcs(t.reduce_parent)}")
+            lines.append(f"      bcast  {_arcs(t.bcast_parent)}")
+        if size is not None:
+            t_plan = self.predict_time(size)
+            t_ring = _ring_time(self, size)
+            lines.append(f"  predicted allreduce of {format_size(size)}: {t_plan * 1e3:.3f} ms "
+                         f"(ring {t_ring * 1e3:.3f} ms, {_ratio(t_ring, t_plan)} faster)")
+        return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "n/a"
+
+
+def _arcs(parent: Sequence[int]) -> str:
+    return " ".join(f"{v}->{p}" for v, p in enumerate(parent) if p >= 0) or "(single rank)"
+
+
+def _ring_time(plan: Plan, nbytes: int) -> float:
+    """Ring's modelled time: 2(n-1) steps of M/n bytes at the ring's per-step rate."""
+    if plan.n == 1 or plan.ring_Bps <= 0:
+        return 0.0
+    return nbytes / plan.ring_Bps + 2 * (plan.n - 1) * plan.latency_s
+
+
+# ---------------------------------------------------------------------------------------------
+# building plans
+
+
+def default_chunk_bytes(trees: Sequence[TreeRate], latency_s: float) -> int:
+    """Chunk size where per-message latency costs about 1/8 of a chunk's transfer time.
+
+    Bigger chunks lengthen the pipeline fill; smaller ones pay latency (and Python overhead,
+    which is why the floor is 64 KiB). Rounded to a power of two.
+    """
+    fastest = max((t.rate for t in trees), default=0.0)
+    want = 8.0 * max(latency_s, 50e-6) * fastest
+    chunk = MIN_CHUNK
+    while chunk < want and chunk < MAX_CHUNK:
+        chunk *= 2
+    return chunk
+
+
+def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:
+    worst = 0.0
+    for t in trees:
+        for parent, up in ((t.reduce_parent, True), (t.bcast_parent, False)):
+            for v, p in enumerate(parent):
+                if p >= 0:
+                    worst = max(worst, topology.latency_s[v][p] if up else topology.latency_s[p][v])
+    return worst
+
+
+def _from_packing(topology: Topology, packing: Packing, ring: Packing,
+                  chunk_bytes: Optional[int]) -> Plan:
+    total = sum(t.rate for t in packing.trees)
+    shares = [t.rate / total for t in packing.trees]
+    # Force an exact sum of 1 so that every rank splits buffers identically.
+    shares[-1] = 1.0 - sum(shares[:-1])
+    trees = tuple(Tree(root=t.root, reduce_parent=tuple(t.reduce_parent),
+                       bcast_parent=tuple(t.bcast_parent), rate_Bps=t.rate, share=s)
+                  for t, s in zip(packing.trees, shares))
+    latency = _plan_latency(topology, packing.trees)
+    plan = Plan(n=topology.n, trees=trees,
+                chunk_bytes=chunk_bytes or default_chunk_bytes(packing.trees, latency),
+                throughput_Bps=total, ring_Bps=ring.throughput,
+                upper_bound_Bps=max(packing.upper_bound, total), latency_s=latency,
+                topology_name=topology.name, topology_digest=topology.digest,
+                pruning_loss=packing.pruning_loss, planner=packing.stats())
+    plan.validate()
+    return plan
+
+
+def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
+              max_trees_per_root: int = 2, target_gap: float = 0.01,
+              progress: Optional[Any] = None) -> Plan:
+    """Plan ``topology``: certified packing, pruned, never slower than ring on the model."""
+    ring = ring_packing(topology)
+    packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
+                   progress=progress)
+    return _from_packing(topology, packing, ring, chunk_bytes)
+
+
+def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None) -> Plan:
+    """Ring allreduce in rank order, expressed as a Plan of ``n`` chains."""
+    ring = ring_packing(topology)
+    return _from_packing(topology, ring, ring, chunk_bytes)
+
+
+def plan_from_trees(n: int, trees: Sequence[Tuple[int, Sequence[int], Sequence[int], float]],
+                    chunk_bytes: int = 1 << 20, latency_s: float = 0.0) -> Plan:
+    """A Plan from explicit ``(root, reduce_parent, bcast_parent, rate)`` tuples (tests, tools)."""
+    total = float(sum(t[3] for t in trees))
+    shares = [t[3] / total for t in trees]
+    shares[-1] = 1.0 - sum(shares[:-1])
+    plan = Plan(n=n, trees=tuple(Tree(int(r), tuple(a), tuple(b), float(x), s)
+                                 for (r, a, b, x), s in zip(trees, shares)),
+                chunk_bytes=chunk_bytes, throughput_Bps=total, ring_Bps=total,
+                upper_bound_Bps=total, latency_s=latency_s, topology_name="explicit")
+    plan.validate()
+    return plan
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``"64M"`` -> 67108864. Binary units, as nccl-tests uses them."""
+    s = str(text).strip().upper()
+    num = s.rstrip("KMGIB")
+    unit = s[len(num):]
+    if unit not in _UNITS or not num:
+        raise ValueError(f"cannot read size {text!r}; use a number with an optional K, M or G")
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"cannot read size {text!r}; use a number with an optional K, M or G")
+    if value < 0:
+        raise ValueError(f"size {text!r} is negative")
+    return int(value * _UNITS[unit])
+
+
+def format_size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{int(nbytes)} B"

@@ -1,0 +1,402 @@
+"""The network model that the planner optimizes.
+
+A :class:`Topology` is what both JSON forms of ``DESIGN.md`` load into: the ranks, a list of
+capacitated resources, and for every ordered rank pair ``(i, j)`` the route of resources that a
+transfer ``i -> j`` consumes. In the paper's notation (Zhang, Wu, Li, INFOCOM 2021) the
+resources are the links ``e`` with capacities ``c_e``; a route is the set of links a logical
+arc crosses.
+
+- Declared form (hosts, switches, links): every link gives two directed resources; a pair routes
+  over a shortest path (fewest hops, then least latency). Ranks on one host share memory, which
+  is not a constraint, so their route is empty.
+- Measured form (what ``horotopo probe`` writes): the pair resource ``(i, j)``, plus ``i``'s
+  egress and ``j``'s ingress when given, plus every shared bottleneck that lists the pair.
+
+Capacities are held in bytes/s; JSON files speak gbps (1e9 bits/s).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import networkx as nx
+
+GBPS_TO_BPS = 1e9 / 8.0
+
+__all__ = ["Topology", "TopologyError", "load", "from_dict", "GBPS_TO_BPS", "bundled"]
+
+
+class TopologyError(ValueError):
+    """A topology file or document that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """An immutable network model over ``n`` ranks.
+
+    Attributes
+    ----------
+    name : str
+        Name from the file.
+    hosts : tuple of str
+        ``hosts[i]`` is the host that rank ``i`` runs on.
+    resources : tuple of str
+        Human-readable names of the capacitated resources (``"a->torA"``, ``"pair 0->3"``...).
+    capacity_Bps : tuple of float
+        Capacity of each resource, bytes/s (the paper's ``c_e``).
+    routes : tuple of tuple of tuple of int
+        ``routes[i][j]`` lists the resource indices that a transfer ``i -> j`` consumes.
+        ``routes[i][i]`` is empty.
+    latency_s : tuple of tuple of float
+        One-way latency of ``i -> j`` in seconds (0 on the diagonal).
+    kind : str
+        ``"declared"`` or ``"measured"``.
+    source : str
+        The canonical JSON document that this was loaded from (so ``to_json`` round-trips).
+    """
+
+    name: str
+    hosts: Tuple[str, ...]
+    resources: Tuple[str, ...]
+    capacity_Bps: Tuple[float, ...]
+    routes: Tuple[Tuple[Tuple[int, ...], ...], ...]
+    latency_s: Tuple[Tuple[float, ...], ...]
+    kind: str
+    source: str
+
+    @property
+    def n(self) -> int:
+        return len(self.hosts)
+
+    def to_json(self) -> Dict[str, Any]:
+        return json.loads(self.source)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Topology":
+        return from_dict(doc)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def pair_capacity_Bps(self, i: int, j: int) -> float:
+        """The rate ``i -> j`` gets alone: its tightest resource (inf for same-host ranks)."""
+        return min((self.capacity_Bps[r] for r in self.routes[i][j]), default=math.inf)
+
+    def describe(self) -> str:
+        lines = [f"topology {self.name!r} ({self.kind}): {self.n} ranks on "
+                 f"{len(set(self.hosts))} hosts, {len(self.resources)} resources"]
+        for r, (res, cap) in enumerate(zip(self.resources, self.capacity_Bps)):
+            lines.append(f"  [{r}] {res:<24} {cap * 8 / 1e9:8.3f} gbps")
+        return "\n".join(lines)
+
+
+def bundled(name: str) -> Path:
+    """Path of a topology file shipped with the package (``racks-2x3``, ``slow-nic``...)."""
+    path = Path(__file__).parent / "data" / "topologies" / f"{name}.json"
+    if not path.exists():
+        names = sorted(p.stem for p in path.parent.glob("*.json"))
+        raise TopologyError(f"no bundled topology {name!r}; bundled: {', '.join(names)}")
+    return path
+
+
+def load(path: Union[str, Path]) -> Topology:
+    """Load a topology file of either form; errors name the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} "
+                            f"column {exc.colno}") from None
+    try:
+        return from_dict(doc)
+    except TopologyError as exc:
+        raise TopologyError(f"{path}: {exc}") from None
+
+
+def from_dict(doc: Any) -> Topology:
+    """Build a Topology from a parsed JSON document of either form."""
+    if not isinstance(doc, dict):
+        raise TopologyError(f"top level: must be a JSON object, got {_kind(doc)}")
+    if "bandwidth_gbps" in doc:
+        return _measured(doc)
+    if "links" in doc:
+        return _declared(doc)
+    raise TopologyError("top level: neither a declared topology (needs 'links') nor a measured "
+                        "one (needs 'bandwidth_gbps')")
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers: each names the field it checks
+
+
+def _kind(x: Any) -> str:
+    return "null" if x is None else type(x).__name__
+
+
+def _positive(x: Any, field: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise TopologyError(f"{field}: must be a positive finite number, got {x!r}")
+    if x <= 0:
+        raise TopologyError(f"{field}: must be positive, got {x!r}")
+    return float(x)
+
+
+def _nonnegative(x: Any, field: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise TopologyError(f"{field}: must be a non-negative finite number, got {x!r}")
+    if x < 0:
+        raise TopologyError(f"{field}: must not be negative, got {x!r}")
+    return float(x)
+
+
+def _list(x: Any, field: str, length: Optional[int] = None) -> list:
+    if not isinstance(x, list):
+        raise TopologyError(f"{field}: must be a list, got {_kind(x)}")
+    if length is not None and len(x) != length:
+        raise TopologyError(f"{field}: must have {length} entries (one per rank), got {len(x)}")
+    return x
+
+
+def _name(doc: Mapping[str, Any]) -> str:
+    name = doc.get("name", "unnamed")
+    if not isinstance(name, str):
+        raise TopologyError(f"name: must be a string, got {_kind(name)}")
+    return name
+
+
+def _ranks(doc: Mapping[str, Any]) -> List[str]:
+    if "ranks" not in doc:
+        raise TopologyError("ranks: missing (the host of each rank)")
+    ranks = _list(doc["ranks"], "ranks")
+    if not ranks:
+        raise TopologyError("ranks: must list at least one rank")
+    for i, h in enumerate(ranks):
+        if not isinstance(h, str) or not h:
+            raise TopologyError(f"ranks[{i}]: must be a non-empty host name, got {h!r}")
+    return ranks
+
+
+def _canonical(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------------
+# declared form
+
+
+def _declared(doc: Mapping[str, Any]) -> Topology:
+    known = {"name", "switches", "links", "ranks"}
+    for key in doc:
+        if key not in known:
+            raise TopologyError(f"{key}: unknown field in a declared topology "
+                                f"(known: {', '.join(sorted(known))})")
+    name = _name(doc)
+    switches = _list(doc.get("switches", []), "switches")
+    for i, s in enumerate(switches):
+        if not isinstance(s, str) or not s:
+            raise TopologyError(f"switches[{i}]: must be a non-empty name, got {s!r}")
+    if len(set(switches)) != len(switches):
+        raise TopologyError("switches: names must be unique")
+    links = _list(doc["links"], "links")
+    ranks = _ranks(doc)
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(switches)
+    resources: List[str] = []
+    capacity: List[float] = []
+    seen = set()
+    for k, link in enumerate(links):
+        field = f"links[{k}]"
+        if not isinstance(link, dict):
+            raise TopologyError(f"{field}: must be an object, got {_kind(link)}")
+        for key in link:
+            if key not in ("ends", "gbps", "latency_ms"):
+                raise TopologyError(f"{field}.{key}: unknown field (known: ends, gbps, latency_ms)")
+        ends = _list(link.get("ends"), f"{field}.ends")
+        if len(ends) != 2 or not all(isinstance(e, str) and e for e in ends):
+            raise TopologyError(f"{field}.ends: must be two node names, got {ends!r}")
+        a, b = ends
+        if a == b:
+            raise TopologyError(f"{field}.ends: a link cannot join {a!r} to itself")
+        if frozenset(ends) in seen:
+            raise TopologyError(f"{field}.ends: a second link between {a!r} and {b!r}")
+        seen.add(frozenset(ends))
+        if "gbps" not in link:
+            raise TopologyError(f"{field}.gbps: missing")
+        gbps = link["gbps"]
+        if isinstance(gbps, list):
+            if len(gbps) != 2:
+                raise TopologyError(f"{field}.gbps: an asymmetric link takes [a->b, b->a], "
+                                    f"got {len(gbps)} values")
+            ab = _positive(gbps[0], f"{field}.gbps[0]")
+            ba = _positive(gbps[1], f"{field}.gbps[1]")
+        else:
+            ab = ba = _positive(gbps, f"{field}.gbps")
+        lat = _nonnegative(link.get("latency_ms", 0.0), f"{field}.latency_ms") / 1e3
+        for u, v, rate in ((a, b, ab), (b, a, ba)):
+            graph.add_edge(u, v, resource=len(resources), latency=lat)
+            resources.append(f"{u}->{v}")
+            capacity.append(rate * GBPS_TO_BPS)
+
+    switch_set = set(switches)
+    for i, h in enumerate(ranks):
+        if h in switch_set:
+            raise TopologyError(f"ranks[{i}]: {h!r} is a switch; ranks run on hosts")
+        if h not in graph:
+            raise TopologyError(f"ranks[{i}]: host {h!r} is not an end of any link")
+    hosts = sorted(set(ranks))
+    if graph.number_of_nodes() == 0:
+        raise TopologyError("links: must list at least one link")
+    if not nx.is_weakly_connected(graph):
+        parts = sorted((sorted(c) for c in nx.weakly_connected_components(graph)), key=len)
+        raise TopologyError(f"links: the graph is disconnected; {parts[0]} cannot reach "
+                            f"{parts[-1]}")
+
+    # Fewest hops first, then least latency, so that routes are deterministic and match
+    # what a layer-2 tree of switches would do.
+    weight = {e: 1.0 + 1e-6 * graph.edges[e]["latency"] for e in graph.edges}
+    nx.set_edge_attributes(graph, weight, "w")
+    host_routes: Dict[Tuple[str, str], Tuple[Tuple[int, ...], float]] = {}
+    for src in hosts:
+        paths = nx.single_source_dijkstra_path(graph, src, weight="w")
+        for dst in hosts:
+            path = paths[dst]
+            edges = list(zip(path, path[1:]))
+            host_routes[src, dst] = (tuple(graph.edges[e]["resource"] for e in edges),
+                                     sum(graph.edges[e]["latency"] for e in edges))
+    n = len(ranks)
+    routes = tuple(tuple(host_routes[ranks[i], ranks[j]][0] if i != j else ()
+                         for j in range(n)) for i in range(n))
+    latency = tuple(tuple(host_routes[ranks[i], ranks[j]][1] if i != j else 0.0
+                          for j in range(n)) for i in range(n))
+    return Topology(name=name, hosts=tuple(ranks), resources=tuple(resources),
+                    capacity_Bps=tuple(capacity), routes=routes, latency_s=latency,
+                    kind="declared", source=_canonical(doc))
+
+
+# ---------------------------------------------------------------------------------------------
+# measured form
+
+
+def _matrix(x: Any, field: str, n: int, positive: bool) -> List[List[Optional[float]]]:
+    rows = _list(x, field, n)
+    out: List[List[Optional[float]]] = []
+    for i, row in enumerate(rows):
+        row = _list(row, f"{field}[{i}]", n)
+        vals: List[Optional[float]] = []
+        for j, v in enumerate(row):
+            f = f"{field}[{i}][{j}]"
+            if i == j:
+                if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                    raise TopologyError(f"{f}: the diagonal must be null or a number, got {v!r}")
+                vals.append(None)
+            else:
+                vals.append(_positive(v, f) if positive else _nonnegative(v, f))
+        out.append(vals)
+    return out
+
+
+def _measured(doc: Mapping[str, Any]) -> Topology:
+    known = {"name", "ranks", "bandwidth_gbps", "latency_ms", "egress_gbps", "ingress_gbps",
+             "shared", "probe"}
+    for key in doc:
+        if key not in known:
+            raise TopologyError(f"{key}: unknown field in a measured topology "
+                                f"(known: {', '.join(sorted(known))})")
+    name = _name(doc)
+    ranks = _ranks(doc)
+    n = len(ranks)
+    bw = _matrix(doc["bandwidth_gbps"], "bandwidth_gbps", n, positive=True)
+    if "latency_ms" in doc:
+        lat = _matrix(doc["latency_ms"], "latency_ms", n, positive=False)
+    else:
+        lat = [[0.0] * n for _ in range(n)]
+
+    resources: List[str] = []
+    capacity: List[float] = []
+    pair_res = [[-1] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                pair_res[i][j] = len(resources)
+                resources.append(f"pair {i}->{j}")
+                capacity.append(bw[i][j] * GBPS_TO_BPS)  # type: ignore[operator]
+    extra: List[List[List[int]]] = [[[] for _ in range(n)] for _ in range(n)]
+    for key, label, is_src in (("egress_gbps", "egress", True), ("ingress_gbps", "ingress", False)):
+        if key not in doc or doc[key] is None:
+            continue
+        caps = _list(doc[key], key, n)
+        for k, v in enumerate(caps):
+            if v is None:
+                continue
+            r = len(resources)
+            resources.append(f"{label} {k}")
+            capacity.append(_positive(v, f"{key}[{k}]") * GBPS_TO_BPS)
+            for other in range(n):
+                if other != k:
+                    i, j = (k, other) if is_src else (other, k)
+                    extra[i][j].append(r)
+    for s, group in enumerate(_list(doc.get("shared", []), "shared")):
+        field = f"shared[{s}]"
+        if not isinstance(group, dict):
+            raise TopologyError(f"{field}: must be an object, got {_kind(group)}")
+        for key in group:
+            if key not in ("pairs", "gbps", "label"):
+                raise TopologyError(f"{field}.{key}: unknown field (known: pairs, gbps, label)")
+        if "gbps" not in group:
+            raise TopologyError(f"{field}.gbps: missing")
+        cap = _positive(group["gbps"], f"{field}.gbps")
+        pairs = _list(group.get("pairs"), f"{field}.pairs")
+        if not pairs:
+            raise TopologyError(f"{field}.pairs: must list at least one [i, j] pair")
+        r = len(resources)
+        resources.append(str(group.get("label", f"shared {s}")))
+        capacity.append(cap * GBPS_TO_BPS)
+        for p, pair in enumerate(pairs):
+            pf = f"{field}.pairs[{p}]"
+            if (not isinstance(pair, list) or len(pair) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
+                raise TopologyError(f"{pf}: must be [i, j] rank indices, got {pair!r}")
+            i, j = pair
+            if not (0 <= i < n and 0 <= j < n):
+                raise TopologyError(f"{pf}: rank index out of range 0..{n - 1}: {pair!r}")
+            if i == j:
+                raise TopologyError(f"{pf}: a pair needs two different ranks, got {pair!r}")
+            if r not in extra[i][j]:
+                extra[i][j].append(r)
+    routes = tuple(tuple((pair_res[i][j], *extra[i][j]) if i != j else () for j in range(n))
+                   for i in range(n))
+    latency = tuple(tuple((lat[i][j] or 0.0) / 1e3 if i != j else 0.0 for j in range(n))
+                    for i in range(n))
+    return Topology(name=name, hosts=tuple(ranks), resources=tuple(resources),
+                    capacity_Bps=tuple(capacity), routes=routes, latency_s=latency,
+                    kind="measured", source=_canonical(doc))
+
+
+def measured_document(name: str, hosts: Sequence[str], bandwidth_gbps: Sequence[Sequence[Any]],
+                      latency_ms: Optional[Sequence[Sequence[Any]]] = None,
+                      egress_gbps: Optional[Sequence[Optional[float]]] = None,
+                      ingress_gbps: Optional[Sequence[Optional[float]]] = None,
+                      shared: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, Any]:
+    """Assemble a measured-form document (what the probe writes), validated by loading it."""
+    doc: Dict[str, Any] = {"name": name, "ranks": list(hosts),
+                           "bandwidth_gbps": [list(r) for r in bandwidth_gbps]}
+    if latency_ms is not None:
+        doc["latency_ms"] = [list(r) for r in latency_ms]
+    if egress_gbps is not None:
+        doc["egress_gbps"] = list(egress_gbps)
+    if ingress_gbps is not None:
+        doc["ingress_gbps"] = list(ingress_gbps)
+    if shared:
+        doc["shared"] = [dict(s) for s in shared]
+    from_dict(doc)
+    return doc

@@ -1,0 +1,40 @@
+"""Helpers to run a command under the installed mpiexec, with a hard timeout.
+
+A hung rank must fail the test, never hang the suite: the whole process group is killed on
+timeout.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mpiexec_path() -> Optional[str]:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+def run_mpi(n: int, argv: Sequence[str], timeout: float = 300.0,
+            env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    mpiexec = mpiexec_path()
+    if mpiexec is None:
+        raise RuntimeError("no mpiexec found next to the interpreter or on PATH")
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    cmd: List[str] = [mpiexec, "-n", str(n), *argv]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-4000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
