@@ -1,5 +1,5 @@
 # Sourced by the Quickstart scripts: makes .venv at the repository root and installs the project
-# into it (editable, with MPICH from PyPI and the test extras). Re-running is cheap: the install is
+# into it (editable, with MPICH from PyPI, the CPU build of torch and the test extras). Re-running is cheap: the install is
 # skipped when setup.cfg has not changed since the last one.
 set -euo pipefail
 HOROTOPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +14,8 @@ want="$(cat "$HOROTOPO_ROOT/setup.cfg" "$HOROTOPO_ROOT/launch/venv.sh" | sha256s
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
     echo "[horotopo] installing horotopo[mpich,test] into $VENV" >&2
     "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+    # Pinned first: an open torch range would pull a multi-GB CUDA build; 2.13.0 is the CPU build.
+    "$VENV/bin/python" -m pip install -q "torch==2.13.0" >&2
     "$VENV/bin/python" -m pip install -q -e "$HOROTOPO_ROOT[mpich,test]" >&2
     echo "$want" > "$stamp"
 fi
