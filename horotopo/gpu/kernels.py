@@ -1,0 +1,203 @@
+"""The native reduce-step kernels (native/reduce.cu): names, source, loading and launch.
+
+The source is compiled at run time by CuPy (RawModule, NVRTC) the first time a device reduce
+runs. When it cannot be loaded (no source next to the package, an NVRTC failure), device
+reduces fall back to CuPy elementwise operations (horotopo/gpu/elementwise.py), which compute
+the same bits; a warning says so once.
+
+``HOROTOPO_GPU_KERNELS`` picks the path: ``auto`` (default: native, else fallback), ``native``
+(fail if the kernels cannot be loaded) or ``fallback`` (never load them).
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from ._env import OPS, check_op, cupy_module
+
+#: Reduction op (engine spelling) -> kernel op suffix.
+OP_SUFFIX: Dict[str, str] = {"sum": "sum", "min": "min", "max": "max", "product": "prod"}
+#: dtype name -> kernel dtype suffix.
+DTYPE_SUFFIX: Dict[str, str] = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
+                                "float64": "f64"}
+#: Options for NVRTC and nvcc alike; --fmad=false keeps the results bit-equal to the CPU path.
+COMPILE_OPTIONS = ("--std=c++14", "--fmad=false")
+#: Bytes per vector load in the *_v16 kernels; all three pointers must be aligned to it.
+VECTOR_BYTES = 16
+BLOCK = 256
+KERNELS_ENV = "HOROTOPO_GPU_KERNELS"
+NATIVE_DIR_ENV = "HOROTOPO_NATIVE_DIR"
+_MODES = ("auto", "native", "fallback")
+
+
+def kernel_name(op: str, dtype: str, vector: bool = False) -> str:
+    """The entry point in native/reduce.cu for one (op, dtype).
+
+    Raises
+    ------
+    ValueError
+        If the op or dtype has no native kernel.
+    """
+    check_op(op)
+    if dtype not in DTYPE_SUFFIX:
+        raise ValueError(f"no native kernel for dtype {dtype!r}: native kernels cover "
+                         f"{', '.join(DTYPE_SUFFIX)}")
+    return f"horotopo_reduce_{OP_SUFFIX[op]}_{DTYPE_SUFFIX[dtype]}" + ("_v16" if vector else "")
+
+
+def scale_kernel_name(dtype: str) -> str:
+    """The scale entry point (out = s * a) for one dtype."""
+    if dtype not in DTYPE_SUFFIX:
+        raise ValueError(f"no native kernel for dtype {dtype!r}")
+    return f"horotopo_scale_{DTYPE_SUFFIX[dtype]}"
+
+
+def all_kernel_names() -> List[str]:
+    """Every entry point the loader may ask native/reduce.cu for."""
+    names = [kernel_name(op, dt, vec) for dt in DTYPE_SUFFIX for op in OPS
+             for vec in (False, True)]
+    return names + [scale_kernel_name(dt) for dt in DTYPE_SUFFIX]
+
+
+def native_source_path() -> Path:
+    """Where native/reduce.cu is: ``$HOROTOPO_NATIVE_DIR`` or the repository's native/."""
+    base = os.environ.get(NATIVE_DIR_ENV)
+    root = Path(base) if base else Path(__file__).resolve().parents[2] / "native"
+    return root / "reduce.cu"
+
+
+def native_source() -> str:
+    """The kernel source text.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file is missing (for example a wheel install without native/), naming the
+        variable that points at it.
+    """
+    path = native_source_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"native kernel source not found at {path}; set "
+                                f"{NATIVE_DIR_ENV} to the directory holding reduce.cu")
+    return path.read_text()
+
+
+def kernel_mode() -> str:
+    """The value of ``HOROTOPO_GPU_KERNELS`` (auto when unset).
+
+    Raises
+    ------
+    ValueError
+        For a value other than auto, native or fallback.
+    """
+    mode = os.environ.get(KERNELS_ENV, "").strip() or "auto"
+    if mode not in _MODES:
+        raise ValueError(f"{KERNELS_ENV} must be one of {', '.join(_MODES)}, got {mode!r}")
+    return mode
+
+
+class _NativeState:
+    lock = threading.Lock()
+    module: Any = None
+    error: Optional[str] = None
+    warned = False
+    sm_count: Dict[int, int] = {}
+
+
+def load_native() -> Optional[Any]:
+    """The compiled CuPy RawModule, or None when it cannot be had (the reason is kept).
+
+    Compiles once per process; NVRTC and CuPy's kernel cache make later processes cheap.
+    """
+    st = _NativeState
+    with st.lock:
+        if st.module is not None or st.error is not None:
+            return st.module
+        try:
+            cp = cupy_module()
+            module = cp.RawModule(code=native_source(), options=COMPILE_OPTIONS)
+            # RawModule compiles lazily; fetch one entry so a compile error shows up here.
+            module.get_function(kernel_name("sum", "float32"))
+            st.module = module
+        except Exception as exc:  # any failure means: use the fallback, and say why
+            st.error = f"{type(exc).__name__}: {exc}"
+        return st.module
+
+
+def native_error() -> Optional[str]:
+    """Why the native kernels could not be loaded, or None (loaded, or not tried yet)."""
+    return _NativeState.error
+
+
+def backend_for(dtype: str, contiguous: bool) -> str:
+    """Which path a device reduce of this dtype takes: "native" or "fallback".
+
+    Raises
+    ------
+    RuntimeError
+        When ``HOROTOPO_GPU_KERNELS=native`` and the kernels cannot be used.
+    """
+    mode = kernel_mode()
+    if mode == "fallback":
+        return "fallback"
+    usable = dtype in DTYPE_SUFFIX and contiguous
+    if usable and load_native() is not None:
+        return "native"
+    if mode == "native":
+        why = native_error() or (f"dtype {dtype} has no native kernel" if dtype not in
+                                 DTYPE_SUFFIX else "the arrays are not contiguous")
+        raise RuntimeError(f"{KERNELS_ENV}=native but the native kernels cannot be used: {why}")
+    if usable and not _NativeState.warned:
+        _NativeState.warned = True
+        warnings.warn(f"horotopo: native GPU kernels unavailable ({native_error()}); using the "
+                      "CuPy elementwise fallback", RuntimeWarning, stacklevel=3)
+    return "fallback"
+
+
+def _grid(cp: Any, work: int) -> int:
+    dev = cp.cuda.Device().id
+    sms = _NativeState.sm_count.get(dev)
+    if sms is None:
+        sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+        _NativeState.sm_count[dev] = sms
+    # Enough blocks to fill every SM several times over; the grid-stride loop covers the rest.
+    return max(1, min(math.ceil(work / BLOCK), sms * 8))
+
+
+def _aligned(*arrays: Any) -> bool:
+    return all(a.data.ptr % VECTOR_BYTES == 0 for a in arrays)
+
+
+def launch_reduce(out: Any, a: Any, b: Any, op: str, dtype: str, sa: float, sb: float,
+                  post: float) -> None:
+    """Launch ``out = post * ((sa * a) OP (sb * b))`` on the current CuPy stream.
+
+    The arrays are contiguous CuPy arrays of one dtype and size on the current device.
+    """
+    n = out.size
+    if n == 0:
+        return
+    cp = cupy_module()
+    module = load_native()
+    lanes = VECTOR_BYTES // out.dtype.itemsize
+    vector = n >= lanes and _aligned(out, a, b)
+    fn = module.get_function(kernel_name(op, dtype, vector))
+    work = n // lanes if vector else n
+    fn((_grid(cp, work),), (BLOCK,),
+       (a, b, out, np.float64(sa), np.float64(sb), np.float64(post), np.uint64(n)))
+
+
+def launch_scale(out: Any, a: Any, dtype: str, factor: float) -> None:
+    """Launch ``out = factor * a`` on the current CuPy stream."""
+    n = out.size
+    if n == 0:
+        return
+    cp = cupy_module()
+    fn = load_native().get_function(scale_kernel_name(dtype))
+    fn((_grid(cp, n),), (BLOCK,), (a, out, np.float64(factor), np.uint64(n)))
