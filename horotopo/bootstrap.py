@@ -1,0 +1,173 @@
+"""The init wiring: where a job's Plan comes from.
+
+:func:`setup_plan` is what ``horotopo.init()`` runs, collectively:
+
+1. every rank reads ``HOROTOPO_PROBE`` and ``HOROTOPO_TOPOLOGY``; the ranks compare what they
+   read (a bad value, or ranks that disagree, is an error on every rank);
+2. the topology: loaded by rank 0 from ``HOROTOPO_TOPOLOGY=path`` if set, else probed by all
+   ranks (``HOROTOPO_PROBE=quick``, the default, or ``full``), else (``off``) a uniform model;
+3. rank 0 plans it (:func:`horotopo.plan.make_plan`; ring for the uniform model of ``off``) and
+   broadcasts the Plan's JSON;
+4. every rank rebuilds the Plan and the ranks compare its digest.
+
+Any failure on rank 0 (unreadable file, wrong rank count, planner error) is broadcast, so every
+rank raises the same :class:`BootstrapError` instead of waiting for a plan that never comes.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from .plan import Plan, make_plan, ring_plan
+from .probe import probe
+from .probe._mpi import ProbeError, allgather_json, bcast_json
+from .topology import Topology, TopologyError, from_dict, load, measured_document
+
+__all__ = ["setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
+           "PROBE_MODES", "DEFAULT_PROBE"]
+
+PROBE_MODES = ("off", "quick", "full")
+DEFAULT_PROBE = "quick"  # init() should cost about a second, not the full probe's ten
+EXCHANGE_TIMEOUT_S = 60.0   # settings and digests: every rank should be there at once
+PLAN_TIMEOUT_S = 600.0      # rank 0 may spend a while in the planner
+
+
+class BootstrapError(RuntimeError):
+    """init() cannot produce a Plan; raised on every rank with the same message."""
+
+
+def read_env(env: Mapping[str, str] = os.environ) -> Tuple[str, Optional[str]]:
+    """``(probe mode, topology path or None)`` from the environment, validated.
+
+    Raises
+    ------
+    BootstrapError
+        A value that is not allowed, naming the variable and the allowed values.
+    """
+    raw = env.get("HOROTOPO_PROBE", DEFAULT_PROBE)
+    mode = raw.strip().lower() or DEFAULT_PROBE
+    if mode not in PROBE_MODES:
+        raise BootstrapError(f"HOROTOPO_PROBE={raw!r}: must be one of {', '.join(PROBE_MODES)} "
+                             f"(default {DEFAULT_PROBE})")
+    path = env.get("HOROTOPO_TOPOLOGY")
+    if path is not None and not path.strip():
+        raise BootstrapError("HOROTOPO_TOPOLOGY is set but empty: give the path of a topology "
+                             "JSON file, or unset it to probe")
+    return mode, path
+
+
+def uniform_document(n: int, gbps: float = 1.0) -> Dict[str, Any]:
+    """A measured-form model where every pair gets ``gbps``: what ``HOROTOPO_PROBE=off`` plans."""
+    bw = [[None if i == j else gbps for j in range(n)] for i in range(n)]
+    return measured_document(f"uniform-{n} (HOROTOPO_PROBE=off)", [f"rank{i}" for i in range(n)],
+                             bw)
+
+
+def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
+               log: Optional[Callable[[str], None]] = None) -> Plan:
+    """Probe or load the topology, plan on rank 0, broadcast and check the Plan; collective.
+
+    Parameters
+    ----------
+    comm : mpi4py communicator
+        All its ranks must call this.
+    env : mapping
+        Where ``HOROTOPO_PROBE`` (``off``, ``quick`` (default) or ``full``) and
+        ``HOROTOPO_TOPOLOGY`` (a topology file of either form, which wins over probing) are read.
+    log : callable, optional
+        Receives one-line messages; called on rank 0 only.
+
+    Returns
+    -------
+    Plan
+        The same plan (same digest) on every rank.
+
+    Raises
+    ------
+    BootstrapError
+        Bad settings, an unusable topology, a planner failure or a digest mismatch; raised on
+        every rank.
+    ProbeError
+        The probe failed (an unreachable pair, a timeout, a zero measurement), naming the pair.
+    """
+    rank = comm.rank
+    say: Callable[[str], None] = (log if (log is not None and rank == 0) else (lambda m: None))
+    start = time.perf_counter()
+
+    # 1. settings: share them first, so a rank with a bad value cannot leave the others waiting
+    try:
+        mine: Dict[str, Any] = dict(zip(("mode", "path"), read_env(env)))
+    except BootstrapError as exc:
+        mine = {"error": str(exc)}
+    everyone = allgather_json(comm, mine, EXCHANGE_TIMEOUT_S, "init: comparing settings")
+    for r, theirs in enumerate(everyone):
+        if "error" in theirs:
+            raise BootstrapError(f"rank {r}: {theirs['error']}")
+    for r, theirs in enumerate(everyone):
+        if theirs != everyone[0]:
+            raise BootstrapError(
+                f"ranks disagree on HOROTOPO_PROBE/HOROTOPO_TOPOLOGY: rank 0 has "
+                f"{_show(everyone[0])}, rank {r} has {_show(theirs)}; give every rank the same")
+    mode, path = everyone[0]["mode"], everyone[0]["path"]
+
+    # 2. the topology (rank 0 needs it; a probe document exists on every rank)
+    topology: Optional[Topology] = None
+    error: Optional[str] = None
+    use_ring = False
+    if path is not None:
+        if rank == 0:
+            try:
+                topology = load(path)
+                say(f"horotopo: topology from HOROTOPO_TOPOLOGY={path}: {topology.name!r}, "
+                    f"{topology.n} ranks ({topology.kind})")
+            except TopologyError as exc:
+                error = f"HOROTOPO_TOPOLOGY={path}: {exc}"
+    elif mode != "off":
+        doc = probe(comm, mode, progress=say)
+        if rank == 0:
+            topology = from_dict(doc)
+            say(f"horotopo: probed {topology.n} ranks ({mode}) in {doc['probe']['seconds']:.2f} s, "
+                f"{len(doc.get('shared', []))} shared bottlenecks")
+    else:
+        use_ring = True
+        if rank == 0:
+            topology = from_dict(uniform_document(comm.size))
+            say("horotopo: HOROTOPO_PROBE=off and no HOROTOPO_TOPOLOGY: ring plan over a "
+                "uniform model")
+    if rank == 0 and topology is not None and topology.n != comm.size:
+        error = (f"HOROTOPO_TOPOLOGY={path}: the topology has {topology.n} ranks but this job "
+                 f"has {comm.size}")
+
+    # 3. rank 0 plans and broadcasts the plan, or the reason it has none
+    payload: Dict[str, Any] = {}
+    if rank == 0:
+        if error is None:
+            try:
+                assert topology is not None
+                plan = ring_plan(topology) if use_ring else make_plan(topology)
+                payload = {"plan": plan.to_json()}
+            except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
+                payload = {"error": f"planning {topology.name!r} failed: "
+                                    f"{type(exc).__name__}: {exc}"}
+        else:
+            payload = {"error": error}
+    payload = bcast_json(comm, payload, 0, PLAN_TIMEOUT_S, "init: waiting for the plan")
+    if "error" in payload:
+        raise BootstrapError(payload["error"])
+    plan = Plan.from_json(payload["plan"])
+
+    # 4. every rank checks that it holds the same plan
+    digests = allgather_json(comm, plan.digest, EXCHANGE_TIMEOUT_S, "init: comparing plans")
+    odd = [r for r, d in enumerate(digests) if d != digests[0]]
+    if odd:
+        raise BootstrapError(f"plan digest differs across ranks: rank 0 has {digests[0]}, "
+                             + ", ".join(f"rank {r} has {digests[r]}" for r in odd))
+    say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
+        f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "
+        f"{time.perf_counter() - start:.2f} s")
+    return plan
+
+
+def _show(settings: Mapping[str, Any]) -> str:
+    return f"HOROTOPO_PROBE={settings['mode']} HOROTOPO_TOPOLOGY={settings['path']}"

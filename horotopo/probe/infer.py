@@ -1,0 +1,341 @@
+"""From measurements to the measured topology: the pure half of the probe (no MPI here).
+
+The probe (:mod:`horotopo.probe.measure`) runs the tests that this module schedules and hands the
+figures back; everything that decides what the figures mean lives here, so that it can be tested
+on synthetic matrices.
+
+- :func:`circle_rounds`: the round-robin schedule (circle method) of disjoint pairs.
+- :func:`cluster_ranks`: groups of ranks by their pairwise rates (single linkage cut at the
+  widest gap between rate levels, so a uniform network stays one group).
+- :func:`group_tests`: which concurrent cross-group tests to run.
+- :func:`infer_shared`: a shared resource wherever the concurrent aggregate is clearly below the
+  sum of the pairwise figures. Pairwise figures are not additive: two racks behind one uplink
+  give each cross pair the full uplink alone, but concurrent cross pairs split it.
+- :func:`infer_host_caps`: per-rank egress/ingress caps, kept only where they bind.
+- :func:`build_document`: the measured-topology JSON of DESIGN.md, validated by loading it.
+- :func:`format_report`: the nccl-tests style text that ``horotopo probe`` prints.
+
+Every rate here is in one unit chosen by the caller (the probe passes gbps); only ratios matter.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..topology import from_dict, measured_document
+
+__all__ = ["circle_rounds", "cluster_ranks", "GroupTest", "group_tests", "infer_shared",
+           "infer_host_caps", "expected_fan", "build_document", "format_report",
+           "DEFAULT_GAP", "DEFAULT_MARGIN"]
+
+Pair = Tuple[int, int]
+
+DEFAULT_GAP = 1.5     # rate levels closer than this ratio are one level (noise, not structure)
+DEFAULT_MARGIN = 0.2  # "clearly below": more than 20% under what the pairwise figures predict
+
+
+def circle_rounds(n: int) -> List[List[Pair]]:
+    """Round-robin schedule of all unordered pairs of ``n`` ranks (the circle method).
+
+    Rank ``n - 1`` (or a phantom rank when ``n`` is odd) stays fixed and the others rotate, so
+    every round holds disjoint pairs and every pair meets once: ``n - 1`` rounds for even ``n``,
+    ``n`` rounds (one rank idle in each) for odd ``n``. Pairs are ``(low, high)``.
+    """
+    if n < 2:
+        return []
+    m = n if n % 2 == 0 else n + 1
+    ring = list(range(m - 1))
+    rounds = []
+    for r in range(m - 1):
+        order = ring[r:] + ring[:r]
+        pairs = [(order[0], m - 1)] + [(order[k], order[m - 1 - k]) for k in range(1, m // 2)]
+        rounds.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a < n and b < n))
+    return rounds
+
+
+def _symmetric(bandwidth: Any) -> np.ndarray:
+    b = np.array([[np.nan if v is None else float(v) for v in row] for row in bandwidth])
+    if b.ndim != 2 or b.shape[0] != b.shape[1]:
+        raise ValueError(f"bandwidth must be a square matrix, got shape {b.shape}")
+    # A pair is as strong as its weaker direction: an asymmetric uplink is slow both ways
+    # relative to the links inside a rack.
+    return np.fmin(b, b.T)
+
+
+def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]]:
+    """Groups of ranks that talk to each other faster than to the rest.
+
+    Sorts the distinct pair rates, finds the widest ratio between consecutive levels and, if it
+    is at least ``gap``, joins every pair above it (single linkage); the connected components
+    are the groups. A network whose rates are all within ``gap`` of each other is one group.
+
+    Parameters
+    ----------
+    bandwidth : n x n array-like
+        ``bandwidth[i][j]`` is the rate ``i -> j`` alone; the diagonal is ignored.
+    gap : float
+        Smallest ratio between two rate levels that counts as structure rather than noise.
+
+    Returns
+    -------
+    list of list of int
+        Groups, each sorted, ordered by their lowest rank.
+    """
+    s = _symmetric(bandwidth)
+    n = s.shape[0]
+    if n < 3:
+        return [list(range(n))]
+    iu = np.triu_indices(n, 1)
+    values = np.sort(s[iu][np.isfinite(s[iu])])[::-1]
+    if len(values) < 2 or values[-1] <= 0:
+        return [list(range(n))]
+    ratios = values[:-1] / values[1:]
+    k = int(np.argmax(ratios))
+    if ratios[k] < gap:
+        return [list(range(n))]
+    threshold = math.sqrt(values[k] * values[k + 1])
+    parent = list(range(n))
+
+    def find(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for i, j in zip(*iu):
+        if s[i, j] >= threshold:
+            parent[find(int(i))] = find(int(j))
+    groups: Dict[int, List[int]] = {}
+    for v in range(n):
+        groups.setdefault(find(v), []).append(v)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+@dataclass(frozen=True)
+class GroupTest:
+    """A concurrent cross-group test: disjoint pairs ``a_k <-> b_k``, both directions at once.
+
+    ``flows`` lists the directed transfers; ``forward`` indexes the ``src -> dst`` ones and
+    ``backward`` the ``dst -> src`` ones, whose aggregates are measured separately.
+    """
+
+    src: int
+    dst: int
+    flows: Tuple[Pair, ...]
+    forward: Tuple[int, ...]
+    backward: Tuple[int, ...]
+
+
+def group_tests(groups: Sequence[Sequence[int]], min_pairs: int = 2) -> List[GroupTest]:
+    """The concurrent tests to run between every two groups.
+
+    A test pairs the groups' ranks one to one (``min(|A|, |B|)`` pairs); it needs at least
+    ``min_pairs`` of them, since one transfer alone is just its pairwise figure.
+    """
+    tests = []
+    for x in range(len(groups)):
+        for y in range(x + 1, len(groups)):
+            a, b = sorted(groups[x]), sorted(groups[y])
+            m = min(len(a), len(b))
+            if m < min_pairs:
+                continue
+            fwd = [(a[k], b[k]) for k in range(m)]
+            bwd = [(b[k], a[k]) for k in range(m)]
+            tests.append(GroupTest(src=x, dst=y, flows=tuple(fwd + bwd),
+                                   forward=tuple(range(m)), backward=tuple(range(m, 2 * m))))
+    return tests
+
+
+def infer_shared(groups: Sequence[Sequence[int]], bandwidth: Any,
+                 results: Sequence[Tuple[int, int, Sequence[Pair], float]], *,
+                 margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
+    """Shared resources from concurrent cross-group tests.
+
+    Parameters
+    ----------
+    groups : groups from :func:`cluster_ranks`
+    bandwidth : n x n pairwise rates (alone)
+    results : sequence of ``(src_group, dst_group, flows, aggregate)``
+        ``flows`` are the directed pairs that ran at once from ``src_group`` to ``dst_group``;
+        ``aggregate`` is their measured total rate.
+    margin : float
+        The aggregate must be below ``(1 - margin)`` times the sum of the flows' pairwise rates.
+
+    Returns
+    -------
+    list of dict
+        ``{"pairs": every [i, j] from src_group to dst_group, "gbps": aggregate, "label": ...}``
+        (``gbps`` is in the unit of the inputs).
+    """
+    b = np.array([[np.nan if v is None else float(v) for v in row] for row in bandwidth])
+    shared = []
+    for src, dst, flows, aggregate in results:
+        alone = float(sum(b[i, j] for i, j in flows))
+        if not (aggregate > 0 and math.isfinite(aggregate)):
+            raise ValueError(f"group {src} -> group {dst}: aggregate must be positive, "
+                             f"got {aggregate!r}")
+        if aggregate < (1.0 - margin) * alone:
+            pairs = [[i, j] for i in groups[src] for j in groups[dst]]
+            shared.append({"pairs": pairs, "gbps": float(aggregate),
+                           "label": f"shared group{src}->group{dst}"})
+    return shared
+
+
+def expected_fan(bandwidth: Any, k: int, shared: Sequence[Mapping[str, Any]],
+                 outgoing: bool) -> float:
+    """What rank ``k``'s fan-out (or fan-in) would reach with no cap at ``k`` itself.
+
+    The pairwise rates add up, except where a shared resource caps a set of them together.
+    """
+    b = np.array([[np.nan if v is None else float(v) for v in row] for row in bandwidth])
+    n = b.shape[0]
+    others = [j for j in range(n) if j != k]
+    arcs = {j: ((k, j) if outgoing else (j, k)) for j in others}
+    total = 0.0
+    covered = set()
+    for s in shared:
+        pairs = {tuple(p) for p in s["pairs"]}
+        mine = [j for j in others if arcs[j] in pairs and j not in covered]
+        if mine:
+            covered.update(mine)
+            total += min(float(s["gbps"]), sum(b[arcs[j]] for j in mine))
+    total += sum(b[arcs[j]] for j in others if j not in covered)
+    return float(total)
+
+
+def infer_host_caps(bandwidth: Any, fan_out: Sequence[Optional[float]],
+                    fan_in: Sequence[Optional[float]], shared: Sequence[Mapping[str, Any]] = (),
+                    *, margin: float = DEFAULT_MARGIN
+                    ) -> Tuple[Optional[List[Optional[float]]], Optional[List[Optional[float]]]]:
+    """Egress and ingress caps per rank, kept only where they bind.
+
+    Rank ``k``'s measured fan-out is its egress cap when it is clearly below
+    :func:`expected_fan` (otherwise the pairwise and shared resources already explain it and a
+    cap would only add noise to the model). Same for fan-in and ingress.
+
+    Returns
+    -------
+    (egress, ingress)
+        Each a list with ``None`` where the cap does not bind, or ``None`` if no rank's does.
+    """
+    caps = []
+    for figures, outgoing in ((fan_out, True), (fan_in, False)):
+        row: List[Optional[float]] = []
+        for k, value in enumerate(figures):
+            if value is None or not math.isfinite(value):
+                row.append(None)
+                continue
+            if value <= 0:
+                raise ValueError(f"rank {k}: fan-{'out' if outgoing else 'in'} must be positive, "
+                                 f"got {value!r}")
+            want = expected_fan(bandwidth, k, shared, outgoing)
+            row.append(float(value) if value < (1.0 - margin) * want else None)
+        caps.append(row if any(v is not None for v in row) else None)
+    return caps[0], caps[1]
+
+
+def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency_ms: Any, *,
+                   fan_out_gbps: Optional[Sequence[Optional[float]]] = None,
+                   fan_in_gbps: Optional[Sequence[Optional[float]]] = None,
+                   shared_results: Sequence[Tuple[int, int, Sequence[Pair], float]] = (),
+                   groups: Optional[Sequence[Sequence[int]]] = None,
+                   gap: float = DEFAULT_GAP, margin: float = DEFAULT_MARGIN,
+                   meta: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The measured-topology document from the probe's figures (all in gbps and ms).
+
+    Runs the inference (groups, shared resources, binding host caps), assembles the document
+    with :func:`horotopo.topology.measured_document` and validates it by loading it.
+    ``meta`` goes under the document's ``"probe"`` key with the groups found.
+    """
+    n = len(hosts)
+    bw = [[None if i == j else _round(bandwidth_gbps[i][j]) for j in range(n)] for i in range(n)]
+    lat = [[None if i == j else _round(latency_ms[i][j]) for j in range(n)] for i in range(n)]
+    if groups is None:
+        groups = cluster_ranks(bw, gap=gap)
+    shared = infer_shared(groups, bw, shared_results, margin=margin)
+    for s in shared:
+        s["gbps"] = _round(s["gbps"])
+    egress = ingress = None
+    if fan_out_gbps is not None and fan_in_gbps is not None:
+        egress, ingress = infer_host_caps(bw, fan_out_gbps, fan_in_gbps, shared, margin=margin)
+    doc = measured_document(name, hosts, bw, lat, egress_gbps=_round_list(egress),
+                            ingress_gbps=_round_list(ingress), shared=shared)
+    info: Dict[str, Any] = dict(meta or {})
+    info["groups"] = [list(g) for g in groups]
+    if fan_out_gbps is not None:
+        info["fan_out_gbps"] = _round_list(fan_out_gbps)
+    if fan_in_gbps is not None:
+        info["fan_in_gbps"] = _round_list(fan_in_gbps)
+    info["concurrent"] = [{"from": src, "to": dst, "flows": [list(f) for f in flows],
+                           "gbps": _round(agg)} for src, dst, flows, agg in shared_results]
+    doc["probe"] = info
+    from_dict(doc)
+    return doc
+
+
+def _round(v: Any) -> Optional[float]:
+    if v is None:
+        return None
+    v = float(v)
+    if v == 0 or not math.isfinite(v):
+        return v
+    return float(f"{v:.6g}")
+
+
+def _round_list(values: Optional[Sequence[Optional[float]]]) -> Optional[List[Optional[float]]]:
+    return None if values is None else [_round(v) for v in values]
+
+
+def _matrix_lines(title: str, m: Sequence[Sequence[Any]], fmt: str) -> List[str]:
+    n = len(m)
+    lines = [f"# {title}", "#  S\\R " + "".join(f"{j:>9}" for j in range(n))]
+    for i in range(n):
+        cells = "".join(f"{'-':>9}" if i == j or m[i][j] is None else f"{m[i][j]:>9{fmt}}"
+                        for j in range(n))
+        lines.append(f"  {i:>4} {cells}")
+    return lines
+
+
+def format_report(doc: Mapping[str, Any]) -> str:
+    """The probe's result as text in the style of nccl-tests (``#`` lines are commentary)."""
+    n = len(doc["ranks"])
+    info = doc.get("probe", {})
+    groups = info.get("groups", [list(range(n))])
+    group_of = {v: g for g, members in enumerate(groups) for v in members}
+    head = f"# horotopo probe: {n} ranks"
+    if "mode" in info:
+        head += f", mode {info['mode']}"
+    if "seconds" in info:
+        head += f", {info['seconds']:.2f} s"
+    if "tests" in info:
+        head += f", {info['tests']} tests"
+    lines = [head, "#", "#  rank  group  host"]
+    lines += [f"#  {i:>4}  {group_of.get(i, 0):>5}  {h}" for i, h in enumerate(doc["ranks"])]
+    lines.append("#")
+    lines += _matrix_lines("bandwidth (gbps), sender down, receiver across",
+                           doc["bandwidth_gbps"], ".3f")
+    if "latency_ms" in doc:
+        lines += _matrix_lines("latency (ms, one way)", doc["latency_ms"], ".3f")
+    for key, label in (("egress_gbps", "egress cap"), ("ingress_gbps", "ingress cap")):
+        caps = doc.get(key)
+        if caps:
+            cells = ", ".join(f"{k}: {v:.3f}" for k, v in enumerate(caps) if v is not None)
+            lines.append(f"# {label} (gbps, binding only): {cells}")
+    fans = [(info.get("fan_out_gbps"), "fan-out"), (info.get("fan_in_gbps"), "fan-in")]
+    for figures, label in fans:
+        if figures:
+            cells = ", ".join(f"{k}: {v:.3f}" for k, v in enumerate(figures) if v is not None)
+            lines.append(f"# {label} measured (gbps): {cells}")
+    shared = doc.get("shared", [])
+    if shared:
+        lines.append("# shared bottlenecks:")
+        for s in shared:
+            arcs = " ".join(f"{i}->{j}" for i, j in s["pairs"])
+            lines.append(f"#   {s.get('label', 'shared'):<22} {s['gbps']:.3f} gbps over "
+                         f"{len(s['pairs'])} pairs: {arcs}")
+    else:
+        lines.append("# shared bottlenecks: none found")
+    return "\n".join(lines)
