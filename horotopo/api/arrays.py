@@ -1,0 +1,318 @@
+"""Collectives on NumPy and CuPy arrays: the ``horotopo`` top-level front end.
+
+Same names, signatures and defaults as ``horovod.torch``; arrays instead of tensors. CuPy
+arrays are staged through host memory here (the GPU path of the engine takes device buffers
+directly once it exists); the result comes back as a CuPy array on the same device.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .basics import check_process_set, global_process_set, runtime, unnamed
+from .handles import HandleTable
+from .ops import check_op, handle_average_backwards_compatibility
+from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES
+
+__all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+           "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+           "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
+           "broadcast_", "broadcast_async", "broadcast_async_", "barrier", "poll", "synchronize",
+           "join", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+           "handles"]
+
+handles = HandleTable()
+poll = handles.poll
+synchronize = handles.synchronize
+
+JOIN_UNSUPPORTED = ("hvd.join() is not implemented in horotopo: ranks must submit the same "
+                    "collectives (uneven data needs an explicit stop signal, e.g. an allreduce "
+                    "of a 'has more data' flag)")
+
+
+def _is_cupy(x: Any) -> bool:
+    return type(x).__module__.split(".", 1)[0] == "cupy"
+
+
+def check_dtype(arr: np.ndarray, what: str) -> None:
+    if arr.dtype.name not in SUPPORTED_DTYPES:
+        raise ValueError(f"Tensor type {what} is not supported.")
+
+
+def _stage(x: Any, inplace: bool) -> Tuple[np.ndarray, int, Callable[[np.ndarray], Any]]:
+    """Host array for ``x``, its device id (-1 = CPU) and how to turn a host result back."""
+    if _is_cupy(x):
+        import cupy
+
+        dev = int(x.device.id)
+        host = cupy.asnumpy(x)
+        check_dtype(host, str(x.dtype))
+
+        def back(res: np.ndarray) -> Any:
+            if inplace:
+                x.set(res)
+                return x
+            with cupy.cuda.Device(dev):
+                return cupy.asarray(res)
+        return host, dev, back
+    if inplace:
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"in-place collectives need a NumPy or CuPy array, got "
+                            f"{type(x).__name__}")
+        if not x.flags.c_contiguous:
+            raise ValueError("Tensor is required to be contiguous.")
+    arr = np.ascontiguousarray(x)
+    check_dtype(arr, str(arr.dtype))
+    return arr, -1, lambda res: res
+
+
+def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
+            prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
+    rt = runtime()
+    staged = [_stage(t, inplace) for t in tensors]
+    if grouped:
+        base = name or unnamed("grouped_allreduce")
+        names = [f"{base}.{i}of{len(tensors)}" for i in range(len(tensors))]
+    else:
+        names = [name or unnamed("allreduce")]
+    items = []
+    for n, (host, dev, _) in zip(names, staged):
+        out = host if (inplace or dev >= 0) else np.empty_like(host)
+        items.append((n, host, out))
+    hid = rt.enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
+                     postscale=postscale_factor, device=staged[0][1] if staged else -1)
+    backs = [b for _, _, b in staged]
+    if grouped:
+        return handles.add(hid, lambda res: [b(r) for b, r in zip(backs, res)])
+    return handles.add(hid, lambda res: backs[0](res[0]))
+
+
+def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0, process_set: Any = global_process_set) -> int:
+    """Start an allreduce of ``tensor`` (not modified); return a handle.
+
+    The reduction is keyed by ``name`` (auto-generated if None); dtype and shape must agree on
+    all ranks for a name. ``op`` defaults to Average; ``average`` is Horovod's deprecated flag.
+    """
+    check_process_set(process_set)
+    op = check_op(handle_average_backwards_compatibility(op, average))
+    return _reduce([tensor], False, name, op, prescale_factor, postscale_factor, False)
+
+
+def allreduce(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: Any = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: Any = global_process_set) -> Any:
+    """Allreduce ``tensor`` and return the result as a new array (``compression`` is applied
+    only by the torch front end; it is accepted here for signature compatibility)."""
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                       postscale_factor, process_set))
+
+
+def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0, process_set: Any = global_process_set) -> int:
+    """In-place allreduce of ``tensor``; return a handle."""
+    check_process_set(process_set)
+    op = check_op(handle_average_backwards_compatibility(op, average))
+    return _reduce([tensor], True, name, op, prescale_factor, postscale_factor, False)
+
+
+def allreduce_(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0, process_set: Any = global_process_set) -> Any:
+    """In-place allreduce of ``tensor``; returns ``tensor``."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: Any = global_process_set) -> int:
+    """Start allreduces of a list of arrays as one unit (fused together); return a handle."""
+    check_process_set(process_set)
+    op = check_op(handle_average_backwards_compatibility(op, average))
+    return _reduce(list(tensors), False, name, op, prescale_factor, postscale_factor, True)
+
+
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
+                      name: Optional[str] = None, compression: Any = None,
+                      op: Optional[int] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: Any = global_process_set) -> List[Any]:
+    """Allreduce each array of ``tensors``; return the list of results."""
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                               postscale_factor, process_set))
+
+
+def grouped_allreduce_async_(tensors: Sequence[Any], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: Any = global_process_set) -> int:
+    """In-place grouped allreduce; return a handle."""
+    check_process_set(process_set)
+    op = check_op(handle_average_backwards_compatibility(op, average))
+    return _reduce(list(tensors), True, name, op, prescale_factor, postscale_factor, True)
+
+
+def grouped_allreduce_(tensors: Sequence[Any], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: Any = global_process_set) -> List[Any]:
+    """In-place grouped allreduce; returns the arrays."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def allgather_async(tensor: Any, name: Optional[str] = None,
+                    process_set: Any = global_process_set) -> int:
+    """Start concatenating every rank's ``tensor`` along dimension 0 (which may differ)."""
+    check_process_set(process_set)
+    host, _dev, back = _stage(tensor, False)
+    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), host, None)],
+                            device=_dev)
+    return handles.add(hid, lambda res: back(res[0]))
+
+
+def allgather(tensor: Any, name: Optional[str] = None,
+              process_set: Any = global_process_set) -> Any:
+    """Concatenation of every rank's ``tensor`` along dimension 0, in rank order."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def _bcast(tensor: Any, root_rank: int, name: Optional[str], inplace: bool) -> int:
+    host, dev, back = _stage(tensor, inplace)
+    out = host if (inplace or dev >= 0) else np.empty_like(host)
+    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), host, out)],
+                            root=int(root_rank), device=dev)
+    return handles.add(hid, lambda res: back(res[0]))
+
+
+def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
+                    process_set: Any = global_process_set) -> int:
+    """Start broadcasting ``root_rank``'s ``tensor`` into a new array on every rank."""
+    check_process_set(process_set)
+    return _bcast(tensor, root_rank, name, False)
+
+
+def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
+              process_set: Any = global_process_set) -> Any:
+    """``root_rank``'s ``tensor``, as a new array on every rank."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_async_(tensor: Any, root_rank: int, name: Optional[str] = None,
+                     process_set: Any = global_process_set) -> int:
+    """Start broadcasting ``root_rank``'s ``tensor`` into ``tensor`` on every rank."""
+    check_process_set(process_set)
+    return _bcast(tensor, root_rank, name, True)
+
+
+def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None,
+               process_set: Any = global_process_set) -> Any:
+    """Broadcast in place; returns ``tensor``."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def barrier(process_set: Any = global_process_set) -> None:
+    """Block until every rank has called barrier()."""
+    check_process_set(process_set)
+    rt = runtime()
+    rt.wait(rt.enqueue(BARRIER, [(unnamed("barrier"), None, None)]))
+
+
+def join(device: int = -1) -> int:
+    raise NotImplementedError(JOIN_UNSUPPORTED)
+
+
+def _alltoall_splits(n: int, first: int, splits: Any) -> List[int]:
+    from .basics import size
+
+    world = size()
+    if splits is None:
+        if first % world:
+            raise ValueError(f"alltoall: dimension 0 ({first}) is not divisible by the number "
+                             f"of ranks ({world}); pass splits")
+        return [first // world] * world
+    out = [int(s) for s in np.asarray(splits).reshape(-1).tolist()]
+    if len(out) != world or any(s < 0 for s in out) or sum(out) != first:
+        raise ValueError(f"alltoall: splits must be {world} non-negative integers summing to "
+                         f"dimension 0 ({first}); got {out}")
+    return out
+
+
+def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
+                   process_set: Any = global_process_set) -> int:
+    """Start an alltoall: slice ``splits[r]`` rows of ``tensor`` go to rank ``r``.
+
+    Implemented over two allgathers (of the splits, then of the data), so it moves ``size``
+    times the bytes a native MPI_Alltoallv would; correct, not fast.
+    """
+    from .basics import rank, size
+
+    check_process_set(process_set)
+    host, _dev, back = _stage(tensor, False)
+    if host.ndim == 0:
+        raise ValueError("alltoall needs a tensor of rank >= 1")
+    mine = _alltoall_splits(size(), host.shape[0], splits)
+    base = name or unnamed("alltoall")
+    rt = runtime()
+    h_splits = rt.enqueue(ALLGATHER, [(f"{base}.splits", np.array(mine, np.int64), None)])
+    h_data = rt.enqueue(ALLGATHER, [(f"{base}.data", host, None)])
+    me, world = rank(), size()
+
+    def finish(got_splits: List[Any], got_data: List[Any]) -> Any:
+        every = got_splits[0].reshape(world, world)
+        data = got_data[0]
+        parts, start = [], 0
+        for r in range(world):
+            offset = start + int(every[r, :me].sum())
+            parts.append(data[offset:offset + int(every[r, me])])
+            start += int(every[r].sum())
+        received = every[:, me].astype(np.int32)
+        return back(np.concatenate(parts, axis=0)), received
+
+    return handles.add(rt.next_id(), finish, waits=(h_splits, h_data))
+
+
+def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
+             process_set: Any = global_process_set) -> Any:
+    """Alltoall; returns ``(output, received_splits)`` when ``splits`` is given, else output."""
+    out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return out if splits is None else (out, received)
+
+
+def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = 0,
+                        process_set: Any = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Start a reduce-scatter along dimension 0 (rank r keeps rows of block r).
+
+    Implemented as a tree allreduce followed by a local slice: the same result as Horovod's,
+    at the cost of a full allreduce. Blocks follow Horovod: the first ``rows % size`` ranks get
+    one extra row.
+    """
+    from .basics import rank, size
+
+    check_process_set(process_set)
+    op = check_op(op)
+    host, _dev, back = _stage(tensor, False)
+    if host.ndim == 0:
+        raise ValueError("reducescatter needs a tensor of rank >= 1")
+    rows, world, me = host.shape[0], size(), rank()
+    counts = [rows // world + (1 if r < rows % world else 0) for r in range(world)]
+    start = sum(counts[:me])
+    out = np.empty_like(host)
+    hid = runtime().enqueue(ALLREDUCE, [(name or unnamed("reducescatter"), host, out)], op=op,
+                            prescale=prescale_factor, postscale=postscale_factor)
+    return handles.add(hid, lambda res: back(np.ascontiguousarray(
+        res[0][start:start + counts[me]])))
+
+
+def reducescatter(tensor: Any, name: Optional[str] = None, compression: Any = None,
+                  op: int = 0, process_set: Any = global_process_set,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Any:
+    """Reduce across ranks and return this rank's block of dimension 0."""
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                           postscale_factor))

@@ -1,0 +1,228 @@
+"""Process-wide state: init/shutdown and the rank/size queries, as in ``horovod.common.basics``."""
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from .errors import NOT_INITIALIZED
+from .runtime import Runtime
+
+__all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+           "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled",
+           "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
+           "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "runtime",
+           "unnamed", "ProcessSet", "global_process_set", "add_process_set",
+           "remove_process_set", "check_process_set", "PROCESS_SETS_UNSUPPORTED"]
+
+_runtime: Optional[Runtime] = None
+_atexit_done = False
+_init_lock = threading.Lock()
+_counters: Dict[str, int] = {}
+
+PROCESS_SETS_UNSUPPORTED = ("process sets are not implemented in horotopo: every collective "
+                            "runs over the global set (the communicator given to hvd.init()). "
+                            "To work on a subset of ranks, pass that subset's communicator or "
+                            "rank list to hvd.init(comm=...).")
+
+
+def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None:
+    """Start horotopo on ``comm`` (an mpi4py communicator or a list of world ranks).
+
+    Collective over ``comm``: every rank plans the allreduce trees together (probing the
+    links or reading ``HOROTOPO_TOPOLOGY``). Calling it again while running is a no-op.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or list of int, optional
+        The ranks to run over; ``MPI.COMM_WORLD`` by default.
+    process_sets : optional
+        Only ``None`` (or an empty list) is supported; see :data:`PROCESS_SETS_UNSUPPORTED`.
+    """
+    global _runtime, _atexit_done
+    if process_sets:
+        raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
+    with _init_lock:
+        if _runtime is not None and _runtime.alive:
+            return
+        rt = Runtime(comm)
+        rt.start()
+        _runtime = rt
+        _counters.clear()
+        if not _atexit_done:
+            atexit.register(_atexit)
+            _atexit_done = True
+
+
+def shutdown() -> None:
+    """Stop the background thread on every rank. Never hangs: it gives up after a timeout
+    (``HOROTOPO_SHUTDOWN_TIMEOUT`` seconds, default 15) if a peer is gone."""
+    global _runtime
+    with _init_lock:
+        rt, _runtime = _runtime, None
+    if rt is not None:
+        rt.stop()
+
+
+def _atexit() -> None:
+    try:
+        shutdown()
+    except Exception:  # interpreter exit: nothing useful left to report to
+        pass
+
+
+def is_initialized() -> bool:
+    """True between init() and shutdown() while the runtime is running."""
+    return _runtime is not None and _runtime.alive
+
+
+def runtime() -> Runtime:
+    """The running runtime; ValueError (Horovod's message) before init()."""
+    rt = _runtime
+    if rt is None:
+        raise ValueError(NOT_INITIALIZED)
+    return rt
+
+
+def unnamed(kind: str) -> str:
+    """Name for an op submitted without one: ``allreduce.noname.<k>``, counted per kind so that
+    ranks running the same program agree even if their named ops differ."""
+    rt = runtime()
+    with rt._lock:
+        k = _counters.get(kind, 0)
+        _counters[kind] = k + 1
+    return f"{kind}.noname.{k}"
+
+
+def size() -> int:
+    """Number of ranks."""
+    return runtime().size
+
+
+def rank() -> int:
+    """This process's rank, 0 .. size()-1."""
+    return runtime().rank
+
+
+def local_size() -> int:
+    """Number of ranks on this host (hosts are told apart by hostname)."""
+    return runtime().local_size
+
+
+def local_rank() -> int:
+    """This process's index among the ranks on its host."""
+    return runtime().local_rank
+
+
+def cross_size() -> int:
+    """Number of hosts that have a rank with this local rank."""
+    return runtime().cross_size
+
+
+def cross_rank() -> int:
+    """This host's index among the hosts that have a rank with this local rank."""
+    return runtime().cross_rank
+
+
+def is_homogeneous() -> bool:
+    """True if every host runs the same number of ranks."""
+    rt = runtime()
+    counts = {h: rt.hosts.count(h) for h in rt.hosts}
+    return len(set(counts.values())) == 1
+
+
+def mpi_threads_supported() -> bool:
+    """True if MPI runs with MPI_THREAD_MULTIPLE."""
+    from mpi4py import MPI
+
+    return runtime().thread_level >= MPI.THREAD_MULTIPLE
+
+
+def mpi_enabled() -> bool:
+    return True
+
+
+def mpi_built() -> bool:
+    return True
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def nccl_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    """True when CuPy is importable (CUDA buffers go through CuPy, not a compiled extension)."""
+    try:
+        import cupy  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    raise NotImplementedError("the Horovod timeline is not implemented in horotopo")
+
+
+def stop_timeline() -> None:
+    raise NotImplementedError("the Horovod timeline is not implemented in horotopo")
+
+
+class ProcessSet:
+    """Horovod's ProcessSet; only the global set (all ranks) is supported."""
+
+    def __init__(self, ranks_or_comm: Any = None) -> None:
+        self.ranks: Optional[List[int]] = None if ranks_or_comm is None else \
+            sorted(int(r) for r in ranks_or_comm)
+        self.process_set_id: Optional[int] = None
+
+    def size(self) -> int:
+        return size() if self.ranks is None else len(self.ranks)
+
+    def rank(self) -> int:
+        return rank() if self.ranks is None else self.ranks.index(rank())
+
+    def included(self) -> bool:
+        return self.ranks is None or rank() in self.ranks
+
+    def __repr__(self) -> str:
+        what = "global" if self.ranks is None else self.ranks
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={what})"
+
+
+global_process_set = ProcessSet()
+global_process_set.process_set_id = 0
+
+
+def add_process_set(process_set: Any) -> ProcessSet:
+    raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
+
+
+def remove_process_set(process_set: Any) -> bool:
+    raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
+
+
+def check_process_set(process_set: Any) -> None:
+    """Raise NotImplementedError for anything but the global process set."""
+    if process_set is not global_process_set and \
+            getattr(process_set, "process_set_id", None) != 0:
+        raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)

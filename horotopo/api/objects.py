@@ -1,0 +1,73 @@
+"""broadcast_object / allgather_object: pickled Python objects over byte broadcasts."""
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any, List, Optional
+
+import numpy as np
+
+from .basics import check_process_set, global_process_set, rank, runtime, size
+from .runtime import ALLGATHER, BROADCAST
+
+__all__ = ["broadcast_object", "allgather_object"]
+
+try:  # cloudpickle also handles lambdas and local classes, as Horovod's does
+    import cloudpickle as _pickler
+except ImportError:
+    _pickler = pickle
+
+
+def _dumps(obj: Any) -> np.ndarray:
+    buf = io.BytesIO()
+    _pickler.dump(obj, buf)
+    return np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
+
+
+def _run(kind: str, name: str, arr: np.ndarray, out: Optional[np.ndarray], root: int = 0) -> Any:
+    rt = runtime()
+    hid = rt.enqueue(kind, [(name, arr, out)], root=root)
+    return rt.wait(hid)[0]
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: Any = global_process_set) -> Any:
+    """Serialize ``obj`` on ``root_rank`` and return a copy of it on every rank.
+
+    Parameters
+    ----------
+    obj : any picklable object
+        Only the root's value matters.
+    root_rank : int
+        The rank whose object is sent.
+    name : str, optional
+        Base name of the two underlying broadcasts (size, then bytes).
+    """
+    check_process_set(process_set)
+    base = name or type(obj).__name__
+    payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
+    length = np.array([payload.size], dtype=np.int64)
+    _run(BROADCAST, f"broadcast_object.{base}.size", length, length, root_rank)
+    if rank() != root_rank:
+        payload = np.empty(int(length[0]), dtype=np.uint8)
+    _run(BROADCAST, f"broadcast_object.{base}.data", payload, payload, root_rank)
+    if rank() == root_rank:
+        return obj
+    return pickle.loads(payload.tobytes())
+
+
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: Any = global_process_set) -> List[Any]:
+    """Return the list of every rank's ``obj``, in rank order."""
+    check_process_set(process_set)
+    base = name or type(obj).__name__
+    payload = _dumps(obj)
+    sizes = _run(ALLGATHER, f"allgather_object.{base}.size",
+                 np.array([payload.size], dtype=np.int64), None)
+    data = _run(ALLGATHER, f"allgather_object.{base}.data", payload, None)
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    assert len(out) == size()
+    return out

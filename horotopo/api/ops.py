@@ -1,0 +1,69 @@
+"""Reduction-op constants and request types, numbered as in Horovod 0.28."""
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import numpy as np
+
+__all__ = ["Average", "Sum", "Adasum", "Min", "Max", "Product", "OP_NAMES",
+           "handle_average_backwards_compatibility", "check_op", "horovod_dtype_name",
+           "shape_string"]
+
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+#: The engine's name for each op. Average maps to "sum": the runtime folds 1/size into the
+#: postscale factor, as Horovod does, so that averages fuse with other sums of equal scale.
+OP_NAMES = {Average: "sum", Sum: "sum", Min: "min", Max: "max", Product: "product"}
+
+ADASUM_UNSUPPORTED = ("Adasum is not implemented in horotopo: it needs Horovod's "
+                      "vector-halving/distance-doubling reduction, which the tree engine does "
+                      "not provide. Use op=hvd.Average or op=hvd.Sum.")
+
+
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
+    """Resolve Horovod's deprecated ``average`` flag against ``op`` (default Average)."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of "
+                             "them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
+                      "v1.0", DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def check_op(op: int) -> int:
+    """Validate an op constant; Adasum raises NotImplementedError."""
+    if op == Adasum:
+        raise NotImplementedError(ADASUM_UNSUPPORTED)
+    if op not in OP_NAMES:
+        raise ValueError(f"unknown reduction op {op!r}; use one of hvd.Average, hvd.Sum, "
+                         f"hvd.Min, hvd.Max, hvd.Product")
+    return int(op)
+
+
+_HVD_DTYPES = {"uint8": "HOROVOD_UINT8", "int8": "HOROVOD_INT8", "uint16": "HOROVOD_UINT16",
+               "int16": "HOROVOD_INT16", "int32": "HOROVOD_INT32", "int64": "HOROVOD_INT64",
+               "float16": "HOROVOD_FLOAT16", "float32": "HOROVOD_FLOAT32",
+               "float64": "HOROVOD_FLOAT64", "bool": "HOROVOD_BOOL",
+               "bfloat16": "HOROVOD_BFLOAT16"}
+
+
+def horovod_dtype_name(dtype: str) -> str:
+    """Horovod's DataType_Name for a NumPy/torch dtype name (``float32`` -> ``HOROVOD_FLOAT32``)."""
+    return _HVD_DTYPES.get(dtype, dtype.upper())
+
+
+def shape_string(shape) -> str:
+    """TensorShape::DebugString: ``[2, 3]``, and ``[]`` for a scalar."""
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+

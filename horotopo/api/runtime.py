@@ -1,0 +1,763 @@
+"""The background runtime behind the Horovod-compatible API.
+
+One daemon thread per process does *all* MPI work: set-up (communicator duplication, host
+discovery, planning), negotiation and the collectives themselves. User calls only enqueue a
+request and return a handle, so the ops are asynchronous and MPI needs no more than
+``MPI_THREAD_SERIALIZED`` (mpi4py asks for ``MPI_THREAD_MULTIPLE`` by default, which is also
+what a user needs who makes MPI calls of their own while horotopo runs).
+
+Every cycle (``HOROVOD_CYCLE_TIME`` ms, default 1):
+
+1. Pending requests are classified against the *response cache*. A request whose name and
+   parameters match a cached response sets that response's bit. All ranks then run one tiny
+   bitwise-AND allreduce over ``[flags | hit bits | valid bits]``; a bit that survives the AND is
+   ready everywhere and runs without asking anybody. In steady state (the same gradients every
+   step) this allreduce is the only control traffic. Flags and the "valid" bits are stored
+   inverted so that the AND computes an OR: "some rank wants to shut down", "some rank has
+   uncached requests", "some rank saw a cached name with different parameters".
+2. If any rank has uncached requests, they are negotiated *by name* through rank 0 (a gather of
+   request metadata and a broadcast of responses), so ranks may submit in any order. Rank 0
+   checks that every rank asked for the same thing and answers with Horovod's mismatch message
+   otherwise; the error reaches every rank as ``HorovodInternalError`` and the job carries on.
+   New responses enter the cache in the same order on every rank, so the caches (and their bit
+   positions) stay identical without further messages.
+3. Ready allreduces of equal dtype, op and scale factors are packed into one fusion buffer of
+   at most ``HOROVOD_FUSION_THRESHOLD`` bytes (default 128 MiB) and reduced with one call to
+   the engine (one tree allreduce per buffer); broadcasts from the same root are fused the same
+   way.
+
+This module is the *controller*, like Horovod's MPI controller: its control messages travel on
+its own ``Dup`` of the communicator. Tensor data only ever goes through
+:class:`horotopo.engine.Engine`.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
+from .ops import OP_NAMES, Average, horovod_dtype_name, shape_string
+
+__all__ = ["Runtime", "Handle", "ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER",
+           "env_settings"]
+
+log = logging.getLogger("horotopo")
+
+ALLREDUCE = "ALLREDUCE"
+ALLGATHER = "ALLGATHER"
+BROADCAST = "BROADCAST"
+BARRIER = "BARRIER"
+
+# Dtypes the engine reduces natively; narrower integers and bool are widened to int64 for the
+# reduction and narrowed back (sum and product wrap exactly as native arithmetic would).
+_NATIVE = {"float16", "float32", "float64", "int32", "int64"}
+_WIDENED = {"int8", "uint8", "int16", "uint16", "bool"}
+SUPPORTED_DTYPES = _NATIVE | _WIDENED
+
+_FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
+_FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def env_settings() -> Dict[str, float]:
+    """The Horovod environment knobs this runtime honours, with Horovod's defaults."""
+    return {
+        "cycle_time_s": _env_float("HOROVOD_CYCLE_TIME", 1.0) / 1000.0,
+        "fusion_threshold": int(_env_float("HOROVOD_FUSION_THRESHOLD", 128 * 1024 * 1024)),
+        "cache_capacity": int(_env_float("HOROVOD_CACHE_CAPACITY", 1024)),
+        "stall_check_s": _env_float("HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0),
+        "stall_check": 0.0 if os.environ.get("HOROVOD_STALL_CHECK_DISABLE", "0")
+        not in ("", "0") else 1.0,
+        "shutdown_timeout_s": _env_float("HOROTOPO_SHUTDOWN_TIMEOUT", 15.0),
+    }
+
+
+class Handle:
+    """Completion state of one enqueued call (one or several tensors)."""
+
+    __slots__ = ("id", "results", "error", "event", "_left")
+
+    def __init__(self, hid: int, count: int) -> None:
+        self.id = hid
+        self.results: List[Any] = [None] * count
+        self.error: Optional[str] = None
+        self.event = threading.Event()
+        self._left = count
+        if count == 0:
+            self.event.set()
+
+    def _resolve(self, index: int, value: Any = None, error: Optional[str] = None) -> None:
+        # Only the background thread resolves, so no lock; the Event publishes the results.
+        if error is not None and self.error is None:
+            self.error = error
+        self.results[index] = value
+        self._left -= 1
+        if self._left == 0:
+            self.event.set()
+
+
+class _Entry:
+    """One tensor of a request, as this rank holds it while it waits."""
+
+    __slots__ = ("name", "sig", "array", "output", "handle", "index", "t0", "sent")
+
+    def __init__(self, name: str, sig: tuple, array: Optional[np.ndarray],
+                 output: Optional[np.ndarray], handle: Handle, index: int) -> None:
+        self.name = name
+        self.sig = sig          # (kind, dtype, shape, op, prescale, postscale, root, device)
+        self.array = array
+        self.output = output
+        self.handle = handle
+        self.index = index
+        self.t0 = time.monotonic()
+        self.sent = False       # metadata already sent to the coordinator
+
+
+class _ResponseCache:
+    """Name -> (bit, signature), LRU-ordered, identical on every rank.
+
+    Every mutation is driven by data that all ranks share (the AND result and rank 0's
+    responses, applied in the same order), so bit assignments agree everywhere.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, capacity)
+        self._by_name: "OrderedDict[str, Tuple[int, tuple]]" = OrderedDict()
+        self._by_bit: Dict[int, str] = {}
+        self._free = list(range(self.capacity))
+
+    def get(self, name: str) -> Optional[Tuple[int, tuple]]:
+        return self._by_name.get(name)
+
+    def entry_at(self, bit: int) -> Tuple[str, tuple]:
+        name = self._by_bit[bit]
+        return name, self._by_name[name][1]
+
+    def touch(self, name: str) -> None:
+        if name in self._by_name:
+            self._by_name.move_to_end(name)
+
+    def put(self, name: str, sig: tuple) -> None:
+        if self.capacity == 0:
+            return
+        if name in self._by_name:
+            bit = self._by_name[name][0]
+            self._by_name[name] = (bit, sig)
+            self._by_name.move_to_end(name)
+            return
+        if not self._free:
+            old, (old_bit, _) = self._by_name.popitem(last=False)
+            del self._by_bit[old_bit]
+            heapq.heappush(self._free, old_bit)
+        bit = heapq.heappop(self._free)
+        self._by_name[name] = (bit, sig)
+        self._by_bit[bit] = name
+
+    def erase_bit(self, bit: int) -> None:
+        name = self._by_bit.pop(bit, None)
+        if name is not None:
+            del self._by_name[name]
+            heapq.heappush(self._free, bit)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def _bits_of(words: np.ndarray) -> List[int]:
+    """Indices of the set bits of a uint64 word vector, ascending."""
+    out: List[int] = []
+    for w, word in enumerate(words.tolist()):
+        while word:
+            low = word & -word
+            out.append(w * 64 + low.bit_length() - 1)
+            word ^= low
+    return out
+
+
+def _nbytes(sig: tuple) -> int:
+    return int(np.prod(sig[2], dtype=np.int64)) * np.dtype(sig[1]).itemsize
+
+
+class Runtime:
+    """The per-process runtime: a background thread, a request queue and a handle table."""
+
+    def __init__(self, comm: Any = None, **settings: float) -> None:
+        cfg = env_settings()
+        cfg.update(settings)
+        self.cycle_time_s = max(0.0, float(cfg["cycle_time_s"]))
+        self.fusion_threshold = max(0, int(cfg["fusion_threshold"]))
+        self.stall_check_s = float(cfg["stall_check_s"])
+        self.stall_check = bool(cfg["stall_check"]) and self.stall_check_s > 0
+        self.shutdown_timeout_s = float(cfg["shutdown_timeout_s"])
+        # A cached request that waits this long is re-routed through rank 0 so that its
+        # stall can be reported with the names of the missing ranks.
+        self._reroute_s = min(5.0, self.stall_check_s / 2) if self.stall_check else math.inf
+        self._cache = _ResponseCache(int(cfg["cache_capacity"]))
+        self._words = max(1, (self._cache.capacity + 63) // 64)
+        self._user_comm = comm
+
+        self._lock = threading.Lock()
+        self._incoming: List[_Entry] = []
+        self._names: set = set()            # names pending on this rank (duplicate check)
+        self._handles: Dict[int, Handle] = {}
+        self._ids = itertools.count()
+        self._stop_requested = False
+        self._dead: Optional[str] = None    # reason, once the loop has ended
+        self._ready = threading.Event()
+        self._init_error: Optional[BaseException] = None
+        self._pending: "OrderedDict[str, _Entry]" = OrderedDict()
+        self._table: "OrderedDict[str, Dict[str, Any]]" = OrderedDict()  # rank 0 only
+        self._last_stall_check = 0.0
+        self._fusion: Dict[str, np.ndarray] = {}
+        self._engine: Any = None
+        self._ctrl: Any = None
+        self.rank = self.size = -1
+        self.local_rank = self.local_size = self.cross_rank = self.cross_size = -1
+        self.hosts: Tuple[str, ...] = ()
+        self.plan: Any = None
+        self.thread_level = -1
+        self.stats = {"cycles": 0, "negotiations": 0, "cache_hits": 0, "engine_allreduces": 0,
+                      "fused_tensors": 0}
+        self._thread = threading.Thread(target=self._main, name="horotopo-background",
+                                        daemon=True)
+
+    # ------------------------------------------------------------------ user-thread side
+
+    def start(self) -> None:
+        """Start the background thread and wait until set-up finished on it."""
+        self._thread.start()
+        while not self._ready.wait(0.1):
+            if not self._thread.is_alive():
+                break
+        if self._init_error is not None:
+            raise self._init_error
+        if not self._ready.is_set():
+            raise RuntimeError("horotopo background thread died during init")
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None and self._thread.is_alive()
+
+    def enqueue(self, kind: str, items: Sequence[Tuple[str, Optional[np.ndarray],
+                                                       Optional[np.ndarray]]],
+                op: int = Average, prescale: float = 1.0, postscale: float = 1.0,
+                root: int = 0, device: int = -1) -> int:
+        """Queue ``items`` (name, input, output) as one call; return its handle id.
+
+        Raises
+        ------
+        ValueError
+            A name is already pending on this rank (Horovod's duplicate-name error).
+        HorovodInternalError
+            The runtime has shut down.
+        """
+        with self._lock:
+            if self._dead is not None or self._stop_requested:
+                raise HorovodInternalError(SHUT_DOWN)
+            names = [name for name, _, _ in items]
+            if len(set(names)) != len(names) or any(n in self._names for n in names):
+                raise ValueError(DUPLICATE_NAME)
+            hid = next(self._ids)
+            handle = Handle(hid, len(items))
+            for index, (name, array, output) in enumerate(items):
+                if array is not None:
+                    sig = (kind, array.dtype.name, tuple(int(d) for d in array.shape), int(op),
+                           float(prescale), float(postscale), int(root), int(device))
+                else:
+                    sig = (kind, "uint8", (), int(op), 1.0, 1.0, 0, int(device))
+                self._incoming.append(_Entry(name, sig, array, output, handle, index))
+                self._names.add(name)
+            self._handles[hid] = handle
+        return hid
+
+    def next_id(self) -> int:
+        """A fresh id from the handle counter (Horovod names unnamed ops after it)."""
+        with self._lock:
+            return next(self._ids)
+
+    def poll(self, hid: int) -> bool:
+        handle = self._handles.get(hid)
+        return True if handle is None else handle.event.is_set()
+
+    def wait(self, hid: int) -> List[Any]:
+        """Block until ``hid`` completes; return its results and forget the handle."""
+        handle = self._handles.get(hid)
+        if handle is None:
+            raise ValueError(f"unknown or already synchronized handle {hid!r}")
+        while not handle.event.wait(0.2):
+            if not self._thread.is_alive() and not handle.event.is_set():
+                self._handles.pop(hid, None)
+                raise HorovodInternalError(self._dead or SHUT_DOWN)
+        self._handles.pop(hid, None)
+        if handle.error is not None:
+            raise HorovodInternalError(handle.error)
+        return handle.results
+
+    def stop(self) -> bool:
+        """Ask every rank to stop (Horovod's shutdown); return True if the thread joined."""
+        with self._lock:
+            self._stop_requested = True
+        if not self._thread.is_alive():
+            return True
+        self._thread.join(self.shutdown_timeout_s)
+        if self._thread.is_alive():
+            log.warning("horotopo: the background thread did not stop within %.0f s (a peer "
+                        "rank may have exited without shutdown); continuing without it",
+                        self.shutdown_timeout_s)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ background thread
+
+    def _main(self) -> None:
+        try:
+            self._setup()
+        except BaseException as exc:  # reported to init() on the user thread
+            self._init_error = exc
+            self._dead = f"init failed: {exc}"
+            self._ready.set()
+            return
+        self._ready.set()
+        reason = SHUT_DOWN
+        try:
+            self._loop()
+        except BaseException as exc:
+            log.error("horotopo background thread failed: %s: %s", type(exc).__name__, exc)
+            reason = f"{SHUT_DOWN} (background thread failed: {type(exc).__name__}: {exc})"
+        finally:
+            self._teardown(reason)
+
+    def _setup(self) -> None:
+        from mpi4py import MPI
+
+        self.thread_level = MPI.Query_thread()
+        if self.thread_level < MPI.THREAD_SERIALIZED:
+            raise RuntimeError("horotopo needs MPI initialized with at least "
+                               "MPI_THREAD_SERIALIZED (a background thread makes every MPI "
+                               "call); set mpi4py.rc.thread_level = 'multiple' before importing "
+                               "mpi4py.MPI")
+        base = self._user_comm
+        if base is None:
+            base = MPI.COMM_WORLD
+        elif isinstance(base, (list, tuple, range)):
+            ranks = [int(r) for r in base]
+            world = MPI.COMM_WORLD
+            if world.Get_rank() not in ranks:
+                raise ValueError(f"init(comm={ranks}): this process (world rank "
+                                 f"{world.Get_rank()}) is not in the list")
+            group = world.Get_group().Incl(ranks)
+            base = world.Create_group(group)
+            group.Free()
+        elif not isinstance(base, MPI.Comm):
+            raise TypeError(f"init(comm=...) takes an mpi4py communicator or a list of ranks, "
+                            f"got {type(base).__name__}")
+        self._ctrl = base.Dup()
+        self.rank, self.size = self._ctrl.Get_rank(), self._ctrl.Get_size()
+        self.hosts = tuple(self._ctrl.allgather(socket.gethostname()))
+        mine = self.hosts[self.rank]
+        same = [r for r in range(self.size) if self.hosts[r] == mine]
+        self.local_rank, self.local_size = same.index(self.rank), len(same)
+        peers = [r for r in range(self.size)
+                 if [q for q in range(self.size) if self.hosts[q] == self.hosts[r]].index(r)
+                 == self.local_rank]
+        self.cross_rank, self.cross_size = peers.index(self.rank), len(peers)
+        self.plan = _make_plan(base)
+        self._engine = _make_engine(base, self.plan)
+
+    def _loop(self) -> None:
+        from mpi4py import MPI
+
+        words = self._words
+        full = np.uint64(0xFFFFFFFFFFFFFFFF)
+        vec = np.empty(1 + 2 * words, dtype=np.uint64)
+        out = np.empty_like(vec)
+        while True:
+            t_start = time.monotonic()
+            with self._lock:
+                incoming, self._incoming = self._incoming, []
+                stopping = self._stop_requested
+            for entry in incoming:
+                self._pending[entry.name] = entry
+
+            vec[0] = _FLAG_RUNNING | _FLAG_ALL_CACHED
+            vec[1:] = 0
+            vec[1 + words:] = full
+            to_send: List[_Entry] = []
+            for entry in self._pending.values():
+                if entry.sent:
+                    continue
+                cached = self._cache.get(entry.name)
+                if cached is None:
+                    to_send.append(entry)
+                    continue
+                bit, sig = cached
+                if sig == entry.sig and t_start - entry.t0 < self._reroute_s:
+                    vec[1 + bit // 64] |= np.uint64(1 << (bit % 64))
+                else:
+                    # Different parameters (or a stall): drop the entry everywhere and let
+                    # rank 0 look at this request.
+                    vec[1 + words + bit // 64] &= ~np.uint64(1 << (bit % 64))
+                    to_send.append(entry)
+            if stopping:
+                vec[0] &= ~np.uint64(_FLAG_RUNNING)
+            if to_send:
+                vec[0] &= ~np.uint64(_FLAG_ALL_CACHED)
+
+            self._wait(self._ctrl.Iallreduce(vec, out, op=MPI.BAND))
+            self.stats["cycles"] += 1
+            flags = int(out[0])
+            if not flags & _FLAG_RUNNING:
+                return
+
+            for bit in _bits_of(~out[1 + words:]):
+                if bit < self._cache.capacity:
+                    self._cache.erase_bit(bit)
+            responses: List[tuple] = []
+            for bit in _bits_of(out[1:1 + words]):
+                name, sig = self._cache.entry_at(bit)
+                self._cache.touch(name)
+                responses.append((sig[0], name, None, sig, None))
+            self.stats["cache_hits"] += len(responses)
+
+            if not flags & _FLAG_ALL_CACHED:
+                negotiated = self._negotiate(to_send)
+                self.stats["negotiations"] += 1
+                for resp in negotiated:
+                    if resp[2] is None and resp[0] in (ALLREDUCE, BROADCAST):
+                        self._cache.put(resp[1], resp[3])
+                responses.extend(negotiated)
+            if self.rank == 0 and self.stall_check:
+                self._check_stalls()
+            if responses:
+                self._execute(responses)
+
+            rest = self.cycle_time_s - (time.monotonic() - t_start)
+            if rest > 0:
+                time.sleep(rest)
+
+    @staticmethod
+    def _wait(req: Any) -> None:
+        # Poll instead of blocking: MPICH spins inside blocking calls, and on an oversubscribed
+        # host that spin starves the very rank everybody is waiting for.
+        spins = 0
+        while not req.Test():
+            spins += 1
+            if spins > 50:
+                time.sleep(min(1e-3, 2e-5 * (spins - 50)))
+
+    def _negotiate(self, to_send: List[_Entry]) -> List[tuple]:
+        now = time.monotonic()
+        msgs = [(e.name, e.sig, now - e.t0) for e in to_send]
+        for e in to_send:
+            e.sent = True
+        gathered = self._ctrl.gather(msgs, root=0)
+        responses = None
+        if self.rank == 0:
+            now = time.monotonic()
+            for r, lst in enumerate(gathered):
+                for name, sig, age in lst:
+                    slot = self._table.get(name)
+                    if slot is None:
+                        slot = self._table[name] = {"reqs": {}, "t0": now - age, "warned": 0.0}
+                    slot["reqs"][r] = sig
+                    slot["t0"] = min(slot["t0"], now - age)
+            ready = [n for n, slot in self._table.items() if len(slot["reqs"]) == self.size]
+            responses = [self._construct(n, self._table.pop(n)["reqs"]) for n in ready]
+        return self._ctrl.bcast(responses, root=0)
+
+    def _construct(self, name: str, reqs: Dict[int, tuple]) -> tuple:
+        """Rank 0: one response for ``name`` from every rank's request, or Horovod's error."""
+        sigs = [reqs[r] for r in sorted(reqs)]
+        first = sigs[0]
+        kind = first[0]
+        error = None
+        for s in sigs[1:]:
+            if s[1] != first[1]:
+                error = (f"Mismatched data types: One rank had type "
+                         f"{horovod_dtype_name(first[1])}, but another rank had type "
+                         f"{horovod_dtype_name(s[1])}.")
+                break
+        if error is None:
+            for s in sigs[1:]:
+                if s[0] != kind:
+                    error = (f"Mismatched operations: One rank did an {kind}, but another rank "
+                             f"did an {s[0]}.")
+                    break
+        if error is None and kind in (ALLREDUCE, BROADCAST):
+            for s in sigs[1:]:
+                if s[2] != first[2]:
+                    error = (f"Mismatched {kind} tensor shapes: One rank sent a tensor of shape "
+                             f"{shape_string(first[2])}, but another rank sent a tensor of shape "
+                             f"{shape_string(s[2])}.")
+                    break
+        if error is None and kind == ALLREDUCE:
+            for s in sigs[1:]:
+                if (s[4], s[5]) != (first[4], first[5]):
+                    error = (f"Mismatched prescale and/or postscale factors: One rank sent "
+                             f"factors ({first[4]:g}, {first[5]:g}), but another rank sent "
+                             f"factors ({s[4]:g}, {s[5]:g}).")
+                    break
+        if error is None and kind == ALLREDUCE:
+            for s in sigs[1:]:
+                if s[3] != first[3]:
+                    error = (f"Mismatched reduction operation: One rank sent reduction op "
+                             f"{first[3]}, but another rank sent reduction op {s[3]}.")
+                    break
+        extra = None
+        if error is None and kind == ALLGATHER:
+            error = _check_gather_shapes(kind, sigs)
+            extra = [s[2][0] for s in sigs] if error is None else None
+        if error is None and kind == BROADCAST:
+            for s in sigs[1:]:
+                if s[6] != first[6]:
+                    error = (f"Mismatched {kind} root ranks: One rank specified root rank "
+                             f"{first[6]}, but another rank specified root rank {s[6]}.")
+                    break
+        if error is None:
+            for s in sigs[1:]:
+                if (s[7] < 0) != (first[7] < 0):
+                    cpu = lambda d: "CPU" if d < 0 else "GPU"  # noqa: E731
+                    error = (f"Mismatched {kind} CPU/GPU device selection: One rank specified "
+                             f"device {cpu(first[7])}, but another rank specified device "
+                             f"{cpu(s[7])}.")
+                    break
+        return (kind, name, error, first, extra)
+
+    def _check_stalls(self) -> None:
+        now = time.monotonic()
+        if now - self._last_stall_check < min(1.0, self.stall_check_s):
+            return
+        self._last_stall_check = now
+        missing: Dict[int, List[str]] = {}
+        for name, slot in self._table.items():
+            if now - slot["t0"] > self.stall_check_s and now - slot["warned"] > self.stall_check_s:
+                slot["warned"] = now
+                for r in range(self.size):
+                    if r not in slot["reqs"]:
+                        missing.setdefault(r, []).append(name)
+        if missing:
+            lines = [f"{r}: [{', '.join(sorted(names))}]" for r, names in sorted(missing.items())]
+            log.warning("One or more tensors were submitted to be reduced, gathered or "
+                        "broadcasted by subset of ranks and are waiting for remainder of ranks "
+                        "for more than %g seconds. This may indicate that different ranks are "
+                        "trying to submit different tensors or that only subset of ranks is "
+                        "submitting tensors, which will cause deadlock. \nMissing ranks:\n%s",
+                        self.stall_check_s, "\n".join(lines))
+
+    # ------------------------------------------------------------------ execution
+
+    def _take(self, name: str) -> _Entry:
+        entry = self._pending.pop(name)
+        return entry
+
+    def _finish(self, entries: List[_Entry], values: Optional[List[Any]] = None,
+                error: Optional[str] = None) -> None:
+        with self._lock:
+            for e in entries:
+                self._names.discard(e.name)
+        for k, e in enumerate(entries):
+            e.handle._resolve(e.index, None if values is None else values[k], error)
+
+    def _execute(self, responses: List[tuple]) -> None:
+        """Run responses in their (rank-identical) order, fusing what can be fused."""
+        buckets: "OrderedDict[tuple, List[List[tuple]]]" = OrderedDict()
+        order: List[Any] = []
+        for resp in responses:
+            kind, _, error, sig, _ = resp
+            if error is None and kind in (ALLREDUCE, BROADCAST):
+                key = (kind, sig[1], sig[3], sig[4], sig[5]) if kind == ALLREDUCE \
+                    else (kind, sig[6])
+                groups = buckets.get(key)
+                size = _nbytes(sig)
+                if groups is None or groups[-1][1] + size > self.fusion_threshold:
+                    group = [[], 0]
+                    if groups is None:
+                        groups = buckets[key] = []
+                    groups.append(group)
+                    order.append(group)
+                group = groups[-1]
+                group[0].append(resp)
+                group[1] += size
+            else:
+                order.append(resp)
+        for item in order:
+            if isinstance(item, list):
+                resps = item[0]
+                entries = [self._take(r[1]) for r in resps]
+                try:
+                    if resps[0][0] == ALLREDUCE:
+                        values = self._allreduce(entries, resps[0][3])
+                    else:
+                        values = self._broadcast(entries, resps[0][3][6])
+                except Exception as exc:
+                    self._finish(entries, error=f"{type(exc).__name__}: {exc}")
+                else:
+                    self._finish(entries, values)
+                continue
+            kind, name, error, sig, extra = item
+            entry = self._take(name)
+            if error is not None:
+                self._finish([entry], error=error)
+            elif kind == BARRIER:
+                self._finish([entry], [None])
+            elif kind == ALLGATHER:
+                try:
+                    value = self._allgather(entry, extra)
+                except Exception as exc:
+                    self._finish([entry], error=f"{type(exc).__name__}: {exc}")
+                else:
+                    self._finish([entry], [value])
+
+    def _buffer(self, dtype: np.dtype, count: int) -> np.ndarray:
+        buf = self._fusion.get(dtype.name)
+        if buf is None or buf.size < count:
+            buf = np.empty(max(count, 1024), dtype=dtype)
+            self._fusion[dtype.name] = buf
+        return buf[:count]
+
+    def _allreduce(self, entries: List[_Entry], sig: tuple) -> List[np.ndarray]:
+        dtype = np.dtype(sig[1])
+        op = sig[3]
+        prescale, postscale = sig[4], sig[5]
+        if op == Average:
+            postscale = postscale / self.size
+        work = dtype if dtype.name in _NATIVE else np.dtype(np.int64)
+        self.stats["engine_allreduces"] += 1
+        self.stats["fused_tensors"] += len(entries)
+        if len(entries) == 1 and work == dtype:
+            e = entries[0]
+            self._engine.allreduce(e.array, e.output, op=OP_NAMES[op],
+                                   prescale_factor=prescale, postscale_factor=postscale)
+            return [e.output]
+        total = sum(e.array.size for e in entries)
+        buf = self._buffer(work, total)
+        offset = 0
+        for e in entries:
+            np.copyto(buf[offset:offset + e.array.size], e.array.reshape(-1), casting="unsafe")
+            offset += e.array.size
+        self._engine.allreduce(buf, buf, op=OP_NAMES[op], prescale_factor=prescale,
+                               postscale_factor=postscale)
+        offset = 0
+        for e in entries:
+            np.copyto(e.output.reshape(-1), buf[offset:offset + e.array.size], casting="unsafe")
+            offset += e.array.size
+        return [e.output for e in entries]
+
+    def _broadcast(self, entries: List[_Entry], root: int) -> List[np.ndarray]:
+        # Bytes are bytes: broadcasts of any dtypes from one root share a uint8 buffer.
+        if self.rank == root:
+            for e in entries:
+                if e.output is not e.array:
+                    np.copyto(e.output, e.array)
+        if len(entries) == 1:
+            out = entries[0].output
+            if out.nbytes:
+                self._engine.broadcast(out.reshape(-1).view(np.uint8), root)
+            return [out]
+        total = sum(e.output.nbytes for e in entries)
+        buf = self._buffer(np.dtype(np.uint8), total)
+        offset = 0
+        if self.rank == root:
+            for e in entries:
+                buf[offset:offset + e.output.nbytes] = e.output.reshape(-1).view(np.uint8)
+                offset += e.output.nbytes
+        if total:
+            self._engine.broadcast(buf, root)
+        if self.rank != root:
+            offset = 0
+            for e in entries:
+                e.output.reshape(-1).view(np.uint8)[:] = buf[offset:offset + e.output.nbytes]
+                offset += e.output.nbytes
+        return [e.output for e in entries]
+
+    def _allgather(self, entry: _Entry, firsts: List[int]) -> np.ndarray:
+        arr = entry.array
+        rest = arr.shape[1:]
+        out = np.empty((sum(firsts),) + rest, dtype=arr.dtype)
+        row = int(np.prod(rest, dtype=np.int64)) * arr.dtype.itemsize
+        offset = 0
+        for r, count in enumerate(firsts):
+            part = out[offset:offset + count]
+            if r == self.rank:
+                np.copyto(part, arr)
+            if count and row:
+                self._engine.broadcast(part.reshape(-1).view(np.uint8), r)
+            offset += count
+        return out
+
+    def _teardown(self, reason: str) -> None:
+        with self._lock:
+            self._dead = reason
+            leftovers = list(self._pending.values()) + self._incoming
+            self._incoming = []
+        self._pending.clear()
+        self._finish(leftovers, error=reason)
+        for closer in (getattr(self._engine, "close", None),
+                       getattr(self._ctrl, "Free", None)):
+            if closer is not None:
+                try:
+                    closer()
+                except Exception as exc:  # best effort: shutdown must never raise or hang
+                    log.debug("horotopo teardown: %s", exc)
+
+
+def _check_gather_shapes(kind: str, sigs: List[tuple]) -> Optional[str]:
+    first = sigs[0][2]
+    if len(first) == 0:
+        return f"Rank zero tried to {kind} a rank-zero tensor."
+    for s in sigs[1:]:
+        shape = s[2]
+        if len(shape) != len(first):
+            return (f"Mismatched {kind} tensor shapes: One rank sent a tensor of rank "
+                    f"{len(first)}, but another rank sent a tensor of rank {len(shape)}.")
+        for dim in range(1, len(first)):
+            if shape[dim] != first[dim]:
+                return (f"Mismatched {kind} tensor shapes: One rank sent a tensor with "
+                        f"dimension {dim} equal to {first[dim]}, but another rank sent a tensor "
+                        f"with dimension {dim} equal to {shape[dim]}.")
+    return None
+
+
+def _make_plan(comm: Any) -> Any:
+    """The plan from the bootstrap (probe or HOROTOPO_TOPOLOGY); a uniform ring until it exists."""
+    try:
+        from horotopo.bootstrap import setup_plan
+    except ImportError:
+        setup_plan = None
+    if setup_plan is not None:
+        return setup_plan(comm)
+    from horotopo.plan import ring_plan
+    from horotopo.topology import from_dict, measured_document
+
+    n = comm.Get_size()
+    bw = [[None if i == j else 10.0 for j in range(n)] for i in range(n)]
+    lat = [[0.0 if i == j else 0.05 for j in range(n)] for i in range(n)]
+    doc = measured_document("uniform", [f"rank{i}" for i in range(n)], bw, latency_ms=lat)
+    return ring_plan(from_dict(doc))
+
+
+def _make_engine(comm: Any, plan: Any) -> Any:
+    try:
+        from horotopo.engine import Engine
+    except ImportError:
+        from ._fallback import FallbackEngine as Engine
+    return Engine(comm, plan)
