@@ -1,0 +1,181 @@
+"""Stager's double buffering, driven by a fake copier and fake MPI requests.
+
+The fakes are adversarial in time: an asynchronous copy or message lands either as early or as
+late as CUDA/MPI would allow (at issue, or only when its event/request is waited). A stager
+that read a slot before its copy finished, or reused a slot that a send, receive or copy still
+uses, gets wrong data in one of the two timings.
+"""
+import numpy as np
+import pytest
+
+from horotopo.gpu import Stager
+
+TIMINGS = ["early", "late"]
+
+
+class FakeEvent:
+    def __init__(self, run):
+        self.run = run
+
+    def complete(self):
+        if self.run is not None:
+            self.run()
+            self.run = None
+
+
+class FakeCopier:
+    """Copies between 'device' arrays (NumPy here) and pinned slots, completing at a chosen time."""
+
+    def __init__(self, timing, log):
+        self.timing = timing
+        self.log = log
+        self.pending = []  # copies the current stream is ordered after (h2d)
+
+    def pinned(self, nbytes):
+        return np.zeros(nbytes, np.uint8)
+
+    def _copy(self, run):
+        ev = FakeEvent(run)
+        if self.timing == "early":
+            ev.complete()
+        return ev
+
+    def d2h(self, host, dev):
+        self.log.append(("d2h", int(dev[0])))
+        snapshot = dev.copy()
+
+        def run():
+            host[...] = snapshot
+        return self._copy(run)
+
+    def h2d(self, dev, host):
+        self.log.append(("h2d",))
+
+        def run():  # reads the slot only when the copy executes
+            dev[...] = host
+        ev = self._copy(run)
+        self.pending.append(ev)
+        return ev
+
+    def wait(self, ev):
+        ev.complete()
+
+    def run_stream(self):
+        """What a kernel on the current stream sees: every h2d it was ordered after is done."""
+        for ev in self.pending:
+            ev.complete()
+        self.pending.clear()
+
+
+class FakeRequest:
+    def __init__(self, name, run, timing, log):
+        self.name, self.run, self.log = name, run, log
+        if timing == "early":
+            self.run()
+            self.run = None
+
+    def Wait(self):
+        self.log.append(("wait", self.name))
+        if self.run is not None:
+            self.run()
+            self.run = None
+
+
+def _chunks(n, size=5):
+    # Chunk k holds k*1000 + i, so a chunk in the wrong place is obvious.
+    return [np.arange(size, dtype=np.float64) + 1000.0 * k for k in range(n)]
+
+
+@pytest.mark.parametrize("copy_timing", TIMINGS)
+@pytest.mark.parametrize("send_timing", TIMINGS)
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_send_delivers_every_chunk(copy_timing, send_timing, slots):
+    log = []
+    dev = _chunks(7)
+    st = Stager(dev[0].nbytes, slots=slots, copier=FakeCopier(copy_timing, log))
+    sent = {}
+
+    def isend(k, host):
+        assert host.dtype == np.float64 and host.shape == dev[k].shape
+
+        def run():  # MPI may read the buffer any time until the request completes
+            sent[k] = host.copy()
+        return FakeRequest(("send", k), run, send_timing, log)
+
+    reqs = st.send(dev, isend)
+    assert len(reqs) == 7
+    st.drain()
+    for k, chunk in enumerate(dev):
+        np.testing.assert_array_equal(sent[k], chunk)
+
+
+def test_send_overlaps_copy_of_next_chunk_with_current_send():
+    log = []
+    dev = _chunks(4)
+    st = Stager(dev[0].nbytes, slots=2, copier=FakeCopier("late", log))
+    st.send(dev, lambda k, host: FakeRequest(("send", k), lambda: None, "late", log))
+    st.drain()
+    pos = {e: i for i, e in enumerate(log)}
+    for k in range(3):
+        # The copy of k+1 starts before send k is waited on: double buffering.
+        assert pos[("d2h", 1000 * (k + 1))] < pos[("wait", ("send", k))]
+    for k in range(2):
+        # ...and a slot is refilled only after the send that used it completed.
+        assert pos[("wait", ("send", k))] < pos[("d2h", 1000 * (k + 2))]
+
+
+@pytest.mark.parametrize("copy_timing", TIMINGS)
+@pytest.mark.parametrize("recv_timing", TIMINGS)
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_receive_lands_every_chunk_on_the_device(copy_timing, recv_timing, slots):
+    log = []
+    n = 6
+    messages = _chunks(n)
+    dev = [np.zeros_like(m) for m in messages]
+    copier = FakeCopier(copy_timing, log)
+    st = Stager(dev[0].nbytes, slots=slots, copier=copier)
+
+    def irecv(k, host):
+        def run():  # the message may land any time until the request completes
+            host[...] = messages[k]
+        return FakeRequest(("recv", k), run, recv_timing, log)
+
+    seen = []
+    for k in st.receive(dev, irecv):
+        copier.run_stream()  # the reduce runs on the stream that waits for the h2d
+        seen.append(k)
+        np.testing.assert_array_equal(dev[k], messages[k])
+    st.drain()
+    assert seen == list(range(n))
+
+
+def test_receive_posts_ahead_by_the_number_of_slots():
+    log = []
+    dev = [np.zeros(3) for _ in range(4)]
+    st = Stager(dev[0].nbytes, slots=2, copier=FakeCopier("early", log))
+    posted = []
+
+    def irecv(k, host):
+        posted.append(k)
+        return FakeRequest(("recv", k), lambda: None, "early", log)
+
+    it = st.receive(dev, irecv)
+    assert next(it) == 0
+    assert posted == [0, 1]  # chunk 1 is on its way while chunk 0 is reduced
+    list(it)
+    assert posted == [0, 1, 2, 3]
+
+
+def test_chunk_larger_than_slot_is_rejected():
+    st = Stager(16, copier=FakeCopier("early", []))
+    with pytest.raises(ValueError, match="exceeds"):
+        st.to_host(np.zeros(3))
+
+
+def test_reusing_a_slot_with_an_unloaded_receive_is_an_error():
+    st = Stager(24, slots=1, copier=FakeCopier("early", []))
+    st.recv_slot(np.zeros(3))
+    with pytest.raises(RuntimeError, match="to_device"):
+        st.to_host(np.zeros(3))
+    st.drain()
+    st.to_host(np.zeros(3))  # drained: the slot is free again
