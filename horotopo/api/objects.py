@@ -7,7 +7,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from .basics import check_process_set, global_process_set, rank, runtime, size
+from .basics import check_process_set, global_process_set, rank, runtime, size, unnamed
 from .runtime import ALLGATHER, BROADCAST
 
 __all__ = ["broadcast_object", "allgather_object"]
@@ -44,13 +44,14 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
         Base name of the two underlying broadcasts (size, then bytes).
     """
     check_process_set(process_set)
-    base = name or type(obj).__name__
+    # Counted, not typed, default names: non-root ranks often pass None.
+    base = name or unnamed("broadcast_object")
     payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
     length = np.array([payload.size], dtype=np.int64)
-    _run(BROADCAST, f"broadcast_object.{base}.size", length, length, root_rank)
+    _run(BROADCAST, f"{base}.size", length, length, root_rank)
     if rank() != root_rank:
         payload = np.empty(int(length[0]), dtype=np.uint8)
-    _run(BROADCAST, f"broadcast_object.{base}.data", payload, payload, root_rank)
+    _run(BROADCAST, f"{base}.data", payload, payload, root_rank)
     if rank() == root_rank:
         return obj
     return pickle.loads(payload.tobytes())
@@ -60,11 +61,11 @@ def allgather_object(obj: Any, name: Optional[str] = None,
                      process_set: Any = global_process_set) -> List[Any]:
     """Return the list of every rank's ``obj``, in rank order."""
     check_process_set(process_set)
-    base = name or type(obj).__name__
+    base = name or unnamed("allgather_object")
     payload = _dumps(obj)
-    sizes = _run(ALLGATHER, f"allgather_object.{base}.size",
+    sizes = _run(ALLGATHER, f"{base}.size",
                  np.array([payload.size], dtype=np.int64), None)
-    data = _run(ALLGATHER, f"allgather_object.{base}.data", payload, None)
+    data = _run(ALLGATHER, f"{base}.data", payload, None)
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(data[offset:offset + n].tobytes()))

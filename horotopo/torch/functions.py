@@ -1,0 +1,62 @@
+"""Helpers for model and optimizer state, as ``horovod.torch.functions``."""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import torch
+
+from ..api.basics import check_process_set, global_process_set, rank
+from ..api.objects import allgather_object, broadcast_object
+from .mpi_ops import broadcast_async_, synchronize
+
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+           "allgather_object"]
+
+
+def _named(params: Any) -> List[Tuple[Optional[str], torch.Tensor]]:
+    if isinstance(params, dict):
+        return sorted(params.items())
+    if isinstance(params, (list, tuple)) or hasattr(params, "__next__"):
+        return [p if isinstance(p, tuple) else (None, p) for p in params]
+    raise ValueError(f"invalid params of type: {type(params)}")
+
+
+def broadcast_parameters(params: Any, root_rank: int,
+                         process_set: Any = global_process_set) -> None:
+    """Overwrite ``params`` on every rank with ``root_rank``'s values, in place.
+
+    Parameters
+    ----------
+    params : dict, list or iterator
+        ``model.state_dict()``, ``model.named_parameters()`` or a list of tensors (or of
+        ``(name, tensor)`` pairs).
+    root_rank : int
+        The rank whose values win.
+    """
+    check_process_set(process_set)
+    handles = []
+    for name, p in _named(params):
+        if p is None:
+            continue
+        handles.append(broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p,
+                                        root_rank, name))
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              process_set: Any = global_process_set) -> None:
+    """Give every rank ``root_rank``'s optimizer state (buffers, step counts, hyperparameters).
+
+    The whole ``state_dict()`` travels as one pickled object, so scalars, tensors and nested
+    containers all arrive intact; non-root ranks then ``load_state_dict`` it.
+    """
+    check_process_set(process_set)
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None,
+                             root_rank, name="optimizer_state")
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+

@@ -1,0 +1,314 @@
+"""DistributedOptimizer, as ``horovod.torch.DistributedOptimizer``.
+
+Gradient hooks start an asynchronous in-place allreduce of each gradient as soon as autograd
+has accumulated it, so communication overlaps the rest of the backward pass; ``step()`` (or
+``synchronize()``) waits for them and then runs the wrapped optimizer's update.
+"""
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..api.basics import check_process_set, global_process_set, size
+from ..api.ops import Adasum, ADASUM_UNSUPPORTED, Average
+from .compression import Compression
+from .functions import broadcast_object
+from .mpi_ops import (allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async,
+                      synchronize)
+
+__all__ = ["DistributedOptimizer"]
+
+
+def _split(items: List[Any], parts: int) -> List[List[Any]]:
+    """``items`` cut into ``parts`` contiguous runs whose lengths differ by at most one."""
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for k in range(parts):
+        end = start + base + (1 if k < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return [g for g in out if g]
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    """Mixed in front of the user's optimizer class (see :func:`DistributedOptimizer`)."""
+
+    def __init__(self, params: Any, named_parameters: Optional[Sequence[Tuple[str, Any]]],
+                 compression: Any, backward_passes_per_step: int, op: int,
+                 gradient_predivide_factor: float, groups: Any, sparse_as_dense: bool,
+                 process_set: Any) -> None:
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [(f"allreduce.noname.{i}.{j}", v)
+                                for i, group in enumerate(self.param_groups)
+                                for j, v in enumerate(group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found "
+                             f"duplicates: {', '.join(dups)}")
+        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
+        unnamed = all_ids - {id(v) for _, v in named_parameters}
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters "
+                             "were not named. Python object ids: "
+                             + ", ".join(str(i) for i in sorted(unnamed)))
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._handles: Dict[Any, Tuple[Any, Any]] = {}
+        self._grad_hooks: List[Any] = []
+        self._requires_update: set = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        if groups is not None:
+            if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+                raise ValueError("groups should be a non-negative integer or a list of list of "
+                                 "torch.Tensor.")
+            if isinstance(groups, list):
+                seen: set = set()
+                for group in groups:
+                    for p in group:
+                        if not isinstance(p, torch.Tensor):
+                            raise ValueError("groups must consist of torch.Tensor.")
+                        if id(p) in seen:
+                            raise ValueError("A parameter can only appear once in groups.")
+                        seen.add(id(p))
+        self._groups = groups
+        self._p_to_group: Dict[Any, Tuple[Any, ...]] = {}
+        self._group_counts: Dict[Tuple[Any, ...], int] = {}
+        if size() > 1:
+            self._register_hooks()
+
+    # -------------------------------------------------------------------------------- hooks
+
+    def _register_hooks(self) -> None:
+        trainable = [p for group in self.param_groups for p in group["params"]
+                     if p.requires_grad]
+        if self._groups is not None:
+            # Every rank must form the same groups in the same order: take rank 0's order.
+            order = broadcast_object([self._parameter_names.get(p) for p in trainable],
+                                     root_rank=0, name="DistributedOptimizer.order")
+            position = {n: k for k, n in enumerate(order)}
+            trainable.sort(key=lambda p: position.get(self._parameter_names.get(p), 1 << 30))
+            if isinstance(self._groups, list):
+                wanted = {id(p) for p in trainable}
+                groups = [[p for p in g if id(p) in wanted] for g in self._groups]
+                grouped = {id(p) for g in groups for p in g}
+                groups += [[p] for p in trainable if id(p) not in grouped]
+            else:
+                groups = _split(trainable, self._groups)
+            for g in groups:
+                if not g:
+                    continue
+                key = tuple(g)
+                for p in key:
+                    self._p_to_group[p] = key
+                self._group_counts[key] = 0
+        for p in trainable:
+            self._requires_update.add(p)
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._grad_hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+            else:  # torch < 2.1: hook the gradient accumulator node
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._make_hook(p))
+                self._grad_hooks.append(acc)
+
+    def _scales(self) -> Tuple[float, float]:
+        if self.op == Average:
+            # The runtime divides by size for Average; the predivide factor moves part of
+            # that division before the sum (to avoid fp16 overflow) and undoes it after.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p: torch.Tensor) -> Tuple[Any, Any]:
+        if p.grad is None:
+            # Another rank may have a gradient for this parameter (a dynamic graph): send
+            # zeros so that the names still match.
+            p.grad = p.data.new(p.size()).zero_()
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+        if tensor.is_sparse:
+            if not self.sparse_as_dense:
+                return sparse_allreduce_async(tensor, name=name, op=self.op), None
+            tensor = tensor.to_dense()
+            p.grad = tensor
+        compressed, ctx = self._compression.compress(tensor)
+        pre, post = self._scales()
+        handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
+                                  postscale_factor=post)
+        return handle, (ctx, compressed)
+
+    def _grouped_allreduce_grad_async(self, group: Tuple[Any, ...]) -> Tuple[Any, Any]:
+        for p in group:
+            if p.grad is None:
+                p.grad = p.data.new(p.size()).zero_()
+        pairs = [self._compression.compress(p.grad) for p in group]
+        pre, post = self._scales()
+        handle = grouped_allreduce_async_([c for c, _ in pairs],
+                                          name=self._parameter_names.get(group[0]), op=self.op,
+                                          prescale_factor=pre, postscale_factor=post)
+        return handle, [(ctx, c) for c, ctx in pairs]
+
+    def _make_hook(self, p: torch.Tensor) -> Any:
+        def hook(*_ignore: Any) -> None:
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError("Gradients were computed more than "
+                                         "backward_passes_per_step times before call to "
+                                         "step(). Increase backward_passes_per_step to "
+                                         "accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        handle, ctxs = self._grouped_allreduce_grad_async(group)
+                        self._handles[group] = (handle, ctxs)
+                        for q in group:
+                            self._handles.pop(q, None)
+                        self._group_counts[group] = 0
+                        return
+                else:
+                    handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    # -------------------------------------------------------------------------------- sync
+
+    def synchronize(self) -> None:
+        """Wait for every gradient allreduce (starting the ones no hook started)."""
+        done: set = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        for p in self._requires_update - done:
+            self._handles[p] = self._allreduce_grad_async(p)
+        for key, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                if isinstance(key, tuple):
+                    self._handles[key] = self._grouped_allreduce_grad_async(key)
+                else:
+                    self._handles[key] = self._allreduce_grad_async(key)
+        for key, (handle, ctx) in self._handles.items():
+            if isinstance(key, tuple):
+                outputs = synchronize(handle)
+                for p, out, (cctx, _) in zip(key, outputs, ctx):
+                    self._allreduce_delay[p] = self.backward_passes_per_step
+                    self._set_grad(p, self._compression.decompress(out, cctx))
+                if self._groups is not None:
+                    self._group_counts[key] = 0
+                continue
+            out = synchronize(handle)
+            self._allreduce_delay[key] = self.backward_passes_per_step
+            if self._groups is not None:
+                self._group_counts[self._p_to_group[key]] = 0
+            if ctx is None:  # sparse: the handle returned the aggregated sparse tensor
+                with torch.no_grad():
+                    key.grad.zero_().add_(out)
+            else:
+                self._set_grad(key, self._compression.decompress(out, ctx[0]))
+        self._handles.clear()
+        self._synchronized = True
+
+    @staticmethod
+    def _set_grad(p: torch.Tensor, value: torch.Tensor) -> None:
+        if value is not p.grad:
+            if value.is_sparse and not p.grad.is_sparse:
+                value = value.to_dense()
+            with torch.no_grad():
+                p.grad.copy_(value)
+
+    @contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """Inside this context, step() does not synchronize (call synchronize() yourself)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure: Any = None) -> Any:
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Sequence[Tuple[str, Any]]] = None,
+                         compression: Any = Compression.none, backward_passes_per_step: int = 1,
+                         op: int = Average, gradient_predivide_factor: float = 1.0,
+                         num_groups: int = 0, groups: Any = None, sparse_as_dense: bool = False,
+                         process_set: Any = global_process_set) -> torch.optim.Optimizer:
+    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The local optimizer; the result is an instance of a subclass of its class.
+    named_parameters : sequence of (str, Parameter), optional
+        ``model.named_parameters()``: the names key the allreduces (so hooks may fire in any
+        order on different ranks).
+    compression : Compression.none or Compression.fp16
+    backward_passes_per_step : int
+        Local backward passes accumulated before the gradients are allreduced.
+    op : int
+        Average (default), Sum, Min, Max or Product. Adasum raises NotImplementedError.
+    gradient_predivide_factor : float
+        With Average, divide by this before the sum and by ``size / factor`` after.
+    num_groups : int
+        Deprecated alias for an integer ``groups``.
+    groups : int or list of lists of Parameter, optional
+        Allreduce parameters in groups (each group one fused call): an integer splits the
+        parameters evenly into that many groups.
+    sparse_as_dense : bool
+        Densify sparse gradients before the allreduce (otherwise they are allgathered).
+    process_set : ProcessSet
+        Only the global process set is supported.
+    """
+    check_process_set(process_set)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed "
+                      "in v0.23.0.", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum:
+        raise NotImplementedError(ADASUM_UNSUPPORTED)
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
