@@ -13,6 +13,10 @@ from horotopo.gpu import Stager
 TIMINGS = ["early", "late"]
 
 
+def _bytes(a):
+    return np.asarray(a).view(np.uint8).reshape(-1)
+
+
 class FakeEvent:
     def __init__(self, run):
         self.run = run
@@ -44,15 +48,15 @@ class FakeCopier:
         self.log.append(("d2h", int(dev[0])))
         snapshot = dev.copy()
 
-        def run():
-            host[...] = snapshot
+        def run():  # bytes, as cudaMemcpyAsync copies them
+            _bytes(host)[...] = _bytes(snapshot)
         return self._copy(run)
 
     def h2d(self, dev, host):
         self.log.append(("h2d",))
 
         def run():  # reads the slot only when the copy executes
-            dev[...] = host
+            _bytes(dev)[...] = _bytes(host)
         ev = self._copy(run)
         self.pending.append(ev)
         return ev
@@ -179,3 +183,110 @@ def test_reusing_a_slot_with_an_unloaded_receive_is_an_error():
         st.to_host(np.zeros(3))
     st.drain()
     st.to_host(np.zeros(3))  # drained: the slot is free again
+
+
+class _Dev(np.ndarray):
+    """A NumPy array that the staging transport treats as a device buffer."""
+
+
+class _InnerRequest:
+    def __init__(self):
+        self.complete = False
+
+
+class RecordingTransport:
+    """An inner transport that records what was posted; requests complete when told to."""
+
+    rank, size = 0, 2
+
+    def __init__(self):
+        self.posted = []
+
+    def isend(self, buf, dest, tag):
+        self.posted.append(("send", tag, bytes(np.asarray(buf).view(np.uint8))))
+        return _InnerRequest()
+
+    def irecv(self, buf, source, tag):
+        req = _InnerRequest()
+        req.buf = buf
+        self.posted.append(("recv", tag))
+        return req
+
+    def test(self, req):
+        return req.complete
+
+    def waitsome(self, reqs):
+        done = [i for i, r in enumerate(reqs) if r.complete]
+        assert done, "would block forever"
+        return done
+
+
+class PollCopier(FakeCopier):
+    """Copies finish only when waited on or when the test calls finish_copies()."""
+
+    def __init__(self):
+        super().__init__("late", [])
+        self.issued = []
+
+    def _copy(self, run):
+        ev = super()._copy(run)
+        self.issued.append(ev)
+        return ev
+
+    def finish_copies(self):
+        for ev in self.issued:
+            ev.complete()
+
+    def done(self, ev):
+        return ev.run is None
+
+
+def _staging(inner):
+    from horotopo.gpu import StagingTransport
+    return StagingTransport(inner, copier=PollCopier(), is_device=lambda b: isinstance(b, _Dev))
+
+
+def test_staged_sends_are_posted_in_order_after_their_copy():
+    inner = RecordingTransport()
+    st = _staging(inner)
+    dev = np.arange(4, dtype=np.int32).view(_Dev)
+    host = np.array([9, 9], dtype=np.int32)
+    r1 = st.isend(dev, 1, 7)
+    r2 = st.isend(host, 1, 7)  # a host buffer behind a device one must not overtake it
+    assert inner.posted == []
+    assert st.test(r1) is False and inner.posted == []  # copy not finished: nothing posted
+    st.copier.finish_copies()
+    assert st.test(r1) is False  # posted now, not yet complete
+    assert [p[1:] for p in inner.posted] == [(7, dev.tobytes()), (7, host.tobytes())]
+    for p in (r1, r2):
+        p.inner.complete = True
+    assert st.waitsome([r1, r2]) == [0, 1]
+
+
+def test_staged_receive_copies_to_the_device_on_completion():
+    inner = RecordingTransport()
+    st = _staging(inner)
+    dev = np.zeros(3, dtype=np.float64).view(_Dev)
+    req = st.irecv(dev, 1, 3)
+    assert st.test(req) is False
+    req.inner.buf[...] = np.array([1.5, 2.5, 3.5]).view(np.uint8)  # the message lands
+    req.inner.complete = True
+    assert st.waitsome([req]) == [0]
+    st.copier.run_stream()  # the reduce that follows runs after the queued copy
+    np.testing.assert_array_equal(dev, [1.5, 2.5, 3.5])
+    assert st.staged_bytes == dev.nbytes
+
+
+def test_pinned_slots_are_reused_after_completion():
+    inner = RecordingTransport()
+    st = _staging(inner)
+    made = []
+    orig = st.copier.pinned
+    st.copier.pinned = lambda n: made.append(n) or orig(n)
+    for _ in range(5):
+        r = st.isend(np.ones(100).view(_Dev), 1, 0)
+        st.copier.wait(r.event)
+        st.test(r)
+        r.inner.complete = True
+        assert st.test(r)
+    assert len(made) == 1

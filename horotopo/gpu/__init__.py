@@ -17,6 +17,9 @@ cuda_aware(comm)
     Whether MPI takes device pointers (override, library query, self-test; cached).
 Stager
     Double-buffered pinned host slots for MPI libraries that are not CUDA-aware.
+StagingTransport
+    A Transport wrapper that stages device buffers through pinned slots (imported lazily: it
+    pulls in horotopo.transport, hence mpi4py).
 host_reduce_into(dst, src, op, ...)
     The same step for NumPy arrays, bfloat16 (ml_dtypes) included, bit-equal to the device.
 wire_view(array)
@@ -39,7 +42,15 @@ from .staging import Stager
 __all__ = ["OPS", "CUDA_AWARE_ENV", "Stager", "backend", "bfloat16_dtype", "cuda_aware",
            "device_status", "host_reduce_into", "is_device_array", "kernel_name",
            "parse_override", "query_mpi_library", "reduce_into", "scale", "synchronize",
-           "wire_view"]
+           "wire_view", "StagingTransport"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StagingTransport":
+        from .transport import StagingTransport
+
+        return StagingTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _as_cupy(x: Any, dtype: Optional[str]) -> Any:

@@ -75,6 +75,17 @@ class CupyCopier:
     def wait(self, event: Any) -> None:
         event.synchronize()
 
+    def done(self, event: Any) -> bool:
+        return bool(event.done)
+
+    def to_numpy(self, dev: Any) -> np.ndarray:
+        self.cp.cuda.get_current_stream().synchronize()
+        return self.cp.asnumpy(dev)
+
+    def from_numpy(self, dev: Any, host: np.ndarray) -> None:
+        dev.set(host)
+        self.cp.cuda.get_current_stream().synchronize()
+
 
 def _default_wait(request: Any) -> None:
     if hasattr(request, "Wait"):
@@ -227,3 +238,4 @@ class Stager:
         for slot in self._slots:
             self._free(slot)
             slot.loaded = False
+
