@@ -257,6 +257,16 @@ def horovod_env(ns: argparse.Namespace) -> Dict[str, str]:
     return out
 
 
+def _slots(text: str, what: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise LaunchError(f"{what} must be a whole number, got {text!r}") from None
+    if n < 1:
+        raise LaunchError(f"{what} must be at least 1, got {n}")
+    return n
+
+
 def parse_hosts(text: str) -> List[Tuple[str, int]]:
     """``"a:4,b:2,c"`` -> ``[("a", 4), ("b", 2), ("c", 1)]``; errors name the bad entry."""
     out = []
@@ -264,17 +274,10 @@ def parse_hosts(text: str) -> List[Tuple[str, int]]:
         entry = entry.strip()
         if not entry:
             raise LaunchError(f"-H {text}: empty host entry")
-        host, colon, slots = entry.rpartition(":") if ":" in entry else (entry, "", "1")
+        host, _, slots = entry.rpartition(":") if ":" in entry else (entry, "", "1")
         if not host:
             raise LaunchError(f"-H {text}: {entry!r} has no host name")
-        try:
-            n = int(slots)
-        except ValueError:
-            raise LaunchError(f"-H {text}: slots of {host!r} must be a whole number, "
-                              f"got {slots!r}") from None
-        if n < 1:
-            raise LaunchError(f"-H {text}: slots of {host!r} must be at least 1")
-        out.append((host, n))
+        out.append((host, _slots(slots, f"-H {text}: slots of {host!r}")))
     return out
 
 
@@ -295,13 +298,7 @@ def parse_hostfile(path: str) -> List[Tuple[str, int]]:
             key, eq, value = extra.partition("=")
             if key != "slots" or not eq:
                 raise LaunchError(f"{path}:{k}: expected 'host slots=N', got {line!r}")
-            try:
-                slots = int(value)
-            except ValueError:
-                raise LaunchError(f"{path}:{k}: slots must be a whole number, "
-                                  f"got {value!r}") from None
-            if slots < 1:
-                raise LaunchError(f"{path}:{k}: slots must be at least 1")
+            slots = _slots(value, f"{path}:{k}: slots")
         out.append((parts[0], slots))
     if not out:
         raise LaunchError(f"--hostfile {path}: no hosts in the file")

@@ -4,6 +4,7 @@ The detection is faked by building MPI values, or by pointing HOROTOPO_MPIEXEC a
 prints another MPI's version banner.
 """
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -276,10 +277,10 @@ def test_console_script_runs_a_real_job():
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c",
                                            "import sys; from horotopo_launch.cli import main; "
                                            "sys.exit(main())"]
-    code = "from mpi4py import MPI; print('rank', MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size)"
+    code = ("import sys; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+            "sys.stdout.write(f'<rank {c.rank} of {c.size}>\\n')")
     proc = subprocess.run(cmd + ["-np", "2", sys.executable, "-c", code],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout
-    assert sorted(l for l in proc.stdout.splitlines() if l.startswith("rank")) == \
-        ["rank 0 2", "rank 1 2"]
+    assert sorted(re.findall(r"<rank (\d+) of (\d+)>", proc.stdout)) == [("0", "2"), ("1", "2")]
