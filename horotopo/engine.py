@@ -1,0 +1,310 @@
+"""The allreduce/broadcast engine: validates buffers, agrees on metadata, picks and runs an
+algorithm from :mod:`horotopo.algorithms` along a :class:`~horotopo.plan.Plan`.
+
+Every call starts with one small library allreduce of ``(count, dtype, op, algorithm)`` and an
+error flag (min and max of each in one MPI_MIN), so a buffer that differs in size or dtype across
+ranks, or invalid arguments on any rank, raise on every rank before any data moves: never a hang
+and never a corrupted result. Then:
+
+- prescale (Horovod's ``prescale_factor``) is applied to the input, into the output buffer;
+- the chosen algorithm reduces; ``"average"`` is a sum with ``1 / size`` folded into postscale;
+- postscale is applied to the result.
+
+Only one thread may call an Engine at a time.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import ops as _ops
+from .algorithms import (DEFAULT_COST_MODEL, CostModel, MPIAllreduce, RingAllreduce,
+                         TreeAllreduce, TreeBroadcast)
+from .algorithms.cost import fit_line
+from .algorithms.tree import DEFAULT_WINDOW
+from .buffers import (ScratchPool, array_module, contiguous_flat, copy_into, flat_view,
+                      scale_into, synchronize)
+from .plan import Plan
+from .transport import Transport, as_transport
+
+__all__ = ["Engine", "MismatchError", "ALGORITHMS"]
+
+ALGORITHMS = ("tree", "mpi", "ring")
+_ALG_CODES = {name: k + 1 for k, name in enumerate(ALGORITHMS)}
+
+
+class MismatchError(ValueError):
+    """Ranks called a collective with different sizes, dtypes, ops, roots or plans."""
+
+
+class Engine:
+    """Runs allreduce and broadcast along ``plan`` on ``comm``'s ranks.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm or Transport
+        A communicator (the engine ``Dup()``-s it and frees the duplicate in :meth:`close`) or
+        a ready :class:`~horotopo.transport.Transport` (which the caller keeps owning).
+    plan : Plan
+        The schedule; ``plan.n`` must equal the number of ranks and every rank must pass the
+        same plan (checked by digest).
+    chunk_bytes : int, optional
+        Bytes per chunk message; defaults to ``plan.chunk_bytes``.
+    cost_model : CostModel, optional
+        Chooses tree or MPI when ``algorithm`` is None; defaults to the measured defaults in
+        :data:`horotopo.algorithms.DEFAULT_COST_MODEL` (see :meth:`calibrate`).
+    window : int
+        Chunks per tree that may hold receive scratch at once.
+
+    Raises
+    ------
+    MismatchError
+        On every rank, when the ranks pass different plans or chunk sizes, or a plan for
+        another number of ranks.
+    """
+
+    def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
+                 cost_model: Optional[CostModel] = None, window: int = DEFAULT_WINDOW) -> None:
+        self._owns = not isinstance(comm, Transport)
+        self.transport = as_transport(comm)
+        self.plan = plan
+        self.chunk_bytes = int(chunk_bytes or plan.chunk_bytes)
+        self.cost_model = cost_model or DEFAULT_COST_MODEL
+        self.last_algorithm: Optional[str] = None
+        self.last_messages = 0
+        err: Optional[Exception] = None
+        if plan.n != self.transport.size:
+            err = ValueError(f"the plan is for {plan.n} ranks but the communicator has "
+                             f"{self.transport.size}")
+        elif self.chunk_bytes < 1:
+            err = ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        digest = int(plan.digest[:15], 16) if err is None else 0
+        try:
+            self._agree("the engine's plan", [("plan digest", digest),
+                                              ("chunk_bytes", self.chunk_bytes)], err)
+        except Exception:
+            self.close()
+            raise
+        self._pool = ScratchPool()
+        self._tree = TreeAllreduce(self.transport, plan, window=window, pool=self._pool)
+        self._bcast = TreeBroadcast(self.transport, plan, window=window, pool=self._pool)
+        self._mpi = MPIAllreduce(self.transport)
+        self._ring = RingAllreduce(self.transport, pool=self._pool)
+
+    # -----------------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self.transport.rank
+
+    @property
+    def size(self) -> int:
+        return self.transport.size
+
+    def choose(self, nbytes: int) -> str:
+        """The algorithm the cost model picks for an allreduce of ``nbytes``."""
+        return self.cost_model.choose(self.plan, nbytes, self.chunk_bytes)
+
+    def allreduce(self, sendbuf: Any, recvbuf: Any = None, op: str = "sum",
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  algorithm: Optional[str] = None) -> Any:
+        """Allreduce ``sendbuf`` over all ranks.
+
+        Parameters
+        ----------
+        sendbuf : array
+            NumPy or CuPy array of float16, float32, float64, int32 or int64, any shape.
+        recvbuf : array, optional
+            Output of the same size and dtype, C-contiguous. None returns a new array of
+            ``sendbuf``'s shape; ``recvbuf is sendbuf`` reduces in place.
+        op : str
+            ``"sum"``, ``"average"``, ``"min"``, ``"max"`` or ``"product"``.
+        prescale_factor, postscale_factor : float
+            Horovod's factors: the input is multiplied by ``prescale_factor`` before the
+            reduction and the result by ``postscale_factor`` after it. Integer buffers are
+            scaled in float64 and cast back (truncating), as Horovod does.
+        algorithm : str, optional
+            ``"tree"``, ``"mpi"`` or ``"ring"``; None lets the cost model choose.
+
+        Returns
+        -------
+        array
+            ``recvbuf`` (or the new array) holding the result, bitwise identical on all ranks.
+
+        Raises
+        ------
+        MismatchError
+            On every rank, when ranks disagree on size, dtype, op or algorithm, or when any
+            rank passed invalid arguments (that rank raises its own ValueError).
+        """
+        err: Optional[Exception] = None
+        count = dcode = ocode = acode = 0
+        try:
+            if not hasattr(sendbuf, "dtype"):
+                sendbuf = np.asarray(sendbuf)
+            opn = _ops.normalize_op(op)
+            dtype = _ops.check_dtype(sendbuf.dtype)
+            if algorithm is not None and algorithm not in ALGORITHMS:
+                raise ValueError(f"algorithm must be None or one of {', '.join(ALGORITHMS)}; "
+                                 f"got {algorithm!r}")
+            in_place = _check_recvbuf(sendbuf, recvbuf)
+            pre, post = _ops.effective_scales(opn, prescale_factor, postscale_factor, self.size)
+            count = int(sendbuf.size)
+            alg = algorithm or self.choose(count * dtype.itemsize)
+            dcode, ocode, acode = _ops.dtype_code(dtype), _ops.op_code(opn), _ALG_CODES[alg]
+        except (ValueError, TypeError) as exc:
+            err = exc
+        self._agree("allreduce", [("element count", count), ("dtype", dcode), ("op", ocode),
+                                  ("algorithm", acode)], err)
+        if recvbuf is None:
+            recvbuf = array_module(sendbuf).empty(sendbuf.shape, dtype=sendbuf.dtype)
+        out = flat_view(recvbuf)
+        src = out if in_place else contiguous_flat(sendbuf)
+        self.last_algorithm = alg
+        self.last_messages = 0
+        if count == 0:
+            return recvbuf
+        if pre != 1.0:
+            scale_into(out, src, pre)
+            synchronize(out)
+            src = out
+        base = _ops.reduction_of(opn)
+        if self.size == 1:
+            if src is not out:
+                copy_into(out, src)
+        elif alg == "tree":
+            self._tree.run(src, out, base, self._chunk_elems(dtype))
+            self.last_messages = self._tree.last_messages
+        elif alg == "ring":
+            self._ring.run(src, out, base, self._chunk_elems(dtype))
+            self.last_messages = self._ring.last_messages
+        else:
+            self._mpi.run(src, out, base)
+        if post != 1.0:
+            scale_into(out, out, post)
+        return recvbuf
+
+    def broadcast(self, buf: Any, root: int) -> Any:
+        """Broadcast ``buf`` from rank ``root`` to every rank, in place; returns ``buf``.
+
+        ``buf`` is a C-contiguous NumPy or CuPy array of uint8 or any allreduce dtype.
+
+        Raises
+        ------
+        MismatchError
+            On every rank, when ranks disagree on size, dtype or root, or any rank passed an
+            invalid buffer or root (that rank raises its own ValueError).
+        """
+        err: Optional[Exception] = None
+        count = dcode = 0
+        r = -1
+        try:
+            dtype = _ops.check_dtype(buf.dtype, broadcast=True)
+            flat = flat_view(buf)
+            r = _check_root(root, self.size)
+            count, dcode = int(buf.size), _ops.dtype_code(dtype)
+        except (ValueError, TypeError, AttributeError) as exc:
+            err = exc if not isinstance(exc, AttributeError) else TypeError(
+                f"broadcast needs an array, got {type(buf).__name__}")
+        self._agree("broadcast", [("element count", count), ("dtype", dcode), ("root", r)], err)
+        self.last_algorithm = "tree"
+        if count and self.size > 1:
+            self._bcast.run(flat, r, self._chunk_elems(dtype))
+        self.last_messages = self._bcast.last_messages
+        return buf
+
+    def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 3) -> CostModel:
+        """Time the tree and MPI_Allreduce at ``sizes`` (bytes) and fit the cost model to it.
+
+        Collective: every rank must call it. Times are the slowest rank's best of ``repeats``,
+        shared by an allreduce, so every rank ends with the same model and picks the same
+        algorithm. Returns the new model (also set as ``self.cost_model``).
+        """
+        if sizes is None:
+            sizes = [1 << k for k in range(12, 25, 2)]  # 4 KiB .. 16 MiB
+        rows = self.time_algorithms(sizes, ("tree", "mpi"), repeats)
+        tree = fit_line([(s, rows["tree"][i]) for i, s in enumerate(sizes)])
+        mpi = fit_line([(s, rows["mpi"][i]) for i, s in enumerate(sizes)])
+        self.cost_model = self.cost_model.with_(
+            mpi_latency_s=mpi[0], mpi_Bps=mpi[1], tree_latency_s=tree[0], tree_Bps=tree[1],
+            source="calibrated")
+        return self.cost_model
+
+    def time_algorithms(self, sizes: Sequence[int], algorithms: Sequence[str] = ("tree", "mpi"),
+                        repeats: int = 3) -> Dict[str, List[float]]:
+        """Slowest rank's best-of-``repeats`` seconds per algorithm and size (float32 data)."""
+        out: Dict[str, List[float]] = {a: [] for a in algorithms}
+        for size in sizes:
+            buf = np.ones(max(1, int(size) // 4), dtype=np.float32)
+            res = np.empty_like(buf)
+            for alg in algorithms:
+                self.allreduce(buf, res, algorithm=alg)  # warm-up
+                best = float("inf")
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    self.allreduce(buf, res, algorithm=alg)
+                    best = min(best, time.perf_counter() - t0)
+                out[alg].append(best)
+        flat = np.array([t for a in algorithms for t in out[a]], dtype=np.float64)
+        self.transport.allreduce(flat, flat, "max")
+        per = len(sizes)
+        return {a: flat[k * per:(k + 1) * per].tolist() for k, a in enumerate(algorithms)}
+
+    def close(self) -> None:
+        """Free the duplicated communicator (when the engine made it)."""
+        if self._owns:
+            self.transport.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -----------------------------------------------------------------------------------------
+    def _chunk_elems(self, dtype: np.dtype) -> int:
+        return max(1, self.chunk_bytes // dtype.itemsize)
+
+    def _agree(self, what: str, fields: Sequence[tuple], err: Optional[Exception]) -> None:
+        """One MIN-allreduce of ``fields``, their negations and the error flag; raise on all
+        ranks unless every rank passed the same values and none had an error."""
+        vals = [int(v) for _, v in fields]
+        vec = np.array(vals + [-v for v in vals] + [-(1 if err else 0)], dtype=np.int64)
+        self.transport.allreduce(vec, vec, "min")
+        k = len(vals)
+        lo, hi, bad = vec[:k], -vec[k:2 * k], -vec[2 * k]
+        if err is not None:
+            raise err
+        if bad:
+            raise MismatchError(f"{what}: another rank passed invalid arguments (see its error)")
+        diffs = [f"{name} ranges {lo[i]}..{hi[i]}" for i, (name, _) in enumerate(fields)
+                 if lo[i] != hi[i]]
+        if diffs:
+            raise MismatchError(f"{what}: ranks disagree: {'; '.join(diffs)}")
+
+
+def _check_recvbuf(sendbuf: Any, recvbuf: Any) -> bool:
+    """Validate ``recvbuf`` against ``sendbuf``; True when the call is in place."""
+    if recvbuf is None:
+        return False
+    if recvbuf is sendbuf:
+        flat_view(recvbuf)
+        return True
+    if not hasattr(recvbuf, "dtype"):
+        raise TypeError(f"recvbuf must be an array, got {type(recvbuf).__name__}")
+    if recvbuf.dtype != sendbuf.dtype or recvbuf.size != sendbuf.size:
+        raise ValueError(f"recvbuf ({recvbuf.size} x {recvbuf.dtype}) must match sendbuf "
+                         f"({sendbuf.size} x {sendbuf.dtype})")
+    flat_view(recvbuf)
+    if array_module(recvbuf) is np and np.may_share_memory(recvbuf, sendbuf):
+        raise ValueError("recvbuf overlaps sendbuf; pass recvbuf=sendbuf for in place")
+    return False
+
+
+def _check_root(root: Any, size: int) -> int:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        raise TypeError(f"root must be an int, got {type(root).__name__}")
+    if not 0 <= int(root) < size:
+        raise ValueError(f"root {root} is out of range 0..{size - 1}")
+    return int(root)

@@ -1,0 +1,109 @@
+"""The mpi4py transport, on a duplicated communicator so that its tags never meet the user's."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from .base import ReduceOp, TagAllocator, Transport, TransportError
+
+__all__ = ["MPITransport", "as_transport"]
+
+_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
+_TYPES: Dict[str, Any] = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T,
+                          "int64": MPI.INT64_T, "uint8": MPI.UINT8_T, "int8": MPI.INT8_T,
+                          "uint32": MPI.UINT32_T, "uint64": MPI.UINT64_T}
+
+
+class MPITransport(Transport):
+    """:class:`Transport` over an mpi4py communicator.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator to run on. It is ``Dup()``-ed, so traffic never matches the caller's
+        own messages; :meth:`close` frees the duplicate.
+    """
+
+    def __init__(self, comm: "MPI.Comm") -> None:
+        self._comm: Optional[MPI.Comm] = comm.Dup()
+        self._rank = self._comm.Get_rank()
+        self._size = self._comm.Get_size()
+        upper = self._comm.Get_attr(MPI.TAG_UB)
+        self._tags = TagAllocator(int(upper) if upper else 32767)
+
+    @property
+    def comm(self) -> "MPI.Comm":
+        if self._comm is None:
+            raise TransportError("the transport is closed")
+        return self._comm
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def isend(self, buf: Any, dest: int, tag: int) -> Any:
+        return self.comm.Isend([buf, MPI.BYTE], dest, tag)
+
+    def irecv(self, buf: Any, source: int, tag: int) -> Any:
+        return self.comm.Irecv([buf, MPI.BYTE], source, tag)
+
+    def test(self, request: Any) -> bool:
+        return bool(request.Test())
+
+    def waitsome(self, requests: Sequence[Any]) -> List[int]:
+        done = MPI.Request.Waitsome(requests)
+        if done is None:
+            raise TransportError("waitsome on requests that have all completed already")
+        return done
+
+    def waitall(self, requests: Sequence[Any]) -> None:
+        if requests:
+            MPI.Request.Waitall(requests)
+
+    def alloc_tags(self, count: int) -> int:
+        return self._tags.alloc(count)
+
+    def allreduce(self, sendbuf: Any, recvbuf: Any, op: ReduceOp) -> None:
+        """MPI_Allreduce on flat arrays of one dtype; float16 is summed in float32 (see below)."""
+        mop = _OPS.get(op)
+        if mop is None:
+            raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+        name = np.dtype(recvbuf.dtype).name
+        dtype = _TYPES.get(name)
+        if dtype is None:
+            if name != "float16":
+                raise TransportError(f"no MPI datatype for {name}")
+            # MPI has no portable half type (MPIX_C_FLOAT16 is optional): reduce in float32 and
+            # round once at the end, which is also the more accurate answer.
+            wide = np.asarray(sendbuf, dtype=np.float32)
+            self.comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=mop)
+            recvbuf[...] = wide
+            return
+        if sendbuf is recvbuf:
+            self.comm.Allreduce(MPI.IN_PLACE, [recvbuf, dtype], op=mop)
+        else:
+            self.comm.Allreduce([sendbuf, dtype], [recvbuf, dtype], op=mop)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def close(self) -> None:
+        if self._comm is not None:
+            comm, self._comm = self._comm, None
+            if not MPI.Is_finalized():
+                comm.Free()
+
+
+def as_transport(comm: Any) -> Transport:
+    """A :class:`Transport` from a transport (returned as is) or an mpi4py communicator."""
+    if isinstance(comm, Transport):
+        return comm
+    if isinstance(comm, MPI.Comm):
+        return MPITransport(comm)
+    raise TypeError(f"expected an mpi4py communicator or a Transport, got {type(comm).__name__}")
