@@ -1,4 +1,6 @@
 """CUDA-awareness detection: the override, combining ranks' evidence, the self-test's role."""
+import importlib
+
 import pytest
 
 from horotopo.gpu import awareness
@@ -123,7 +125,7 @@ def test_decision_is_cached_per_communicator(monkeypatch):
 
 
 def test_query_reads_the_loaded_mpi_library():
-    from mpi4py import MPI  # noqa: F401 (loads and initialises libmpi)
+    importlib.import_module("mpi4py.MPI")  # loads and initialises libmpi
     if not awareness._loaded_mpi_libraries():
         pytest.skip("no libmpi*.so mapped in this process (statically linked MPI?)")
     got = awareness.query_mpi_library()

@@ -62,10 +62,10 @@ def test_array_kind_checks_use_the_type_only():
 @pytest.fixture
 def fresh_native(monkeypatch):
     st = kernels._NativeState
-    saved = (st.module, st.error, st.warned)
-    st.module, st.error, st.warned = None, None, False
+    saved = (dict(st.modules), st.error, st.warned)
+    st.modules, st.error, st.warned = {}, None, False
     yield st
-    st.module, st.error, st.warned = saved
+    st.modules, st.error, st.warned = saved
 
 
 def test_forcing_native_without_a_device_is_a_clear_error(monkeypatch, fresh_native):

@@ -5,6 +5,7 @@ import horotopo.gpu.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -48,6 +49,7 @@ def is_device_array(x: Any) -> bool:
     return is_cupy_array(x) or is_torch_cuda(x)
 
 
+@functools.lru_cache(maxsize=1)
 def device_status() -> Tuple[bool, str]:
     """Whether a CUDA device can be used here, and why not when it cannot.
 
@@ -55,6 +57,7 @@ def device_status() -> Tuple[bool, str]:
     -------
     (bool, str)
         ``(True, "")`` when CuPy imports and sees at least one device, else ``(False, reason)``.
+        Cached: devices do not come and go within a process.
     """
     try:
         cp = cupy_module()

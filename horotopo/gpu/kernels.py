@@ -104,30 +104,36 @@ def kernel_mode() -> str:
 
 class _NativeState:
     lock = threading.Lock()
-    module: Any = None
+    modules: Dict[int, Any] = {}
     error: Optional[str] = None
     warned = False
     sm_count: Dict[int, int] = {}
 
 
 def load_native() -> Optional[Any]:
-    """The compiled CuPy RawModule, or None when it cannot be had (the reason is kept).
+    """The compiled CuPy RawModule for the current device, or None when it cannot be had (the
+    reason is kept, and not retried).
 
-    Compiles once per process; NVRTC and CuPy's kernel cache make later processes cheap.
+    One module per device: a loaded module belongs to the device it was loaded on. NVRTC
+    compiles once per process and CuPy's on-disk kernel cache makes later processes cheap.
     """
     st = _NativeState
     with st.lock:
-        if st.module is not None or st.error is not None:
-            return st.module
+        if st.error is not None:
+            return None
         try:
             cp = cupy_module()
-            module = cp.RawModule(code=native_source(), options=COMPILE_OPTIONS)
-            # RawModule compiles lazily; fetch one entry so a compile error shows up here.
-            module.get_function(kernel_name("sum", "float32"))
-            st.module = module
+            dev = cp.cuda.Device().id
+            module = st.modules.get(dev)
+            if module is None:
+                module = cp.RawModule(code=native_source(), options=COMPILE_OPTIONS)
+                # RawModule compiles lazily; fetch one entry so a compile error shows up here.
+                module.get_function(kernel_name("sum", "float32"))
+                st.modules[dev] = module
+            return module
         except Exception as exc:  # any failure means: use the fallback, and say why
             st.error = f"{type(exc).__name__}: {exc}"
-        return st.module
+            return None
 
 
 def native_error() -> Optional[str]:
