@@ -56,6 +56,8 @@ def _host(t: torch.Tensor, reduced: bool) -> np.ndarray:
     if _direct(src):
         return src.contiguous().numpy()
     src = src.to("cpu").contiguous()
+    if src.data_ptr() == t.data_ptr():
+        src = src.clone()     # the runtime may write into its input; never into the caller's
     if src.dtype == torch.bfloat16:
         src = src.to(torch.float32) if reduced else src.view(torch.int16)
     return src.numpy()
@@ -266,7 +268,8 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
         indices, values = idx_finish(got_idx), val_finish(got_val)
         if op == Average:
             values = values / size()
-        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
+                                       check_invariants=True)
 
     return _handles.add(runtime().next_id(), finish, waits=(h_idx, h_val))
 
@@ -294,7 +297,7 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[Any, ...]:
-        reduced = allreduce(grad_output, average=True, process_set=ctx.process_set)
+        reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         dims = allgather(torch.tensor([ctx.dim], dtype=torch.int32),
                          process_set=ctx.process_set)
         offset = int(dims[:rank()].sum().item())
@@ -346,7 +349,7 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[Any, ...]:
-        reduced = allreduce(grad_output, average=True, process_set=ctx.process_set)
+        reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         if rank() != ctx.root_rank:
             reduced = reduced * 0
         return reduced, None, None, None
