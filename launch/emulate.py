@@ -27,7 +27,7 @@ The working MPICH recipe (PyPI ``mpich`` wheel 5.0.2, ch4:ucx), found by experim
 with ``HYDRA_LAUNCHER_AUTOFORK=0`` in mpiexec's environment. Every rank has an address of its
 own (an extra address on its host's bridge), so hydra places rank ``i`` on "host" ``i`` and the
 launcher script (hydra calls it as ``launch.sh -x HOST CMD...``, like ssh) maps that address
-to ``ip netns exec <prefix>-<host> unshare --uts sh -c 'hostname <host>; exec CMD...'``. The
+to ``ip netns exec <prefix>-<host> unshare --uts sh -c 'hostname <host>; CMD...'``. The
 environment passes through because nothing really goes over ssh. ``-iface`` makes hydra
 advertise the head's address for its control port; the same interface name exists in every
 namespace, which the proxies need. ``MPIR_CVAR_NOLOCAL=1`` and ``UCX_TLS=tcp,self`` stop MPICH
@@ -244,13 +244,17 @@ def _lock_path(prefix: str) -> Path:
 
 
 def leftovers(prefix: str) -> Dict[str, List[str]]:
-    """Namespaces and root-namespace links whose names start with ``prefix`` (for tests)."""
+    """Namespaces named ``<prefix>-*``, and devices of this module's naming in the root
+    namespace (there should never be any), for cleaning up and for tests."""
     spaces = [line.split()[0] for line in _run(["ip", "netns", "list"], check=False).splitlines()
               if line.strip()]
     links_out = _run(["ip", "-o", "link", "show"], check=False)
     links = [m.group(1) for m in re.finditer(r"^\d+:\s+([^:@\s]+)", links_out, re.M)]
+    # Only names of the shapes this module makes: another device that happens to start with
+    # the same letters (say ht0) is not ours.
+    ours = re.compile(rf"^{re.escape(prefix)}(br|h|l\d+)$")
     return {"namespaces": [s for s in spaces if s.startswith(prefix + "-")],
-            "links": [name for name in links if name.startswith(prefix)]}
+            "links": [name for name in links if ours.match(name)]}
 
 
 def _kill_namespace_processes(ns: str) -> None:
@@ -272,17 +276,17 @@ def _kill_namespace_processes(ns: str) -> None:
 
 
 def cleanup(prefix: str) -> List[str]:
-    """Remove every namespace and root link named with ``prefix``; return what was removed.
+    """Remove every namespace named ``<prefix>-*`` (ending its processes); return their names.
 
-    Only for a prefix that no live process owns (see :class:`EmulatedCluster`).
+    Every device lives inside those namespaces (veths are created straight into them), so
+    this removes the devices too. Only for a prefix that no live process owns (see
+    :class:`EmulatedCluster`).
     """
-    found = leftovers(prefix)
-    for ns in found["namespaces"]:
+    found = leftovers(prefix)["namespaces"]
+    for ns in found:
         _kill_namespace_processes(ns)
         _run(["ip", "netns", "del", ns], check=False)
-    for link in found["links"]:
-        _run(["ip", "link", "del", link], check=False)
-    return found["namespaces"] + found["links"]
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,7 +456,8 @@ class EmulatedCluster:
             *cases,
             '    *) echo "horotopo emulate: unknown host $host" >&2; exit 255 ;;',
             "esac",
-            'exec ip netns exec "$ns" unshare --uts sh -c "hostname $hn; exec $*"',
+            "# Not `exec $*`: Open MPI's command starts with variable assignments.",
+            'exec ip netns exec "$ns" unshare --uts sh -c "hostname $hn; $*"',
             ""])
         self.launcher.write_text(script)
         self.launcher.chmod(0o755)
@@ -628,19 +633,33 @@ class EmulatedCluster:
                     p.communicate()
         return result["bytes"] * 8 / result["seconds"] / 1e9
 
-    def check(self, seconds: float = 1.5) -> List[LinkRate]:
+    def check(self, seconds: float = 1.5, tries: int = 3,
+              tolerance: float = 0.10) -> List[LinkRate]:
         """Measure every direction of every link alone, with a plain TCP stream.
 
         Each direction is measured between the namespaces of its two ends (a switch answers
-        on its bridge's address), so only that direction's shaper is on the path.
+        on its bridge's address), so only that direction's shaper is on the path. A direction
+        that comes out more than ``tolerance`` off is measured again, up to ``tries`` times in
+        all, and the fastest is kept: a shaper never lets a stream exceed its rate, while other
+        work on the machine's CPUs can only slow one down.
 
         Returns
         -------
         list of LinkRate
             ``(link, direction, configured_gbps, measured_gbps)`` per direction.
         """
-        rows = []
-        for label, src, dst in self.directions():
-            measured = self.measure(src, dst, seconds=seconds)
-            rows.append(LinkRate(label, f"{src}->{dst}", self.rates[src, dst], measured))
-        return rows
+        return [LinkRate(label, f"{src}->{dst}", self.rates[src, dst],
+                         self.measure_best(src, dst, seconds, tries, tolerance))
+                for label, src, dst in self.directions()]
+
+    def measure_best(self, src: str, dst: str, seconds: float = 1.5, tries: int = 3,
+                     tolerance: float = 0.10) -> float:
+        """:meth:`measure`, repeated up to ``tries`` times while more than ``tolerance`` off
+        the configured rate of ``src -> dst``; the fastest stream (see :meth:`check`)."""
+        configured = self.rates[src, dst]
+        best = 0.0
+        for _ in range(max(1, tries)):
+            best = max(best, self.measure(src, dst, seconds=seconds))
+            if abs(best - configured) <= tolerance * configured:
+                break
+        return best

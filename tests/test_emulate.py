@@ -106,7 +106,7 @@ def test_launcher_script_maps_addresses_to_namespaces(tmp_path):
     out = subprocess.run([str(c.launcher), "-x", rank2, '"/p/hydra_pmi_proxy"', "--id", "1"],
                          env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
     assert out.strip() == ('[netns][exec][hq-a][unshare][--uts][sh][-c]'
-                           '[hostname a; exec "/p/hydra_pmi_proxy" --id 1]')
+                           '[hostname a; "/p/hydra_pmi_proxy" --id 1]')
     bad = subprocess.run([str(c.launcher), "10.1.2.3", "true"], env=env,
                          stderr=subprocess.PIPE, text=True)
     assert bad.returncode == 255 and "unknown host 10.1.2.3" in bad.stderr

@@ -1,0 +1,193 @@
+"""The main job: horotopo against MPI_Allreduce on an emulated heterogeneous cluster.
+
+    python benchmarks/emulated_allreduce.py [TOPOLOGY.json] [--sizes -b 1M -e 16M -f 4 ...]
+
+It plans the topology (the trees, the predicted time), builds the topology as an emulated
+cluster (network namespaces and shaped links; needs root) and runs
+``benchmarks/allreduce_perf.py --topology TOPOLOGY.json --json`` across the namespaces, rank i
+on host ``ranks[i]``. It prints, per size, horotopo's time, MPI_Allreduce's time measured in the
+same run, the plan's prediction, and a one-line verdict.
+
+Without root (or without ip netns / tc) it says so and runs the same benchmark on plain local
+ranks; the links are then not the topology's, so the prediction does not apply.
+
+Exit status: 0 when every row has zero mismatched elements; 1 otherwise or when the benchmark
+fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TOPOLOGY = ROOT / "horotopo" / "data" / "topologies" / "racks-2x3.json"
+BENCH = ROOT / "benchmarks" / "allreduce_perf.py"
+
+
+def _log(msg: str) -> None:
+    sys.stdout.flush()  # keep the log in order with the report when both go to a terminal
+    print(f"[main] {msg}", file=sys.stderr, flush=True)
+
+
+def _plan(topology_path: Path) -> Tuple[Any, str]:
+    """The plan the benchmark runs and a note on how it was made."""
+    from horotopo.plan import make_plan, ring_plan
+    from horotopo.topology import load
+
+    topo = load(topology_path)
+    try:
+        return make_plan(topo), "packing"
+    except Exception as exc:  # the planner is optional for this report; say it is missing
+        return ring_plan(topo), f"ring (the planner failed: {type(exc).__name__}: {exc})"
+
+
+def _rows(stdout: str) -> List[Dict[str, Any]]:
+    """The rows of the benchmark's ``--json`` document (rank 0 prints it; others are quiet)."""
+    try:
+        return list(json.loads(stdout)["rows"])
+    except (ValueError, KeyError, TypeError):
+        pass
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and '"rows"' in line:
+            try:
+                return list(json.loads(line)["rows"])
+            except (ValueError, KeyError):
+                continue
+    raise RuntimeError("the benchmark printed no JSON document with 'rows'")
+
+
+def _run_emulated(topology: Path, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
+    from horotopo_launch.emulate import EmulatedCluster
+
+    with EmulatedCluster(topology) as cluster:
+        _log(f"emulated {len(cluster.nodes)} namespaces, {len(cluster.links)} shaped links; "
+             f"running {len(cluster.ranks)} ranks across them")
+        cmd, launcher_env = cluster.command(argv)
+        _log("command: " + " ".join(cmd))
+        proc = cluster.run(argv, timeout=timeout)
+    return proc
+
+
+def _run_local(np: int, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
+    from horotopo_launch.mpi import Job, command_line, detect
+
+    cmd, launcher_env = command_line(detect(), Job(np=np, command=argv))
+    _log("command: " + " ".join(cmd))
+    env = dict(os.environ)
+    env.update(launcher_env)
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=timeout)
+
+
+def _fmt_size(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{int(n)} B"
+
+
+def report(rows: Sequence[Dict[str, Any]], plan: Any, emulated: bool) -> Tuple[str, bool]:
+    """The table and the verdict line; the flag is False when any result was wrong."""
+    lines = [f"{'size':>10} {'horotopo':>11} {'MPI_Allreduce':>14} {'MPI/horotopo':>13} "
+             f"{'predicted':>11} {'wrong':>6}"]
+    ok = True
+    for row in rows:
+        size = int(row["size"])
+        pred = plan.predict_time(size)
+        ok &= int(row.get("wrong", 0)) == 0
+        lines.append(f"{_fmt_size(size):>10} {row['time_s'] * 1e3:>9.1f}ms "
+                     f"{row['mpi_time_s'] * 1e3:>12.1f}ms {row['ratio']:>12.2f}x "
+                     f"{pred * 1e3:>9.1f}ms {int(row.get('wrong', 0)):>6}")
+    if not rows:
+        return "\n".join(lines), False
+    big = max(rows, key=lambda r: int(r["size"]))
+    size = int(big["size"])
+    ratio = float(big["ratio"])
+    pred = plan.predict_time(size)
+    if not ok:
+        verdict = "verdict: WRONG RESULTS (mismatched elements above); the timings do not count"
+    else:
+        how = ("faster than" if ratio >= 1.05 else "slower than" if ratio <= 0.95
+               else "on par with")
+        verdict = (f"verdict: at {_fmt_size(size)} horotopo is {how} MPI_Allreduce "
+                   f"({ratio:.2f}x)")
+        if emulated:
+            verdict += (f", and took {big['time_s'] / pred:.2f}x the plan's predicted "
+                        f"{pred * 1e3:.0f} ms")
+        else:
+            verdict += " on plain local ranks (not the topology's links: no prediction)"
+    return "\n".join(lines + [verdict]), ok
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topology", nargs="?", default=str(DEFAULT_TOPOLOGY),
+                   help="declared topology to emulate (default: the bundled racks-2x3)")
+    p.add_argument("-b", "--minbytes", default="1M")
+    p.add_argument("-e", "--maxbytes", default="16M")
+    p.add_argument("-f", "--stepfactor", default="4")
+    p.add_argument("-n", "--iters", default="3")
+    p.add_argument("-w", "--warmup-iters", default="1")
+    p.add_argument("--bench", default=str(BENCH), help=argparse.SUPPRESS)
+    p.add_argument("--local", action="store_true",
+                   help="skip the emulation and run on plain local ranks")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
+    args = p.parse_args(argv)
+
+    topology = Path(args.topology).resolve()
+    bench = Path(args.bench)
+    if not bench.exists():
+        _log(f"{bench.relative_to(ROOT) if bench.is_relative_to(ROOT) else bench} does not "
+             f"exist yet: the allreduce benchmark is needed for the main job")
+        return 1
+    plan, how = _plan(topology)
+    print(plan.describe(_parse_size(args.maxbytes)))
+    print(f"plan from: {how}")
+
+    bench_argv = [sys.executable, str(bench), "-b", args.minbytes, "-e", args.maxbytes,
+                  "-f", args.stepfactor, "-n", args.iters, "-w", args.warmup_iters, "-c", "1",
+                  "--topology", str(topology), "--json"]
+    from horotopo_launch.emulate import available
+    ok, why = available()
+    emulated = ok and not args.local
+    try:
+        if emulated:
+            proc = _run_emulated(topology, bench_argv, args.timeout)
+        else:
+            reason = "--local was given" if args.local else why
+            _log(f"NOT emulating the topology ({reason}): falling back to plain local ranks, "
+                 f"which share this machine's memory instead of the topology's links")
+            proc = _run_local(plan.n, bench_argv, args.timeout)
+    except subprocess.TimeoutExpired:
+        _log(f"the benchmark did not finish within {args.timeout:.0f}s")
+        return 1
+    sys.stderr.write(proc.stderr or "")
+    if proc.returncode != 0:
+        _log(f"the benchmark failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
+        return 1
+    try:
+        rows = _rows(proc.stdout)
+    except RuntimeError as exc:
+        _log(f"{exc}; its output was:\n{proc.stdout[-4000:]}")
+        return 1
+    where = "emulated cluster" if emulated else "plain local ranks"
+    print(f"\nallreduce on {plan.n} ranks, {where} ({topology.name}):")
+    text, good = report(rows, plan, emulated)
+    print(text)
+    return 0 if good else 1
+
+
+def _parse_size(text: str) -> int:
+    from horotopo.plan import parse_size
+    return parse_size(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
