@@ -49,21 +49,36 @@ class CupyCopier:
         self.stream = self.cp.cuda.Stream(non_blocking=True)
 
     def pinned(self, nbytes: int) -> np.ndarray:
-        mem = self.cp.cuda.alloc_pinned_memory(max(nbytes, 1))
-        # np.frombuffer keeps `mem` alive through the array's base.
-        return np.frombuffer(mem, dtype=np.uint8, count=max(nbytes, 1))
+        try:
+            import cupyx
+
+            return cupyx.empty_pinned((max(nbytes, 1),), dtype=np.uint8)
+        except (ImportError, AttributeError):
+            mem = self.cp.cuda.alloc_pinned_memory(max(nbytes, 1))
+            # np.frombuffer keeps `mem` alive through the array's base.
+            return np.frombuffer(mem, dtype=np.uint8, count=max(nbytes, 1))
+
+    @staticmethod
+    def _check(dev: Any, host: np.ndarray) -> None:
+        # A raw memcpy of a strided view would move the wrong bytes: refuse, never guess.
+        if not dev.flags.c_contiguous or not host.flags.c_contiguous:
+            raise ValueError("staged device chunks must be C-contiguous")
+        if host.nbytes < dev.nbytes:
+            raise ValueError(f"host slot of {host.nbytes} bytes for {dev.nbytes} bytes of data")
 
     def _after_current(self) -> None:
         # The copy must see every kernel already queued on the caller's stream.
         self.stream.wait_event(self.cp.cuda.get_current_stream().record())
 
     def d2h(self, host: np.ndarray, dev: Any) -> Any:
+        self._check(dev, host)
         self._after_current()
         self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, dev.nbytes, _D2H,
                                          self.stream.ptr)
         return self.stream.record()
 
     def h2d(self, dev: Any, host: np.ndarray) -> Any:
+        self._check(dev, host)
         self._after_current()
         self.cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, dev.nbytes, _H2D,
                                          self.stream.ptr)
