@@ -16,7 +16,7 @@ import numpy as np
 
 __all__ = ["ProbeError", "wait_all", "allgather_json", "bcast_json", "allreduce_max"]
 
-IDLE_SLEEP_S = 2e-4
+IDLE_SLEEP_S = (5e-5, 1e-3)  # idle polls back off from 50 us to 1 ms
 
 Label = Union[str, Callable[[List[int]], str]]
 
@@ -54,6 +54,7 @@ def wait_all(requests: Sequence[Any], deadline: float, what: Label, *, busy: boo
     """
     reqs = requests if isinstance(requests, list) else list(requests)
     done: List[bool] = []
+    nap = IDLE_SLEEP_S[0]
     while True:
         done.extend([False] * (len(reqs) - len(done)))  # on_done may have appended requests
         progressed = False
@@ -73,7 +74,10 @@ def wait_all(requests: Sequence[Any], deadline: float, what: Label, *, busy: boo
             if busy:
                 os.sched_yield()
             else:
-                time.sleep(IDLE_SLEEP_S)
+                time.sleep(nap)
+                nap = min(2 * nap, IDLE_SLEEP_S[1])
+        else:
+            nap = IDLE_SLEEP_S[0]
 
 
 def allreduce_max(comm: Any, values: np.ndarray, timeout_s: float, what: str) -> np.ndarray:

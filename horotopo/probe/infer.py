@@ -28,7 +28,7 @@ import numpy as np
 from ..topology import from_dict, measured_document
 
 __all__ = ["circle_rounds", "cluster_ranks", "GroupTest", "group_tests", "infer_shared",
-           "infer_host_caps", "expected_fan", "build_document", "format_report",
+           "infer_host_caps", "expected_fan", "expected_rates", "build_document", "format_report",
            "DEFAULT_GAP", "DEFAULT_MARGIN"]
 
 Pair = Tuple[int, int]
@@ -56,10 +56,15 @@ def circle_rounds(n: int) -> List[List[Pair]]:
     return rounds
 
 
-def _symmetric(bandwidth: Any) -> np.ndarray:
+def _matrix(bandwidth: Any) -> np.ndarray:
     b = np.array([[np.nan if v is None else float(v) for v in row] for row in bandwidth])
     if b.ndim != 2 or b.shape[0] != b.shape[1]:
         raise ValueError(f"bandwidth must be a square matrix, got shape {b.shape}")
+    return b
+
+
+def _symmetric(bandwidth: Any) -> np.ndarray:
+    b = _matrix(bandwidth)
     # A pair is as strong as its weaker direction: an asymmetric uplink is slow both ways
     # relative to the links inside a rack.
     return np.fmin(b, b.T)
@@ -116,10 +121,10 @@ def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]
 
 @dataclass(frozen=True)
 class GroupTest:
-    """A concurrent cross-group test: disjoint pairs ``a_k <-> b_k``, both directions at once.
+    """Concurrent cross-group tests over disjoint pairs ``a_k, b_k``.
 
     ``flows`` lists the directed transfers; ``forward`` indexes the ``src -> dst`` ones and
-    ``backward`` the ``dst -> src`` ones, whose aggregates are measured separately.
+    ``backward`` the ``dst -> src`` ones: each set runs at once, one set after the other.
     """
 
     src: int
@@ -170,7 +175,7 @@ def infer_shared(groups: Sequence[Sequence[int]], bandwidth: Any,
         ``{"pairs": every [i, j] from src_group to dst_group, "gbps": aggregate, "label": ...}``
         (``gbps`` is in the unit of the inputs).
     """
-    b = np.array([[np.nan if v is None else float(v) for v in row] for row in bandwidth])
+    b = _matrix(bandwidth)
     shared = []
     for src, dst, flows, aggregate in results:
         alone = float(sum(b[i, j] for i, j in flows))
@@ -184,26 +189,32 @@ def infer_shared(groups: Sequence[Sequence[int]], bandwidth: Any,
     return shared
 
 
-def expected_fan(bandwidth: Any, k: int, shared: Sequence[Mapping[str, Any]],
-                 outgoing: bool) -> float:
-    """What rank ``k``'s fan-out (or fan-in) would reach with no cap at ``k`` itself.
+def expected_rates(bandwidth: Any, flows: Sequence[Pair],
+                   shared: Sequence[Mapping[str, Any]] = ()) -> List[float]:
+    """The rate each of ``flows`` would get, all at once, with no cap at any rank.
 
-    The pairwise rates add up, except where a shared resource caps a set of them together.
+    A flow gets its pairwise rate, except that the flows crossing one shared resource together
+    are scaled down to fit its capacity. The probe sizes concurrent transfers in proportion to
+    these, so that they finish together unless a cap it has not found yet binds.
     """
-    b = np.array([[np.nan if v is None else float(v) for v in row] for row in bandwidth])
-    n = b.shape[0]
-    others = [j for j in range(n) if j != k]
-    arcs = {j: ((k, j) if outgoing else (j, k)) for j in others}
-    total = 0.0
-    covered = set()
+    b = _matrix(bandwidth)
+    rates = [float(b[i, j]) for i, j in flows]
     for s in shared:
         pairs = {tuple(p) for p in s["pairs"]}
-        mine = [j for j in others if arcs[j] in pairs and j not in covered]
-        if mine:
-            covered.update(mine)
-            total += min(float(s["gbps"]), sum(b[arcs[j]] for j in mine))
-    total += sum(b[arcs[j]] for j in others if j not in covered)
-    return float(total)
+        members = [f for f, arc in enumerate(flows) if tuple(arc) in pairs]
+        total = sum(rates[f] for f in members)
+        if total > float(s["gbps"]):
+            for f in members:
+                rates[f] *= float(s["gbps"]) / total
+    return rates
+
+
+def expected_fan(bandwidth: Any, k: int, shared: Sequence[Mapping[str, Any]],
+                 outgoing: bool) -> float:
+    """What rank ``k``'s fan-out (or fan-in) would reach with no cap at ``k`` itself."""
+    n = _matrix(bandwidth).shape[0]
+    flows = [((k, j) if outgoing else (j, k)) for j in range(n) if j != k]
+    return float(sum(expected_rates(bandwidth, flows, shared)))
 
 
 def infer_host_caps(bandwidth: Any, fan_out: Sequence[Optional[float]],

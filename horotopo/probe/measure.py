@@ -2,19 +2,22 @@
 
 Every rank calls :func:`probe` together. The phases:
 
-1. Latency: ping-pong between every pair, the pairs of each circle-method round at once.
-2. Bandwidth: every ordered pair, both directions at once, in circle-method order. By default
+1. Latency: ping-pong between every pair, just before the pair's bandwidth test.
+2. Bandwidth: every ordered pair, in circle-method order, one direction at a time (both at once
+   measure low through a shaped link with a deep queue: each stream's TCP acknowledgements
+   wait behind the other's data). By default
    one pair runs at a time: disjoint pairs are not independent when they cross a shared
    uplink (the very thing the probe looks for), so running a round's pairs together would
    understate the pairwise figures. ``concurrent_pairs=True`` runs each round at once, which is
    ``n / 2`` times faster and exact on non-blocking fabrics.
 3. Shared bottlenecks: the ranks are clustered by their pairwise rates, and every two groups
-   run a concurrent test (``a_k <-> b_k`` for ``k < min(|A|, |B|)``).
-4. Host limits: fan-out and fan-in at each rank (one rank sends to all others and all others
-   send to it, at once).
+   run concurrent tests (``a_k -> b_k`` for ``k < min(|A|, |B|)``, then the reverse).
+4. Host limits: fan-out and fan-in at each rank (one rank sends to all others at once, then
+   all others send to it).
 
-A transfer is timed by its sender, from the start until the receiver's one-byte
-acknowledgement arrives, less the pair's round-trip time. Message size adapts until a transfer
+A transfer is a warm-up (which drains token buckets and opens the TCP window) followed, back to
+back, by the timed bytes; the receiver times from the end of one to the end of the other, so no
+round trip or clock offset enters the figure. Message size adapts until a transfer
 lasts about ``target_s``; repeats continue until the two best samples agree within
 ``tolerance``. After every attempt the ranks combine their timings with a max-allreduce, so every
 rank holds every figure and takes the same decisions (sizes, repeats, budget) from the same
@@ -28,26 +31,34 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..topology import GBPS_TO_BPS
 from ._mpi import ProbeError, allgather_json, allreduce_max, wait_all
 from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, build_document, circle_rounds, cluster_ranks,
-                    group_tests)
+                    expected_rates, group_tests, infer_shared)
 
 __all__ = ["ProbeConfig", "probe", "MODES"]
 
 Pair = Tuple[int, int]
-TAG_PING, TAG_PONG, TAG_DATA, TAG_ACK = 0x5101, 0x5102, 0x5103, 0x5104
+TAG_PING, TAG_PONG, TAG_WARM, TAG_DATA = 0x5101, 0x5102, 0x5103, 0x5104
+
+# The time bound: a test costs about PAIR_COST times its target (growing the message, then
+# the samples) plus TEST_OVERHEAD_S (the allreduces); a concurrent test aims SUBSET_FACTOR
+# times longer. Past the budget, targets shrink down to MIN_TARGET_S.
+PAIR_COST = 5.0
+SUBSET_FACTOR = 2.0
+TEST_OVERHEAD_S = 0.01
+MIN_TARGET_S = 0.004
 
 # quick: for init(); full: the default of `horotopo probe`, at most about 10 s for 8 ranks.
 MODES: Dict[str, Dict[str, Any]] = {
     "quick": dict(target_s=0.008, max_bytes=4 << 20, tolerance=0.10, min_samples=2,
                   max_samples=3, ping_reps=5, budget_s=4.0),
-    "full": dict(target_s=0.025, max_bytes=16 << 20, tolerance=0.05, min_samples=2,
-                 max_samples=5, ping_reps=20, budget_s=9.0),
+    "full": dict(target_s=0.020, max_bytes=16 << 20, tolerance=0.08, min_samples=2,
+                 max_samples=3, ping_reps=10, budget_s=8.5),
 }
 
 
@@ -63,6 +74,11 @@ class ProbeConfig:
         Aimed duration of one timed transfer; shorter ones (below half) grow the message.
     min_bytes, max_bytes, start_bytes : int
         Message size bounds per transfer, and the first size tried.
+    warm_bytes : int
+        Each timed message follows a warm-up of ``min(size, max(size / 4, warm_bytes))``.
+    chunk_bytes : int
+        A timed message goes as a train of messages of at most this size (MPICH over UCX
+        serializes the two directions of a pair for messages of a few MiB).
     tolerance : float
         Repeats stop once the two best samples of every figure agree within this fraction.
     min_samples, max_samples : int
@@ -84,6 +100,8 @@ class ProbeConfig:
     min_bytes: int = 4 << 10
     max_bytes: int = 16 << 20
     start_bytes: int = 64 << 10
+    warm_bytes: int = 256 << 10
+    chunk_bytes: int = 1 << 20
     tolerance: float = 0.05
     min_samples: int = 2
     max_samples: int = 5
@@ -135,28 +153,30 @@ class _Figures:
         self.subset_samples.append([float(v) for v in subset_rates])
 
     @staticmethod
-    def _best(samples: List[float]) -> Tuple[float, float]:
-        s = sorted(samples, reverse=True)
-        # The second best: a single high outlier (a token bucket's burst) is discarded, and
-        # low outliers (a descheduled rank) never count.
-        est = s[1] if len(s) > 1 else s[0]
-        spread = (s[0] - s[1]) / s[0] if len(s) > 1 else math.inf
-        return est, spread
+    def _best(samples: List[float], tolerance: float) -> Tuple[float, bool]:
+        """(median, stable): stable once most samples lie within ``tolerance`` of the median.
 
-    def estimates(self) -> Tuple[np.ndarray, np.ndarray, float]:
-        """(per-flow rates, per-subset rates, worst spread)."""
-        worst = 0.0
+        The median, because this noise goes both ways: a descheduled rank makes a sample slow,
+        a token bucket that refilled makes one fast.
+        """
+        med = float(np.median(samples))
+        close = sum(abs(v - med) <= tolerance * med for v in samples)
+        return med, close >= max(2, len(samples) // 2 + 1)
+
+    def estimates(self, tolerance: float) -> Tuple[np.ndarray, np.ndarray, bool]:
+        """(per-flow rates, per-subset rates, whether every figure is stable)."""
+        stable = True
         flows = []
         for f in range(self.flows):
-            est, spread = self._best([s[f] for s in self.flow_samples])
+            est, ok = self._best([s[f] for s in self.flow_samples], tolerance)
             flows.append(est)
-            worst = max(worst, spread)
+            stable &= ok
         subs = []
         for k in range(len(self.subsets)):
-            est, spread = self._best([s[k] for s in self.subset_samples])
+            est, ok = self._best([s[k] for s in self.subset_samples], tolerance)
             subs.append(est)
-            worst = max(worst, spread)
-        return np.array(flows), np.array(subs), worst
+            stable &= ok
+        return np.array(flows), np.array(subs), stable
 
 
 def _pow2(x: float, lo: int, hi: int) -> int:
@@ -183,6 +203,8 @@ class _Prober:
         self.hosts: List[str] = []
         self.rtt = np.zeros((self.n, self.n))
         self.clock = 0.0  # seconds since the start, the max over ranks (same on every rank)
+        self.target = cfg.target_s
+        self.spent = 0.0  # modelled transfer seconds of the tests so far (PAIR_COST * target)
         self.tests = 0
         self._send = np.zeros(0, dtype=np.uint8)
         self._recv: List[np.ndarray] = []
@@ -220,133 +242,197 @@ class _Prober:
 
     # ---- phase 1: latency ------------------------------------------------------------------
 
-    def latency(self) -> None:
+    def latency(self, pairs: Sequence[Pair]) -> None:
+        """Ping-pong between each of ``pairs`` (all at once); every rank learns the median."""
         from mpi4py import MPI
 
         cfg = self.cfg
-        local = np.zeros((self.n, self.n))
+        n = self.n
+        local = np.zeros((n, n))
         ping = np.zeros(8, dtype=np.uint8)
         pong = np.zeros(8, dtype=np.uint8)
-        for pairs in circle_rounds(self.n):
-            for a, b in pairs:
-                if self.rank not in (a, b):
-                    continue
-                other = b if self.rank == a else a
-                samples = []
-                for rep in range(cfg.ping_reps + 1):
-                    deadline = time.perf_counter() + cfg.timeout_s
-                    what = (f"{self._who(self.rank)} cannot reach {self._who(other)}: no "
-                            f"{'reply' if self.rank == a else 'ping'} within {cfg.timeout_s:g} s")
-                    if self.rank == a:
-                        t = time.perf_counter()
-                        reqs = [self.comm.Irecv([pong, MPI.BYTE], source=b, tag=TAG_PONG),
-                                self.comm.Isend([ping, MPI.BYTE], dest=b, tag=TAG_PING)]
-                        wait_all(reqs, deadline, what, busy=True)
-                        samples.append(time.perf_counter() - t)
-                    else:
-                        wait_all([self.comm.Irecv([ping, MPI.BYTE], source=a, tag=TAG_PING)],
-                                 deadline, what, busy=True)
-                        wait_all([self.comm.Isend([pong, MPI.BYTE], dest=a, tag=TAG_PONG)],
-                                 deadline, what, busy=True)
+        for a, b in pairs:
+            if self.rank not in (a, b):
+                continue
+            other = b if self.rank == a else a
+            samples = []
+            for rep in range(cfg.ping_reps + 1):
+                deadline = time.perf_counter() + cfg.timeout_s
+                what = (f"{self._who(self.rank)} cannot reach {self._who(other)}: no "
+                        f"{'reply' if self.rank == a else 'ping'} within {cfg.timeout_s:g} s")
                 if self.rank == a:
-                    # the first round trip opens the connection; it is not a latency
-                    rtt = float(np.median(samples[1:]))
-                    local[a, b] = local[b, a] = rtt
-        self.rtt = self._sync(local.ravel(), "latency phase").reshape(self.n, self.n)
+                    t = time.perf_counter()
+                    reqs = [self.comm.Irecv([pong, MPI.BYTE], source=b, tag=TAG_PONG),
+                            self.comm.Isend([ping, MPI.BYTE], dest=b, tag=TAG_PING)]
+                    wait_all(reqs, deadline, what, busy=True)
+                    samples.append(time.perf_counter() - t)
+                else:
+                    wait_all([self.comm.Irecv([ping, MPI.BYTE], source=a, tag=TAG_PING)],
+                             deadline, what, busy=True)
+                    wait_all([self.comm.Isend([pong, MPI.BYTE], dest=a, tag=TAG_PONG)],
+                             deadline, what, busy=True)
+            if self.rank == a:
+                # the first round trip opens the connection; it is not a latency
+                local[a, b] = local[b, a] = float(np.median(samples[1:]))
+        got = self._sync(local.ravel(), f"latency {list(pairs)}").reshape(n, n)
+        for a, b in pairs:
+            self.rtt[a, b], self.rtt[b, a] = got[a, b], got[b, a]
 
     # ---- the timed transfer ------------------------------------------------------------------
 
-    def _run_flows(self, flows: Sequence[Pair], nbytes: int) -> np.ndarray:
-        """One attempt: every flow moves ``nbytes`` at once; returns this rank's timings."""
+    def _warm(self, nbytes: int) -> int:
+        return min(nbytes, max(nbytes // 4, self.cfg.warm_bytes))
+
+    def _run_flows(self, flows: Sequence[Pair], sizes: Sequence[int]) -> np.ndarray:
+        """One attempt: flow ``f`` times ``sizes[f]`` bytes, all flows at once.
+
+        The sender sends a warm-up and then the timed bytes back to back, as trains of
+        messages of at most ``chunk_bytes``; the receiver has posted every receive beforehand
+        and times from the end of the warm-up to the end of the timed bytes. The warm-up
+        drains token buckets and switch buffers and opens the TCP window, and because the link
+        never idles between the two, nothing refills: an idle gap (waiting for an
+        acknowledgement, say) would let a token bucket pass the next bytes at line rate and
+        make the link look faster than it is.
+
+        Returns this rank's timings, 0 for flows it does not receive: ``2 * len(flows)``
+        values, first the timed windows, then the times from the call until each flow's last
+        byte (the start is common to all ranks within a latency: everyone has just left the
+        same allreduce), which is what concurrent aggregates are computed from.
+        """
         from mpi4py import MPI
 
         me = self.rank
-        elapsed = np.zeros(len(flows))
-        acks = np.zeros(len(flows) + 1, dtype=np.uint8)
+        cfg = self.cfg
+        chunk = cfg.chunk_bytes
+        entry = time.perf_counter()
+        elapsed = np.zeros(2 * len(flows))
+        warm_end = np.zeros(len(flows))
+        left = {}
         reqs: List[Any] = []
         kinds: List[Tuple[str, int]] = []
+        send = self._sendbuf(max(sizes))
+        warm = [self._warm(n) for n in sizes]
         slot = 0
         for f, (s, d) in enumerate(flows):
-            if d == me:
-                reqs.append(self.comm.Irecv([self._recvbuf(slot, nbytes), MPI.BYTE], source=s,
-                                            tag=TAG_DATA))
-                kinds.append(("data", f))
-                slot += 1
-            if s == me:
-                reqs.append(self.comm.Irecv([acks[f:f + 1], MPI.BYTE], source=d, tag=TAG_ACK))
-                kinds.append(("ack", f))
+            if d != me:
+                continue
+            buf = self._recvbuf(slot, max(sizes[f], warm[f]))
+            slot += 1
+            left[f] = [0, 0]
+            for kind, total, tag, step in (("warm-up", warm[f], TAG_WARM, chunk),
+                                           ("timed", sizes[f], TAG_DATA, chunk)):
+                for lo in range(0, total, step):
+                    reqs.append(self.comm.Irecv([buf[lo:min(lo + step, total)], MPI.BYTE],
+                                                source=s, tag=tag))
+                    kinds.append((kind + " receive", f))
+                    left[f][kind == "timed"] += 1
+        for f, (s, d) in enumerate(flows):
+            if s != me:
+                continue
+            for kind, total, tag, step in (("warm-up", warm[f], TAG_WARM, chunk),
+                                           ("timed", sizes[f], TAG_DATA, chunk)):
+                for lo in range(0, total, step):
+                    reqs.append(self.comm.Isend([send[lo:min(lo + step, total)], MPI.BYTE],
+                                                dest=d, tag=tag))
+                    kinds.append((kind + " send", f))
         if not reqs:
             return elapsed
-        send = self._sendbuf(nbytes)
-        t0 = time.perf_counter()
-        for f, (s, d) in enumerate(flows):
-            if s == me:
-                reqs.append(self.comm.Isend([send, MPI.BYTE], dest=d, tag=TAG_DATA))
-                kinds.append(("send", f))
 
         def on_done(k: int) -> None:
             kind, f = kinds[k]
-            if kind == "data":
-                reqs.append(self.comm.Isend([acks[-1:], MPI.BYTE], dest=flows[f][0],
-                                            tag=TAG_ACK))
-                kinds.append(("ackout", f))
-            elif kind == "ack":
-                elapsed[f] = time.perf_counter() - t0
+            if kind.endswith("receive"):
+                timed = kind.startswith("timed")
+                now = time.perf_counter()
+                left[f][timed] -= 1
+                if left[f][timed] == 0:
+                    if timed:
+                        elapsed[f] = now - warm_end[f]
+                        elapsed[len(flows) + f] = now - entry
+                    else:
+                        warm_end[f] = now
 
         def describe(pending: List[int]) -> str:
             kind, f = kinds[pending[0]]
             s, d = flows[f]
-            return (f"{self._who(s)} -> {self._who(d)}: a {nbytes}-byte transfer did not "
-                    f"complete within {self.cfg.timeout_s:g} s (rank {me} waiting on its "
-                    f"{'receive' if kind == 'data' else 'send' if kind == 'send' else 'ack'})")
+            return (f"{self._who(s)} -> {self._who(d)}: a {sizes[f]}-byte transfer did not "
+                    f"complete within {cfg.timeout_s:g} s (rank {me} waiting on a {kind})")
 
-        wait_all(reqs, time.perf_counter() + self.cfg.timeout_s, describe, busy=True,
+        wait_all(reqs, time.perf_counter() + cfg.timeout_s, describe, busy=True,
                  on_done=on_done)
         return elapsed
 
     def measure(self, flows: Sequence[Pair], subsets: Sequence[Sequence[int]], label: str,
-                start: int) -> Tuple[np.ndarray, np.ndarray, int]:
-        """Adaptive test: per-flow rates and per-subset aggregates (bytes/s), and the size used.
+                start: int, weights: Optional[Sequence[float]] = None
+                ) -> Tuple[np.ndarray, np.ndarray, float]:
+        """Adaptive test: per-flow rates and per-subset aggregates in bytes/s, and the scale.
 
-        Every rank calls this with the same ``flows``; ranks not in any flow only join the
+        Flow ``f`` moves ``scale * weights[f]`` bytes, ``scale`` starting at ``start``. Give the
+        flows weights in proportion to their expected rates, so that, unless something caps
+        them together, they all finish at once: a subset's aggregate (its bytes over the time
+        from the common start until its last flow ends) then measures what the flows share,
+        not the slowest flow.
+
+        Every rank calls this with the same arguments; ranks in no flow only join the
         max-allreduce that ends each attempt.
         """
         cfg = self.cfg
         self.tests += 1
-        rtt = np.array([self.rtt[s, d] for s, d in flows])
+        w = np.ones(len(flows)) if weights is None else np.asarray(weights, dtype=float)
+        w = w / w.max()
         figures = _Figures(len(flows), subsets)
-        nbytes = start
-        for attempt in range(cfg.max_samples + 12):
-            elapsed = self._sync(self._run_flows(flows, nbytes), label)
+        scale = float(start)
+        attempts = cfg.max_samples + 12
+        # An aggregate counts the warm-ups too (it cannot tell where, between the receivers,
+        # the link stopped carrying warm-up bytes), so it needs longer transfers for a token
+        # bucket's burst to matter little.
+        target = self.target * (SUBSET_FACTOR if subsets else 1)
+        self.spent += PAIR_COST * target
+        m = len(flows)
+        for _ in range(attempts):
+            sizes = [max(cfg.min_bytes, int(scale * wf)) for wf in w]
+            timings = self._sync(self._run_flows(flows, sizes), label)
+            elapsed, finished = timings[:m], timings[m:]
             if np.any(elapsed <= 0):
                 f = int(np.argmin(elapsed))
                 raise ProbeError(f"{self._who(flows[f][0])} -> {self._who(flows[f][1])}: a "
                                  f"transfer measured zero time ({label})")
-            # The acknowledgement adds a round trip; never let the correction eat more than
-            # half the timing (latency-bound attempts grow the message instead).
-            busy = np.maximum(elapsed - rtt, 0.5 * elapsed)
-            span = float(busy.max())
-            if span < cfg.target_s / 2 and nbytes < cfg.max_bytes:
-                grow = max(2.0, min(64.0, cfg.target_s / span))
-                nbytes = _pow2(nbytes * grow, cfg.min_bytes, cfg.max_bytes)
+            span = float(finished.max() if subsets else elapsed.max())
+            if span < target / 2 and scale < cfg.max_bytes:
+                grow = max(2.0, min(64.0, target / span))
+                scale = float(_pow2(scale * grow, cfg.min_bytes, cfg.max_bytes))
                 continue
-            subset_rates = []
-            for sub in subsets:
-                t = max(float(elapsed[sub].max() - rtt[sub].max()), 0.5 * float(elapsed[sub].max()))
-                subset_rates.append(len(sub) * nbytes / t)
-            figures.add(nbytes / busy, subset_rates)
-            _, _, spread = figures.estimates()
+            nb = np.asarray(sizes, dtype=float)
+            total = nb + np.array([self._warm(n) for n in sizes], dtype=float)
+            subset_rates = [float(total[sub].sum()) / float(finished[sub].max())
+                            for sub in subsets]
+            figures.add(nb / elapsed, subset_rates)
+            _, _, stable = figures.estimates(cfg.tolerance)
             have = len(figures.flow_samples)
-            over_budget = self.clock > cfg.budget_s
-            if have >= cfg.max_samples or (have >= cfg.min_samples and spread <= cfg.tolerance) \
-                    or over_budget:
+            if have >= cfg.max_samples or (have >= cfg.min_samples and stable) \
+                    or self.clock > cfg.budget_s:
                 break
             # keep each attempt near target_s: the first size may have overshot on a slow path
-            nbytes = _pow2(nbytes * cfg.target_s / span, cfg.min_bytes, cfg.max_bytes)
+            scale = float(_pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
         if not figures.flow_samples:
-            raise ProbeError(f"{label}: no usable sample within {cfg.max_samples + 12} attempts")
-        rates, subs, _ = figures.estimates()
-        return rates, subs, nbytes
+            raise ProbeError(f"{label}: no usable sample within {attempts} attempts")
+        rates, subs, _ = figures.estimates(cfg.tolerance)
+        return rates, subs, scale
+
+    def budget(self, pair_tests: int, subset_tests: int) -> None:
+        """Shorten the transfers so that the tests left fit in what remains of ``budget_s``.
+
+        A test is modelled as ``PAIR_COST`` targets (``SUBSET_FACTOR`` times more for a
+        concurrent one) plus a fixed overhead, learnt from the tests so far. Decided from the
+        common clock, so every rank picks the same target.
+        """
+        cfg = self.cfg
+        overhead = TEST_OVERHEAD_S
+        if self.tests:
+            overhead = max(overhead, (self.clock - self.spent) / self.tests)
+        left = cfg.budget_s - self.clock - overhead * (pair_tests + subset_tests)
+        per_target = PAIR_COST * (pair_tests + SUBSET_FACTOR * subset_tests)
+        want = left / per_target if per_target else cfg.target_s
+        self.target = min(cfg.target_s, max(MIN_TARGET_S, want))
 
     # ---- phases 2 to 4 -----------------------------------------------------------------------
 
@@ -354,48 +440,59 @@ class _Prober:
         n = self.n
         bw = np.full((n, n), np.nan)
         rounds = circle_rounds(n)
-        tests = [r for r in rounds] if self.cfg.concurrent_pairs else [[p] for r in rounds
-                                                                         for p in r]
-        size = self.cfg.start_bytes
+        groups = rounds if self.cfg.concurrent_pairs else [[p] for r in rounds for p in r]
         done = 0
         total = n * (n - 1) // 2
-        for k, pairs in enumerate(tests):
-            flows = [f for a, b in pairs for f in ((a, b), (b, a))]
-            rates, _, size = self.measure(flows, [], f"bandwidth {pairs}", size)
-            for (s, d), r in zip(flows, rates):
-                bw[s, d] = r
+        scale = float(self.cfg.start_bytes)
+        for pairs in groups:
+            self.latency(pairs)
+            # One direction at a time: through a shaped link with a deep queue, the reverse
+            # stream's TCP acknowledgements wait behind data, and both directions measure low.
+            for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
+                # Start at a quarter of the last test's size: this pair may be much slower
+                # (a wasted attempt would last long) or faster (one cheap attempt to grow).
+                rates, _, scale = self.measure(flows, [], f"bandwidth {flows}",
+                                               int(max(self.cfg.start_bytes, scale / 4)))
+                for (s, d), r in zip(flows, rates):
+                    bw[s, d] = r
             done += len(pairs)
+            self.budget(2 * (total - done), 2 + 2 * n if n > 2 else 0)
             self._progress(f"bandwidth: {done}/{total} pairs")
         return bw
+
+    def _start(self, rates: Sequence[float]) -> int:
+        """First scale for a concurrent test whose fastest flow should get ``max(rates)``."""
+        return _pow2(max(rates) * self.target * SUBSET_FACTOR, self.cfg.min_bytes,
+                     self.cfg.max_bytes)
 
     def concurrent(self, groups: List[List[int]], bw: np.ndarray
                    ) -> List[Tuple[int, int, List[Pair], float]]:
         results = []
         for test in group_tests(groups):
-            flows = list(test.flows)
-            slowest = min(bw[s, d] for s, d in flows)
-            start = _pow2(slowest * self.cfg.target_s, self.cfg.min_bytes, self.cfg.max_bytes)
-            _, agg, _ = self.measure(flows, [list(test.forward), list(test.backward)],
-                                     f"concurrent group {test.src} <-> group {test.dst}", start)
-            results.append((test.src, test.dst, [flows[f] for f in test.forward], float(agg[0])))
-            results.append((test.dst, test.src, [flows[f] for f in test.backward], float(agg[1])))
-            self._progress(f"concurrent group {test.src} <-> {test.dst}: "
-                           f"{agg[0] * 8 / 1e9:.3f} / {agg[1] * 8 / 1e9:.3f} gbps", force=True)
+            for src, dst, idx in ((test.src, test.dst, test.forward),
+                                  (test.dst, test.src, test.backward)):
+                flows = [test.flows[f] for f in idx]
+                alone = expected_rates(bw, flows)
+                _, agg, _ = self.measure(flows, [list(range(len(flows)))],
+                                         f"concurrent group {src} -> group {dst}",
+                                         self._start(alone), weights=alone)
+                results.append((src, dst, flows, float(agg[0])))
+                self._progress(f"concurrent group {src} -> {dst}: {len(flows)} pairs, "
+                               f"{agg[0] * 8 / 1e9:.3f} gbps in all", force=True)
         return results
 
-    def fans(self, bw: np.ndarray) -> Tuple[List[float], List[float]]:
+    def fans(self, bw: np.ndarray, shared: Sequence[Mapping[str, Any]]
+             ) -> Tuple[List[float], List[float]]:
         n = self.n
         out, inn = [0.0] * n, [0.0] * n
         for k in range(n):
             others = [j for j in range(n) if j != k]
-            flows = [(k, j) for j in others] + [(j, k) for j in others]
-            m = len(others)
-            # split the target time over the flows: together they move about rate * target
-            slowest = min(bw[s, d] for s, d in flows)
-            start = _pow2(slowest * self.cfg.target_s / 2, self.cfg.min_bytes, self.cfg.max_bytes)
-            _, agg, _ = self.measure(flows, [list(range(m)), list(range(m, 2 * m))],
-                                     f"fan-out/fan-in at rank {k}", start)
-            out[k], inn[k] = float(agg[0]), float(agg[1])
+            for flows, into in (([(k, j) for j in others], out), ([(j, k) for j in others], inn)):
+                expected = expected_rates(bw, flows, shared)
+                _, agg, _ = self.measure(flows, [list(range(len(flows)))],
+                                         f"fan-{'out' if into is out else 'in'} at rank {k}",
+                                         self._start(expected), weights=expected)
+                into[k] = float(agg[0])
             self._progress(f"host limits: {k + 1}/{n} ranks")
         return out, inn
 
@@ -443,21 +540,25 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
         fan_out = fan_in = None
         bw = np.full((n, n), np.nan)
         if n > 1:
-            pr._progress(f"latency: {n * (n - 1) // 2} pairs", force=True)
-            pr.latency()
-            pr._progress(f"bandwidth: {n * (n - 1) // 2} pairs, "
+            pr._progress(f"latency and bandwidth: {n * (n - 1) // 2} pairs, "
                          f"{'a round' if cfg.concurrent_pairs else 'one pair'} at a time",
                          force=True)
+            # the pairs, then (guessing two groups) two group tests and 2n fan tests
+            pr.budget(n * (n - 1), 2 + 2 * n if n > 2 else 0)
             bw = pr.pairs()
             groups = cluster_ranks(bw, gap=cfg.gap)
+            g_tests = 2 * len(group_tests(groups))
+            pr.budget(0, g_tests + (2 * n if n > 2 else 0))
             if len(groups) > 1:
                 pr._progress(f"groups by rate: {groups}", force=True)
                 shared = pr.concurrent(groups, bw)
             if n > 2:
                 pr._progress("host limits: fan-out and fan-in", force=True)
-                fan_out, fan_in = pr.fans(bw)
+                found = infer_shared(groups, bw, shared, margin=cfg.margin)
+                fan_out, fan_in = pr.fans(bw, found)
         to_gbps = 1.0 / GBPS_TO_BPS
         meta = {"mode": cfg.mode, "seconds": round(pr.clock, 3), "tests": pr.tests,
+                "target_ms": round(pr.target * 1e3, 2),
                 "concurrent_pairs": cfg.concurrent_pairs}
         doc = build_document(
             name or f"probed-{n}", pr.hosts,

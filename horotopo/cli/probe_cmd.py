@@ -1,0 +1,86 @@
+"""``horotopo probe``: measure the network between the ranks (run it under mpiexec).
+
+Rank 0 prints the bandwidth and latency matrices in the style of nccl-tests (or the document as
+JSON with ``--json``) and writes the measured topology with ``-o``; progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``probe`` subcommand."""
+    p = subparsers.add_parser(
+        "probe", help="measure the links between the ranks (under mpiexec)",
+        description="Measure latency and bandwidth between every pair of ranks, host egress and "
+                    "ingress limits and shared bottlenecks, and write the measured topology. "
+                    "Run it under mpiexec: mpiexec -n 8 python -m horotopo probe -o topo.json")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the measured topology (JSON) here (rank 0)")
+    p.add_argument("--quick", action="store_true",
+                   help="shorter transfers and fewer repeats (what init() runs by default)")
+    p.add_argument("--name", help="name of the topology document (default probed-<n>)")
+    p.add_argument("--json", action="store_true",
+                   help="print the document as JSON on stdout instead of the table")
+    p.add_argument("--max-bytes", metavar="SIZE",
+                   help="largest message per transfer, e.g. 4M (default: quick 4M, full 16M)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="seconds a wait may take before it is an error naming the pair "
+                        "(default 10)")
+    p.add_argument("--concurrent-pairs", action="store_true",
+                   help="run the disjoint pairs of each round at once: n/2 times faster, but "
+                        "understates pairs that share an uplink")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``horotopo probe``: collective over MPI.COMM_WORLD; returns the exit code."""
+    from mpi4py import MPI
+
+    from ..plan import parse_size
+    from ..probe import ProbeError, format_report, probe
+
+    comm = MPI.COMM_WORLD
+    rank = comm.rank
+    overrides: dict = {}
+    try:
+        if args.max_bytes is not None:
+            overrides["max_bytes"] = parse_size(args.max_bytes)
+            overrides["start_bytes"] = min(64 << 10, overrides["max_bytes"])
+            overrides["min_bytes"] = min(4 << 10, overrides["start_bytes"])
+        if args.timeout is not None:
+            overrides["timeout_s"] = args.timeout
+        if args.concurrent_pairs:
+            overrides["concurrent_pairs"] = True
+    except ValueError as exc:
+        if rank == 0:
+            print(f"horotopo probe: error: {exc}", file=sys.stderr)
+        return 2
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        doc = probe(comm, "quick" if args.quick else "full", name=args.name,
+                    progress=progress if rank == 0 and not args.quiet else None, **overrides)
+    except (ProbeError, ValueError) as exc:
+        print(f"horotopo probe: error on rank {rank}: {exc}", file=sys.stderr, flush=True)
+        # Transfers to a dead or unreachable peer cannot be cancelled, and MPI_Finalize would
+        # wait for them: abort the job so that it never hangs.
+        comm.Abort(1)
+        return 1  # pragma: no cover - Abort does not return
+    if rank == 0:
+        if args.output:
+            Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")
+            if not args.quiet:
+                progress(f"[probe] wrote {args.output}")
+        print(json.dumps(doc, indent=1) if args.json else format_report(doc), flush=True)
+    return 0
