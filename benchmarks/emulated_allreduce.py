@@ -64,21 +64,20 @@ def _rows(stdout: str) -> List[Dict[str, Any]]:
 
 def _run_emulated(topology: Path, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
     from horotopo_launch.emulate import EmulatedCluster
+    from horotopo_launch.mpi import format_command
 
     with EmulatedCluster(topology) as cluster:
         _log(f"emulated {len(cluster.nodes)} namespaces, {len(cluster.links)} shaped links; "
              f"running {len(cluster.ranks)} ranks across them")
-        cmd, launcher_env = cluster.command(argv)
-        _log("command: " + " ".join(cmd))
-        proc = cluster.run(argv, timeout=timeout)
-    return proc
+        _log("command: " + format_command(*cluster.command(argv)))
+        return cluster.run(argv, timeout=timeout)
 
 
 def _run_local(np: int, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
-    from horotopo_launch.mpi import Job, command_line, detect
+    from horotopo_launch.mpi import Job, command_line, detect, format_command
 
     cmd, launcher_env = command_line(detect(), Job(np=np, command=argv))
-    _log("command: " + " ".join(cmd))
+    _log("command: " + format_command(cmd, launcher_env))
     env = dict(os.environ)
     env.update(launcher_env)
     return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -104,6 +103,8 @@ def report(rows: Sequence[Dict[str, Any]], plan: Any, emulated: bool) -> Tuple[s
         lines.append(f"{_fmt_size(size):>10} {row['time_s'] * 1e3:>9.1f}ms "
                      f"{row['mpi_time_s'] * 1e3:>12.1f}ms {row['ratio']:>12.2f}x "
                      f"{pred * 1e3:>9.1f}ms {int(row.get('wrong', 0)):>6}")
+    if not emulated:
+        lines.append("(predicted: for the topology's links, which plain local ranks do not have)")
     if not rows:
         return "\n".join(lines), False
     big = max(rows, key=lambda r: int(r["size"]))

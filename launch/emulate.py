@@ -376,11 +376,9 @@ class EmulatedCluster:
         def stop(signum: int, frame: Any) -> None:
             raise SystemExit(128 + signum)
 
+        # Ctrl-C already raises KeyboardInterrupt, which unwinds through __exit__.
         for sig in (signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[sig] = signal.signal(sig, stop)
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            return
-        # Ctrl-C raises KeyboardInterrupt by default, which unwinds through __exit__.
 
     def _teardown(self) -> None:
         # Ignore a second Ctrl-C while tearing down: a half-removed cluster is worse.

@@ -131,11 +131,20 @@ def test_killed_rank_fails_the_job_and_teardown_is_complete(tmp_path):
         proc = c.run([sys.executable, str(script)], timeout=90)
         assert time.monotonic() - t < 60
         assert proc.returncode != 0
-        for node in c.nodes:
-            pids = subprocess.run(["ip", "netns", "pids", node.ns], stdout=subprocess.PIPE,
-                                  text=True).stdout.split()
-            assert pids == [], (node.ns, pids)
+        _assert_no_processes(c)
+        # A job past its timeout is killed, ranks and all, and the cluster stays usable.
+        with pytest.raises(subprocess.TimeoutExpired):
+            c.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=3)
+        _assert_no_processes(c)
+        assert c.run(["true"], timeout=60).returncode == 0
     _assert_clean("tn3")
+
+
+def _assert_no_processes(c):
+    for ns in [n.ns for n in c.nodes] + [c.head_ns]:
+        pids = subprocess.run(["ip", "netns", "pids", ns], stdout=subprocess.PIPE,
+                              text=True).stdout.split()
+        assert pids == [], (ns, pids)
 
 
 HOLDER = textwrap.dedent("""
