@@ -654,6 +654,9 @@ class EmulatedCluster:
                      tolerance: float = 0.10) -> float:
         """:meth:`measure`, repeated up to ``tries`` times while more than ``tolerance`` off
         the configured rate of ``src -> dst``; the fastest stream (see :meth:`check`)."""
+        if (src, dst) not in self.rates:
+            raise EmulationError(f"{src!r} and {dst!r} are not the ends of one link; "
+                                 f"measure() takes any two nodes")
         configured = self.rates[src, dst]
         best = 0.0
         for _ in range(max(1, tries)):

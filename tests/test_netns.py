@@ -214,15 +214,23 @@ def test_cli_check_prints_configured_and_measured(tmp_path):
 
 def test_cli_runs_a_job_on_the_emulated_cluster(tmp_path):
     code = "import sys; from horotopo_launch.cli import main; sys.exit(main())"
-    job = ("import socket, sys; from mpi4py import MPI; "
-           "sys.stdout.write(f'<{MPI.COMM_WORLD.rank} {socket.gethostname()}>\\n')")
-    proc = subprocess.run([sys.executable, "-c", code, "--emulate", str(bundled("racks-2x3")),
-                           "--emulate-prefix", "tn8", "-np", "3", sys.executable, "-c", job],
+    # Two ranks on host a, and host c reached through host b (which then forwards).
+    topo = tmp_path / "multi.json"
+    topo.write_text(json.dumps({
+        "name": "multi", "switches": ["s0", "s1"],
+        "links": [{"ends": ["a", "s0"], "gbps": 0.5}, {"ends": ["b", "s1"], "gbps": 0.5},
+                  {"ends": ["s0", "s1"], "gbps": [0.2, 0.1]}, {"ends": ["c", "b"], "gbps": 0.3}],
+        "ranks": ["a", "b", "a", "c", "b"]}))
+    job = ("import socket, sys; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+           "s = c.allreduce(c.rank); "
+           "sys.stdout.write(f'<{c.rank} {socket.gethostname()} {s}>\\n')")
+    proc = subprocess.run([sys.executable, "-c", code, "--emulate", str(topo),
+                           "--emulate-prefix", "tn8", "-np", "4", sys.executable, "-c", job],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(re.findall(r"<(\d) (\w+)>", proc.stdout)) == [("0", "p0"), ("1", "q0"),
-                                                               ("2", "p1")]
+    assert sorted(re.findall(r"<(\d) (\w+) (\d+)>", proc.stdout)) == [
+        ("0", "a", "6"), ("1", "b", "6"), ("2", "a", "6"), ("3", "c", "6")]
     _assert_clean("tn8")
 
 
