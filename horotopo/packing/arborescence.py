@@ -12,7 +12,8 @@ from typing import List, Tuple
 
 import numpy as np
 
-__all__ = ["min_out_arborescence", "min_in_arborescence", "arborescence_cost"]
+__all__ = ["min_out_arborescence", "min_in_arborescence", "arborescence_cost",
+           "best_root_arborescence"]
 
 _INF = np.inf
 
@@ -99,7 +100,11 @@ def _edmonds(w: np.ndarray, root: int) -> np.ndarray:
     n = w.shape[0]
     np.fill_diagonal(w, _INF)
     w[:, root] = _INF
-    parent = np.argmin(w, axis=0)
+    # Ties broken by lowest index chain every rank to rank 0 when costs are uniform, and then
+    # each level contracts a single 2-cycle (n levels). A fixed pseudo-random row order breaks
+    # ties like a random functional graph, which has many cycles: few levels, same minimum.
+    rows = np.random.default_rng(n).permutation(n)
+    parent = rows[np.argmin(w[rows], axis=0)]
     parent[root] = -1
     cycles = _find_cycles(parent, root)
     if not cycles:
@@ -147,3 +152,39 @@ def _edmonds(w: np.ndarray, root: int) -> np.ndarray:
         result[v] = u
     result[root] = -1
     return result
+
+
+def best_root_arborescence(cost: np.ndarray, root_cost: np.ndarray,
+                           inward: bool) -> Tuple[int, np.ndarray, float]:
+    """``min over r of (root_cost[r] + cheapest arborescence rooted at r)``, in one Edmonds run.
+
+    A super-root ``s`` gets an arc ``s -> r`` of cost ``M + root_cost[r]`` for every ``r``
+    (``inf`` excludes ``r``); with ``M`` larger than any arborescence, the cheapest
+    arborescence from ``s`` uses exactly one such arc, and its child is the best root. This
+    prices all ``n`` roots for the cost of one run on ``n + 1`` nodes.
+
+    Returns ``(root, parent, tree_cost)``; ``tree_cost`` excludes ``root_cost[root]``.
+    """
+    w = np.asarray(cost, dtype=float)
+    n = w.shape[0]
+    base = w.T if inward else w
+    finite_w = base[np.isfinite(base)]
+    finite_r = root_cost[np.isfinite(root_cost)]
+    if not len(finite_r):
+        raise ValueError("every root is excluded")
+    big = 2.0 * (n * (float(np.abs(finite_w).max()) if len(finite_w) else 0.0)
+                 + float(np.abs(finite_r).max())) + 1.0
+    aug = np.full((n + 1, n + 1), _INF)
+    aug[:n, :n] = base
+    aug[n, :n] = big + root_cost
+    parent = _edmonds(aug, n)
+    roots = np.flatnonzero(parent[:n] == n)
+    if len(roots) != 1:
+        raise ValueError("no spanning arborescence: some rank is unreachable")
+    root = int(roots[0])
+    parent = parent[:n].copy()
+    parent[root] = -1
+    tree_cost = arborescence_cost(w, parent, inward)
+    if not np.isfinite(tree_cost):
+        raise ValueError("no spanning arborescence: some rank is unreachable")
+    return root, parent, tree_cost

@@ -1,28 +1,42 @@
-"""Certified fractional packing of reduce/broadcast tree pairs.
+"""Certified fractional packing of reduce/broadcast trees.
 
-The LP (see :mod:`horotopo.packing.model`) has one column per tree pair, exponentially many, so
-it is solved with an oracle that, for resource lengths ``y``, returns the cheapest pair: for each
-root ``r``, a minimum in-arborescence ``A`` into ``r`` plus a minimum out-arborescence ``B`` from
-``r`` under arc costs ``W[u, v] = sum_{l in route(u, v)} y_l`` (two Edmonds runs per root).
+The LP of :mod:`horotopo.packing.model` pairs a reduce tree ``A`` into root ``r`` with a
+broadcast tree ``B`` out of ``r`` at one rate. What must really hold is only that each root
+broadcasts as fast as it reduces, so the solver works with the equivalent *split* LP: reduce
+trees with rates ``a``, broadcast trees with rates ``b``, and a balance row per root,
 
-Phases, following Garg & Konemann ("Faster and simpler algorithms for multicommodity flow and
-other fractional packing problems", FOCS 1998) as the paper does for its tree packing:
+    max sum a   s.t.   sum a * load(A) + sum b * load(B) <= c,
+                       sum_{A into r} a  =  sum_{B out of r} b   for every root r,
 
-1. Multiplicative weights: route the bottleneck rate of the cheapest column, then grow the length
-   of each resource by ``(1 + eps * load / capacity)``. This seeds a pool of good columns.
-2. Exact rates: re-solve the LP restricted to the pool with HiGHS, take its duals as new lengths,
-   and ask the oracle for columns that price out (column generation). Ring's ``n`` chains are in
-   the pool from the start, so the result is never below ring.
-3. Prune to at most ``max_trees_per_root`` trees per root (and drop trees with a negligible
-   share), then re-solve the kept trees' rates exactly and report the loss.
+whose dual is ``min c.y`` with ``load(A).y + pi_r >= 1`` and ``load(B).y - pi_r >= 0``.
+Pricing a reduce tree means ``min over r of (pi_r + cheapest in-arborescence into r)``, which one
+Edmonds run with a super-root answers for all roots at once (see
+:func:`~horotopo.packing.arborescence.best_root_arborescence`); likewise for broadcast trees.
 
-Certificate: for any lengths ``y >= 0``, ``y / alpha(y)`` (``alpha`` the oracle's cheapest column
-cost) is dual feasible, so ``c.y / alpha(y)`` bounds the optimum from above. Every set of lengths
-that the algorithm prices (the multiplicative weights and every LP dual) yields such a bound; the
-smallest is kept, and ``gap = 1 - R / bound`` is certified.
+Phases:
 
-Symbols: ``x`` (rate of a tree, the paper's flow on a tree), ``R = sum x`` (throughput),
-``c_l`` (capacity), ``y_l`` (length, the dual price of resource ``l``).
+1. Garg-Konemann multiplicative weights ("Faster and simpler algorithms for multicommodity flow
+   and other fractional packing problems", FOCS 1998), which the paper uses for its tree
+   packing: route the bottleneck rate of a cheap pair, grow each length ``y_l`` by
+   ``(1 + eps * load_l / c_l)``. It seeds the pool with good trees.
+2. Column generation: HiGHS solves the LP restricted to the pool; its duals ``(y, pi)`` price new
+   trees (smoothed towards the best certified dual point). Ring's ``n`` chains, in rank order
+   and along a nearest-neighbour ring that follows the topology, are in the pool from the
+   start, so the result is never below ring.
+3. Pruning: at most ``max_trees_per_root`` reduce trees and as many broadcast trees per root;
+   over-quota trees are banned and the LP re-solved, with pricing restricted to roots that have
+   quota left, until the support fits. The kept trees' rates are exact LP rates.
+4. Pairing: per root, reduce and broadcast rates are matched north-west-corner style into
+   (A, B, x) triples, at most ``2k - 1`` per root.
+
+Certificate: for lengths ``y >= 0`` and any ``pi``, with ``d1 = min_r (pi_r + in_r(y))`` and
+``d2 = min_r (out_r(y) - pi_r)``, the point ``(y, pi + d2) / (d1 + d2)`` is dual feasible, so
+``c.y / (d1 + d2)`` bounds the optimum from above. Every priced ``(y, pi)`` (the multiplicative
+weights with ``pi = 0``, and every LP dual) gives such a bound; the smallest is kept, and
+``gap = 1 - R / bound`` is certified.
+
+Symbols: ``x`` rate of a tree pair (the paper's flow on a tree), ``R = sum x`` throughput,
+``c_l`` capacity, ``y_l`` length (dual price of resource ``l``), ``pi_r`` price of root balance.
 """
 from __future__ import annotations
 
@@ -34,82 +48,83 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from ..topology import Topology
-from .arborescence import min_in_arborescence, min_out_arborescence
-from .model import ArcModel, Packing, TreeRate, ring_parents
+from .arborescence import best_root_arborescence, min_out_arborescence
+from .model import (ArcModel, Packing, TreeRate, ring_order_nearest, ring_parents,
+                    ring_parents_in_order)
 
-__all__ = ["pack", "cheapest_columns", "dual_bound", "solve_rates"]
+__all__ = ["pack", "dual_bound", "price", "pair_rates"]
 
-Column = Tuple[int, Tuple[int, ...], Tuple[int, ...]]
 UNBOUNDED_BPS = 1e15  # reported when no resource constrains anything (one rank, one host)
+Half = Tuple[bool, int, Tuple[int, ...]]  # (inward, root, parent)
 
 
-def cheapest_columns(model: ArcModel, lengths: np.ndarray,
-                     roots: Optional[Sequence[int]] = None) -> List[Tuple[float, Column]]:
-    """For each root, the cheapest (in-arborescence, out-arborescence) pair under ``lengths``.
+def dual_bound(capacity: np.ndarray, lengths: np.ndarray, d1: float, d2: float) -> float:
+    """``c.y / (d1 + d2)``: an upper bound on the optimum (see module docstring)."""
+    if d1 + d2 <= 0:
+        return np.inf
+    return float(capacity @ lengths) / (d1 + d2)
 
-    Returns ``(cost, (root, reduce_parent, bcast_parent))`` per root, cheapest first.
+
+def price(model: ArcModel, lengths: np.ndarray, root_price: np.ndarray, inward: bool,
+          count: int = 1, allowed_roots: Optional[np.ndarray] = None) -> List[Tuple[float, Half]]:
+    """The cheapest trees of one kind at up to ``count`` distinct roots.
+
+    The cost of a reduce tree (``inward``) into ``r`` is ``root_price[r] + cost_y(A)``; pass
+    ``-pi`` for broadcast trees. Returns ``(reduced cost, (inward, root, parent))``, cheapest
+    first; the first entry is the exact minimum over the allowed roots.
     """
     w = model.arc_costs(lengths)
-    out: List[Tuple[float, Column]] = []
-    for r in (range(model.n) if roots is None else roots):
-        a, cost_a = min_in_arborescence(w, r)
-        b, cost_b = min_out_arborescence(w, r)
-        out.append((cost_a + cost_b, (int(r), tuple(int(p) for p in a), tuple(int(p) for p in b))))
-    out.sort(key=lambda t: t[0])
-    return out
-
-
-def dual_bound(model: ArcModel, lengths: np.ndarray, alpha: float) -> float:
-    """Upper bound ``c.y / alpha(y)`` on the optimal throughput (weak LP duality)."""
-    if alpha <= 0:
-        return np.inf
-    return float(model.capacity @ lengths) / alpha
-
-
-def solve_rates(loads: np.ndarray, capacity: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Exact LP ``max sum x  s.t.  loads @ x <= capacity, x >= 0`` with HiGHS.
-
-    Parameters
-    ----------
-    loads : (m, k) array or sparse matrix
-        Column ``t`` is the unit-rate load of tree pair ``t`` on each resource.
-    capacity : (m,) array
-
-    Returns
-    -------
-    x : (k,) rates; y : (m,) dual prices (>= 0) of the capacity rows.
-    """
-    scale = float(capacity.max())
-    k = loads.shape[1]
-    res = linprog(-np.ones(k), A_ub=sp.csc_matrix(loads), b_ub=capacity / scale,
-                  bounds=(0, None), method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"HiGHS could not solve the rate LP: {res.message}")
-    x = np.maximum(res.x, 0.0) * scale
-    y = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
-    return x, y
+    offsets = np.asarray(root_price, dtype=float).copy()
+    if allowed_roots is not None:
+        offsets[~allowed_roots] = np.inf
+    found: List[Tuple[float, Half]] = []
+    for _ in range(count):
+        if not np.isfinite(offsets).any():
+            break
+        r, parent, cost = best_root_arborescence(w, offsets, inward)
+        found.append((float(offsets[r] + cost), (inward, r, tuple(int(p) for p in parent))))
+        offsets[r] = np.inf
+    return found
 
 
 class _Pool:
-    """Columns found so far, with their loads, deduplicated."""
+    """Reduce and broadcast trees found so far, deduplicated, with their unit loads."""
 
     def __init__(self, model: ArcModel):
         self.model = model
-        self.columns: List[Column] = []
-        self.index: Dict[Column, int] = {}
+        self.halves: List[Half] = []
+        self.index: Dict[Half, int] = {}
         self.loads: List[np.ndarray] = []
 
-    def add(self, col: Column) -> Tuple[int, bool]:
-        if col in self.index:
-            return self.index[col], False
-        self.index[col] = len(self.columns)
-        self.columns.append(col)
-        self.loads.append(self.model.load(*col))
-        return self.index[col], True
+    def add(self, half: Half) -> bool:
+        if half in self.index:
+            return False
+        self.index[half] = len(self.halves)
+        self.halves.append(half)
+        self.loads.append(self.model.half_load(half[2], half[0]))
+        return True
 
-    def matrix(self, subset: Optional[Sequence[int]] = None) -> sp.csc_matrix:
-        picked = self.loads if subset is None else [self.loads[i] for i in subset]
-        return sp.csc_matrix(np.column_stack(picked))
+    def solve(self, allowed: Optional[np.ndarray] = None
+              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Exact LP over the (allowed) pool: rates of every tree, lengths ``y``, prices ``pi``."""
+        ids = np.arange(len(self.halves)) if allowed is None else np.flatnonzero(allowed)
+        n = self.model.n
+        cap = self.model.capacity
+        scale = float(cap.max())
+        inward = np.array([self.halves[i][0] for i in ids])
+        roots = np.array([self.halves[i][1] for i in ids])
+        a_ub = sp.csc_matrix(np.column_stack([self.loads[i] for i in ids]))
+        a_eq = sp.csc_matrix((np.where(inward, 1.0, -1.0), (roots, np.arange(len(ids)))),
+                             shape=(n, len(ids)))
+        res = linprog(-inward.astype(float), A_ub=a_ub, b_ub=cap / scale, A_eq=a_eq,
+                      b_eq=np.zeros(n), bounds=(0, None), method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"HiGHS could not solve the rate LP: {res.message}")
+        rates = np.zeros(len(self.halves))
+        rates[ids] = np.maximum(res.x, 0.0) * scale
+        lengths = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
+        prices = -np.asarray(res.eqlin.marginals)
+        return rates, lengths, prices
 
 
 def _unconstrained(n: int) -> Packing:
@@ -119,34 +134,31 @@ def _unconstrained(n: int) -> Packing:
                    full_throughput=UNBOUNDED_BPS)
 
 
-def pack(topology: Topology, *, max_trees_per_root: int = 2, min_share: float = 0.01,
+def pack(topology: Topology, *, max_trees_per_root: int = 3, min_share: Optional[float] = None,
          target_gap: float = 0.01, eps: float = 0.1, gk_iterations: Optional[int] = None,
-         max_rounds: int = 200, time_limit_s: float = 120.0,
+         columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
          progress: Optional[Callable[[str], None]] = None) -> Packing:
-    """Pack reduce/broadcast tree pairs on ``topology`` with a certified gap.
+    """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
 
     Parameters
     ----------
     topology : Topology
     max_trees_per_root : int
-        Pruning keeps at most this many trees per root (the engine pays per tree).
-    min_share : float
-        Pruning also drops trees whose LP rate is below this fraction of ``R``.
+        ``k``: pruning keeps at most ``k`` reduce and ``k`` broadcast trees per root.
+    min_share : float, optional
+        Pruning drops trees below this fraction of ``R`` (default ``min(0.01, 0.25 / n)``).
     target_gap : float
-        Column generation stops once ``1 - R_pool / bound`` is at most half of this, leaving
-        the other half to pruning.
+        Column generation stops once its certified gap is at most half of this.
     eps : float
-        Multiplicative-weights step (Garg-Konemann's epsilon).
+        Garg-Konemann step size.
     gk_iterations : int, optional
-        Multiplicative-weights iterations before column generation (default ``min(2n, 16)``).
+        Multiplicative-weights iterations (default ``min(2n, 32)``).
+    columns_per_round : int
+        Roots priced per kind and column-generation round.
     max_rounds, time_limit_s : int, float
-        Caps on column generation; the result stays certified whatever stops it.
+        Caps on column generation and pruning; the result stays certified whatever stops it.
     progress : callable, optional
         Receives one-line progress messages.
-
-    Returns
-    -------
-    Packing
     """
     start = time.perf_counter()
     say = progress or (lambda msg: None)
@@ -155,112 +167,220 @@ def pack(topology: Topology, *, max_trees_per_root: int = 2, min_share: float = 
     cap = model.capacity
     if n == 1 or model.incidence.nnz == 0:
         return _unconstrained(n)
+    if min_share is None:
+        min_share = min(0.01, 0.25 / n)
+    zeros = np.zeros(n)
 
     pool = _Pool(model)
     for r in range(n):
-        pool.add((r, *ring_parents(n, r)))
-
+        a, b = ring_parents(n, r)
+        pool.add((True, r, a))
+        pool.add((False, r, b))
+    # A topology-aware ring (n chains) is optimal on uniform stars and near it on racks, and
+    # gives the pruning a low-support solution to fall back on.
+    order = ring_order_nearest(model.arc_costs(1.0 / cap))
+    for r in range(n):
+        a, b = ring_parents_in_order(order, r)
+        pool.add((True, r, a))
+        pool.add((False, r, b))
     best_bound = np.inf
     history: List[Tuple[float, float]] = []
     iterations = 0
 
-    # Phase 1: multiplicative weights (Garg-Konemann).
+    # Phase 1: Garg-Konemann multiplicative weights, seeding the pool.
     y = 1.0 / cap
-    for _ in range(gk_iterations if gk_iterations is not None else min(2 * n, 16)):
-        priced = cheapest_columns(model, y)
+    for _ in range(gk_iterations if gk_iterations is not None else min(2 * n, 32)):
+        (d1, (_, root, a)), = price(model, y, zeros, True)
+        (d2, _), = price(model, y, zeros, False)
+        best_bound = min(best_bound, dual_bound(cap, y, d1, d2))
+        b, _ = min_out_arborescence(model.arc_costs(y), root)
+        b = tuple(int(p) for p in b)
+        pool.add((True, root, a))
+        pool.add((False, root, b))
         iterations += 1
-        alpha, col = priced[0]
-        best_bound = min(best_bound, dual_bound(model, y, alpha))
-        for _, c in priced[: max(1, n // 4)]:
-            pool.add(c)
-        load = pool.loads[pool.index[col]]
+        load = model.load(root, a, b)
         used = load > 0
         flow = float(np.min(cap[used] / load[used]))
         y = y * (1.0 + eps * flow * load / cap)
         y /= float(cap @ y)  # only the direction of y matters; keep it from overflowing
+        if time.perf_counter() - start > 0.2 * time_limit_s:
+            break
 
-    # Phase 2: exact rates on the pool, LP duals as lengths, columns that price out.
-    x, duals = solve_rates(pool.matrix(), cap)
+    # Phase 2: column generation on the LP duals, stabilized (Wentges smoothing): pricing at a
+    # mix of the LP duals and the best certified dual point so far keeps the degenerate LP's
+    # jumping duals from producing columns that never enter and bounds that never tighten.
+    rates, y, pi = pool.solve()
     rounds = 0
+    center: Optional[Tuple[np.ndarray, np.ndarray]] = None
+    mix = 0.5
     while True:
-        r_pool = float(x.sum())
-        priced = cheapest_columns(model, duals)
+        r_pool = float(rates[[h[0] for h in pool.halves]].sum())
+        if center is None:
+            ys, pis = y, pi
+        else:
+            ys, pis = mix * center[0] + (1 - mix) * y, mix * center[1] + (1 - mix) * pi
+        found_a = price(model, ys, pis, True, columns_per_round)
+        found_b = price(model, ys, -pis, False, columns_per_round)
         iterations += 1
-        alpha = priced[0][0]
-        best_bound = min(best_bound, dual_bound(model, duals, alpha))
+        d1, d2 = found_a[0][0], found_b[0][0]
+        bound = dual_bound(cap, ys, d1, d2)
+        if bound < best_bound:
+            best_bound = bound
+            center = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
         history.append((r_pool, best_bound))
         gap = 1.0 - r_pool / best_bound
-        say(f"round {rounds}: R {r_pool / 1e6:.3f} MB/s, bound {best_bound / 1e6:.3f} MB/s, "
-            f"gap {gap * 100:.3f}%, {len(pool.columns)} columns")
+        if rounds % 10 == 0:
+            say(f"column generation round {rounds}: R {r_pool / 1e6:.3f} MB/s, bound "
+                f"{best_bound / 1e6:.3f} MB/s, gap {gap * 100:.3f}%, {len(pool.halves)} trees")
         if gap <= target_gap / 2 or rounds >= max_rounds \
-                or time.perf_counter() - start > time_limit_s:
+                or time.perf_counter() - start > 0.8 * time_limit_s:
             break
-        # A column prices out when its cost is below 1 in units where the LP's duals make the
-        # pool's columns cost at least 1: c.y = R_pool, so the threshold is c.y / R_pool.
-        threshold = float(cap @ duals) / r_pool
-        added = sum(pool.add(c)[1] for cost, c in priced if cost < threshold * (1 - 1e-9))
-        if not added:
-            break
-        x, duals = solve_rates(pool.matrix(), cap)
+        added = 0
+        for _, h in found_a + found_b:
+            load = model.half_load(h[2], h[0])
+            reduced = float(load @ y) + (pi[h[1]] if h[0] else -pi[h[1]])
+            if reduced < (1.0 if h[0] else 0.0) - 1e-9:
+                added += pool.add(h)
         rounds += 1
-    r_full = float(x.sum())
+        if not added:
+            if center is None or mix < 1e-3:
+                break  # nothing prices out at the LP duals: the pool's LP is optimal
+            mix /= 4  # mis-priced: trust the LP duals more
+            continue
+        rates, y, pi = pool.solve()
+    inward = np.array([h[0] for h in pool.halves])
+    r_full = float(rates[inward].sum())
 
-    # Phase 3: prune. Banning a tree and re-solving lets the LP move its rate to trees at
-    # other roots, which loses far less than keeping the top trees of each root.
-    kept, kx = _prune(pool, x, n, max_trees_per_root, min_share, say)
-    trees = tuple(TreeRate(pool.columns[i][0], pool.columns[i][1], pool.columns[i][2], float(v))
-                  for i, v in zip(kept, kx))
+    # Phase 3: prune to the quota, re-solving and re-pricing.
+    rates = _prune(pool, rates, max_trees_per_root, min_share, start, time_limit_s,
+                   target_gap / 4)
+    inward = np.array([h[0] for h in pool.halves])
+    total = float(rates[inward].sum())
+    ring = _ring_rate(model, n)
+    if total < ring * (1 - 1e-9):
+        # Ring's chains, one per root, always fit the quota; they are pool entries 0..2n-1.
+        rates = np.zeros(len(pool.halves))
+        rates[: 2 * n] = ring / n
+        total = ring
+    trees = pair_rates(pool.halves, rates)
     total = float(sum(t.rate for t in trees))
+    say(f"pruned to {len(trees)} tree pairs: R {total / 1e6:.3f} MB/s "
+        f"(before pruning {r_full / 1e6:.3f}), bound {best_bound / 1e6:.3f} MB/s")
     return Packing(trees=trees, throughput=total, upper_bound=max(best_bound, total),
                    full_throughput=max(r_full, total), iterations=iterations,
-                   columns=len(pool.columns), seconds=time.perf_counter() - start,
+                   columns=len(pool.halves), seconds=time.perf_counter() - start,
                    history=tuple(history))
+
+
+def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_root: int,
+                  min_share: float) -> np.ndarray:
+    total = float(rates[inward].sum())
+    keep = np.zeros(len(rates), dtype=bool)
+    for kind in (True, False):
+        for r in np.unique(roots):
+            at = np.flatnonzero((inward == kind) & (roots == r) & (rates >= min_share * total)
+                                & (rates > 0))
+            keep[at[np.argsort(-rates[at], kind="stable")][:per_root]] = True
+    return keep
+
+
+def _prune(pool: _Pool, rates: np.ndarray, per_root: int, min_share: float,
+           start: float, time_limit_s: float, tolerance: float) -> np.ndarray:
+    """Cut the support to at most ``per_root`` trees of each kind per root.
+
+    A root whose support reaches the quota is frozen to its ``per_root`` best trees (every
+    other tree of that kind at that root is banned), so re-solving cannot shift its rate to
+    yet another tree there; trees below ``min_share`` are banned. Roots still under quota may
+    then take up new trees priced on the restricted LP's duals.
+    """
+    model = pool.model
+    n = model.n
+    inward = np.array([h[0] for h in pool.halves])
+    roots = np.array([h[1] for h in pool.halves])
+    r_full = float(rates[inward].sum())
+    # Shortcuts first: the topology-aware ring alone (pool entries 2n..4n-1, one tree of each
+    # kind per root), then each root's top trees; either is enough when it loses almost nothing.
+    for allowed in (np.arange(len(pool.halves)) // (2 * n) == 1,
+                    _top_per_root(rates, inward, roots, per_root, min_share)):
+        trial, _, _ = pool.solve(allowed)
+        if trial[inward].sum() >= (1 - tolerance) * r_full:
+            trial[~allowed] = 0.0
+            return trial
+    allowed = np.ones(len(pool.halves), dtype=bool)
+    full = np.zeros((2, n), dtype=bool)
+    for _ in range(4 * n + 20):
+        inward = np.array([h[0] for h in pool.halves])
+        roots = np.array([h[1] for h in pool.halves])
+        total = float(rates[inward].sum())
+        support = rates > 1e-9 * total
+        ban = support & (rates < min_share * total)
+        for kind in (True, False):
+            for r in np.unique(roots[support & (inward == kind)]):
+                here = (inward == kind) & (roots == r)
+                at = np.flatnonzero(support & here)
+                if len(at) >= per_root and not full[int(kind), r]:
+                    best = at[np.argsort(-rates[at], kind="stable")][:per_root]
+                    others = here & allowed
+                    others[best] = False
+                    ban |= others
+                    full[int(kind), r] = True
+        if ban.any():
+            allowed[ban] = False
+            rates, _, _ = pool.solve(allowed)
+            continue
+        if time.perf_counter() - start > time_limit_s:
+            break
+        _, y, pi = pool.solve(allowed)
+        count = len(pool.halves)
+        added = 0
+        for kind, threshold in ((True, 1.0), (False, 0.0)):
+            found = price(model, y, pi if kind else -pi, kind, 2,
+                          allowed_roots=~full[int(kind)])
+            added += sum(pool.add(h) for cost, h in found if cost < threshold - 1e-9)
+        if not added:
+            break
+        allowed = np.r_[allowed, np.ones(len(pool.halves) - count, dtype=bool)]
+        rates, _, _ = pool.solve(allowed)
+    rates = rates.copy()
+    rates[~allowed[: len(rates)]] = 0.0
+    return rates
+
+
+def pair_rates(halves: Sequence[Half], rates: np.ndarray) -> Tuple[TreeRate, ...]:
+    """Match each root's reduce and broadcast rates into (A, B, x) triples (north-west corner).
+
+    The LP balances each root's totals; the broadcast rates are rescaled to the reduce total
+    to absorb the solver's rounding.
+    """
+    total = float(sum(rates[i] for i, h in enumerate(halves) if h[0]))
+    tiny = 1e-9 * total
+    by_root: Dict[int, Tuple[List[List], List[List]]] = {}
+    for i, (inward, root, parent) in enumerate(halves):
+        if rates[i] > tiny:
+            by_root.setdefault(root, ([], []))[0 if inward else 1].append([parent, float(rates[i])])
+    out: List[TreeRate] = []
+    for root in sorted(by_root):
+        ups, downs = by_root[root]
+        up_sum = sum(u[1] for u in ups)
+        down_sum = sum(d[1] for d in downs)
+        if up_sum <= tiny or down_sum <= tiny:
+            continue
+        for d in downs:
+            d[1] *= up_sum / down_sum
+        i = j = 0
+        while i < len(ups) and j < len(downs):
+            x = min(ups[i][1], downs[j][1])
+            if x > tiny:
+                out.append(TreeRate(root, tuple(ups[i][0]), tuple(downs[j][0]), x))
+            ups[i][1] -= x
+            downs[j][1] -= x
+            if ups[i][1] <= tiny:
+                i += 1
+            if downs[j][1] <= tiny:
+                j += 1
+    return tuple(out)
 
 
 def _ring_rate(model: ArcModel, n: int) -> float:
     load = sum(model.load(r, *ring_parents(n, r)) for r in range(n))
     return n * model.max_rate(load)
-
-
-def _prune(pool: _Pool, x: np.ndarray, n: int, per_root: int, min_share: float,
-           say: Callable[[str], None]) -> Tuple[List[int], np.ndarray]:
-    """Ban columns until every root has at most ``per_root`` trees of share >= ``min_share``.
-
-    Each step bans, at every root over its quota, its lowest-rate trees beyond the quota, and
-    the trees below ``min_share``; then re-solves the LP over the unbanned pool.
-    If the pruned rate falls below ring's, ring's chains (pool columns ``0..n-1``, one per
-    root) are returned instead, so the result is never below ring.
-    """
-    allowed = np.ones(len(pool.columns), dtype=bool)
-    roots = np.array([c[0] for c in pool.columns])
-    ids = np.arange(len(pool.columns))
-    for _ in range(10 * len(pool.columns)):
-        total = float(x.sum())
-        support = x > 1e-12 * total
-        small = support & (x < min_share * total)
-        over = np.zeros_like(support)
-        for r in np.unique(roots[support]):
-            at_root = ids[support & (roots == r)]
-            if len(at_root) > per_root:
-                order = at_root[np.argsort(-x[at_root], kind="stable")]
-                over[order[per_root:]] = True
-        ban = small | over
-        if not ban.any():
-            break
-        allowed[ban] = False
-        sub = ids[allowed]
-        if not len(sub):
-            break
-        xs, _ = solve_rates(pool.matrix(sub), pool.model.capacity)
-        x = np.zeros(len(pool.columns))
-        x[sub] = xs
-    total = float(x.sum())
-    ring = _ring_rate(pool.model, n)
-    if total < ring * (1 - 1e-9):
-        # Ring's chains (pool columns 0..n-1) satisfy any quota of one tree per root.
-        x = np.zeros(len(pool.columns))
-        x[:n] = ring / n
-        total = ring
-    keep = [int(i) for i in ids if x[i] > 1e-12 * total]
-    say(f"pruned to {len(keep)} trees, R {total / 1e6:.3f} MB/s")
-    return keep, x[keep]

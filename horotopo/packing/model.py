@@ -21,8 +21,8 @@ import scipy.sparse as sp
 
 from ..topology import Topology
 
-__all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "tree_depth",
-           "validate_arborescence"]
+__all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents",
+           "ring_parents_in_order", "ring_order_nearest", "tree_depth", "validate_arborescence"]
 
 
 @dataclass(frozen=True)
@@ -180,12 +180,52 @@ class ArcModel:
         counts = np.bincount(self.arcs(root, reduce_parent, bcast_parent), minlength=self.n * self.n)
         return np.asarray(self.incidence_T @ counts, dtype=float).ravel()
 
+    def half_load(self, parent: Sequence[int], inward: bool) -> np.ndarray:
+        """Resource load at unit rate of one reduce tree (``inward``) or one broadcast tree."""
+        n = self.n
+        idx = [(v * n + p) if inward else (p * n + v) for v, p in enumerate(parent) if p >= 0]
+        counts = np.bincount(np.asarray(idx, dtype=np.int64), minlength=n * n)
+        return np.asarray(self.incidence_T @ counts, dtype=float).ravel()
+
     def max_rate(self, load: np.ndarray) -> float:
         """Largest rate of a column with ``load`` alone on the network."""
         used = load > 0
         if not used.any():
             return np.inf
         return float(np.min(self.capacity[used] / load[used]))
+
+
+def ring_order_nearest(cost: np.ndarray) -> List[int]:
+    """A ring through all ranks by nearest neighbour on ``cost`` (lowest index breaks ties).
+
+    Under unit lengths ``1 / c`` the cost of an arc grows with every slow link it crosses, so
+    this ring stays inside racks and crosses each uplink about once per direction: the ring a
+    topology-aware scheduler would pick, and a strong seed for the packing.
+    """
+    n = cost.shape[0]
+    order = [0]
+    left = np.ones(n, dtype=bool)
+    left[0] = False
+    for _ in range(n - 1):
+        row = np.where(left, cost[order[-1]] + cost[:, order[-1]], np.inf)
+        nxt = int(np.argmin(row))
+        order.append(nxt)
+        left[nxt] = False
+    return order
+
+
+def ring_parents_in_order(order: Sequence[int], root: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """Like :func:`ring_parents`, along the ring ``order`` instead of rank order."""
+    n = len(order)
+    pos = {v: k for k, v in enumerate(order)}
+    reduce_parent = [-1] * n
+    bcast_parent = [-1] * n
+    for v in range(n):
+        if v != root:
+            k = pos[v]
+            reduce_parent[v] = order[(k + 1) % n]
+            bcast_parent[v] = order[(k - 1) % n]
+    return tuple(reduce_parent), tuple(bcast_parent)
 
 
 def ring_packing(topology: Topology) -> Packing:
