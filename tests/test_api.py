@@ -257,3 +257,9 @@ def test_env_settings_read_horovods_knobs(monkeypatch):
     monkeypatch.setenv("HOROVOD_CYCLE_TIME", "fast")
     with pytest.raises(ValueError, match="HOROVOD_CYCLE_TIME"):
         rtmod.env_settings()
+
+
+def test_broadcast_root_out_of_range_is_a_value_error():
+    rt = _runtime_with_engine(size=4)
+    with pytest.raises(ValueError, match="root_rank 4 is out of range: there are 4 ranks"):
+        rt.enqueue(BROADCAST, [("b", np.ones(2), np.ones(2))], root=4)

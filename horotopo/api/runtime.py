@@ -276,6 +276,9 @@ class Runtime:
             names = [name for name, _, _ in items]
             if len(set(names)) != len(names) or any(n in self._names for n in names):
                 raise ValueError(DUPLICATE_NAME)
+            if kind == BROADCAST and self.size > 0 and not 0 <= int(root) < self.size:
+                raise ValueError(f"root_rank {root} is out of range: there are {self.size} "
+                                 f"ranks")
             hid = next(self._ids)
             handle = Handle(hid, len(items))
             for index, (name, array, output) in enumerate(items):
@@ -648,18 +651,11 @@ class Runtime:
             self._engine.allreduce(e.array, e.output, op=OP_NAMES[op],
                                    prescale_factor=prescale, postscale_factor=postscale)
             return [e.output]
-        total = sum(e.array.size for e in entries)
-        buf = self._buffer(work, total)
-        offset = 0
-        for e in entries:
-            np.copyto(buf[offset:offset + e.array.size], e.array.reshape(-1), casting="unsafe")
-            offset += e.array.size
+        buf = self._buffer(work, sum(e.array.size for e in entries))
+        _pack(buf, [e.array for e in entries], into_buffer=True)
         self._engine.allreduce(buf, buf, op=OP_NAMES[op], prescale_factor=prescale,
                                postscale_factor=postscale)
-        offset = 0
-        for e in entries:
-            np.copyto(e.output.reshape(-1), buf[offset:offset + e.array.size], casting="unsafe")
-            offset += e.array.size
+        _pack(buf, [e.output for e in entries], into_buffer=False)
         return [e.output for e in entries]
 
     def _broadcast(self, entries: List[_Entry], root: int) -> List[np.ndarray]:
@@ -675,18 +671,13 @@ class Runtime:
             return [out]
         total = sum(e.output.nbytes for e in entries)
         buf = self._buffer(np.dtype(np.uint8), total)
-        offset = 0
+        views = [e.output.reshape(-1).view(np.uint8) for e in entries]
         if self.rank == root:
-            for e in entries:
-                buf[offset:offset + e.output.nbytes] = e.output.reshape(-1).view(np.uint8)
-                offset += e.output.nbytes
+            _pack(buf, views, into_buffer=True)
         if total:
             self._engine.broadcast(buf, root)
         if self.rank != root:
-            offset = 0
-            for e in entries:
-                e.output.reshape(-1).view(np.uint8)[:] = buf[offset:offset + e.output.nbytes]
-                offset += e.output.nbytes
+            _pack(buf, views, into_buffer=False)
         return [e.output for e in entries]
 
     def _allgather(self, entry: _Entry, firsts: List[int]) -> np.ndarray:
@@ -718,6 +709,19 @@ class Runtime:
                     closer()
                 except Exception as exc:  # best effort: shutdown must never raise or hang
                     log.debug("horotopo teardown: %s", exc)
+
+
+def _pack(buf: np.ndarray, arrays: List[np.ndarray], into_buffer: bool) -> None:
+    """Copy ``arrays`` back to back into ``buf`` (or out of it), casting where dtypes differ."""
+    offset = 0
+    for arr in arrays:
+        flat = arr.reshape(-1)
+        part = buf[offset:offset + flat.size]
+        if into_buffer:
+            np.copyto(part, flat, casting="unsafe")
+        else:
+            np.copyto(flat, part, casting="unsafe")
+        offset += flat.size
 
 
 def _check_gather_shapes(kind: str, sigs: List[tuple]) -> Optional[str]:
