@@ -65,7 +65,8 @@ def uniform_document(n: int, gbps: float = 1.0) -> Dict[str, Any]:
 
 
 def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
-               log: Optional[Callable[[str], None]] = None) -> Plan:
+               log: Optional[Callable[[str], None]] = None,
+               probe_options: Optional[Mapping[str, Any]] = None) -> Plan:
     """Probe or load the topology, plan on rank 0, broadcast and check the Plan; collective.
 
     Parameters
@@ -77,6 +78,9 @@ def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
         ``HOROTOPO_TOPOLOGY`` (a topology file of either form, which wins over probing) are read.
     log : callable, optional
         Receives one-line messages; called on rank 0 only.
+    probe_options : mapping, optional
+        Settings of :class:`horotopo.probe.ProbeConfig` for the probe (``max_bytes``,
+        ``timeout_s``...), the same on every rank.
 
     Returns
     -------
@@ -124,7 +128,7 @@ def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
             except TopologyError as exc:
                 error = f"HOROTOPO_TOPOLOGY={path}: {exc}"
     elif mode != "off":
-        doc = probe(comm, mode, progress=say)
+        doc = probe(comm, mode, progress=say, **dict(probe_options or {}))
         if rank == 0:
             topology = from_dict(doc)
             say(f"horotopo: probed {topology.n} ranks ({mode}) in {doc['probe']['seconds']:.2f} s, "

@@ -1,0 +1,76 @@
+"""The probe on the local ranks (any size): a loadable topology, the same on every rank, the CLI
+file round trip, and a timeout that names the pair instead of hanging."""
+import json
+import os
+import tempfile
+
+import pytest
+from mpi4py import MPI
+
+from horotopo.cli import main as cli_main
+from horotopo.plan import make_plan
+from horotopo.probe import ProbeError, probe
+from horotopo.probe._mpi import allgather_json, bcast_json
+from horotopo.probe.measure import ProbeConfig, _Prober
+from horotopo.topology import from_dict, load
+
+# Small messages: this tier checks the protocol and the document, not the figures.
+SMALL = dict(max_bytes=128 << 10, start_bytes=16 << 10, min_bytes=4 << 10, warm_bytes=16 << 10,
+             timeout_s=60.0, budget_s=2.0, target_s=0.002)
+
+
+def everyone(value):
+    return allgather_json(MPI.COMM_WORLD, value, 60, "test")
+
+
+def test_probe_gives_the_same_loadable_topology_on_every_rank():
+    comm = MPI.COMM_WORLD
+    doc = probe(comm, "quick", name="local", **SMALL)
+    topo = from_dict(doc)
+    assert topo.n == comm.size and doc["name"] == "local"
+    assert doc["ranks"] == everyone(MPI.Get_processor_name())
+    for i in range(comm.size):
+        for j in range(comm.size):
+            if i != j:
+                assert doc["bandwidth_gbps"][i][j] > 0
+                assert doc["latency_ms"][i][j] >= 0
+    assert doc["probe"]["mode"] == "quick" and doc["probe"]["tests"] >= comm.size * (comm.size - 1)
+    texts = everyone(json.dumps(doc, sort_keys=True))
+    assert all(t == texts[0] for t in texts), "ranks hold different documents"
+
+
+def test_cli_writes_a_file_that_plans():
+    comm = MPI.COMM_WORLD
+    path = bcast_json(comm, os.path.join(tempfile.mkdtemp(), "probed.json") if comm.rank == 0
+                      else None, 0, 60, "test path")
+    code = cli_main(["probe", "--quick", "-q", "--max-bytes", "128K", "--timeout", "60",
+                     "-o", path, "--name", "cli"])
+    assert code == 0
+    comm.Barrier()
+    if comm.rank == 0:
+        topo = load(path)
+        assert topo.n == comm.size and topo.name == "cli"
+        plan = make_plan(topo)
+        assert plan.n == comm.size and plan.throughput_Bps > 0
+
+
+def test_a_missing_peer_is_a_timeout_naming_the_pair():
+    comm = MPI.COMM_WORLD
+    if comm.size < 2:
+        pytest.skip("needs two ranks: a pair whose sender never sends")
+    pr = _Prober(comm, ProbeConfig.for_mode("quick", timeout_s=0.5), lambda m: None)
+    pr.hosts = ["h%d" % r for r in range(comm.size)]
+    error = ""
+    if comm.rank == 0:
+        try:
+            pr._run_flows([(1, 0)], [4096])  # rank 1 never takes part
+        except ProbeError as exc:
+            error = str(exc)
+    errors = everyone(error)
+    pr.comm.Free()
+    assert "rank 1 (h1) -> rank 0 (h0)" in errors[0] and "0.5 s" in errors[0], errors[0]
+
+
+def test_bad_settings_fail_before_any_communication():
+    with pytest.raises(ValueError, match="max_bytes"):
+        probe(MPI.COMM_WORLD, "quick", max_bytes=1)

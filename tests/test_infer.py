@@ -1,0 +1,267 @@
+"""The probe's inference on synthetic measurements (no MPI): schedule, clustering, shared
+bottlenecks, host caps, the document, and the planned optimum of what it infers."""
+import math
+
+import numpy as np
+import pytest
+
+from horotopo.plan import make_plan
+from horotopo.probe.infer import (build_document, circle_rounds, cluster_ranks, expected_fan,
+                                  expected_rates, format_report, group_tests, infer_host_caps,
+                                  infer_shared)
+from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
+
+
+# ---------------------------------------------------------------------------------------------
+# a simulated network: what the probe would measure on a declared topology
+
+
+def maxmin_rates(topo, flows):
+    """Max-min fair rates (gbps) of ``flows`` running at once (what TCP flows roughly get)."""
+    cap = np.array(topo.capacity_Bps) / GBPS_TO_BPS
+    rate = {f: 0.0 for f in flows}
+    active = set(flows)
+    while active:
+        count = np.zeros(len(cap))
+        for i, j in active:
+            for r in topo.routes[i][j]:
+                count[r] += 1
+        used = count > 0
+        inc = float(np.min(cap[used] / count[used]))
+        for f in active:
+            rate[f] += inc
+        cap = cap - inc * count
+        full = {r for r in np.flatnonzero(used) if cap[r] <= 1e-9}
+        active = {f for f in active if not full.intersection(topo.routes[f[0]][f[1]])}
+    return [rate[f] for f in flows]
+
+
+def simulate(topo, noise=0.0, seed=0):
+    """The probe's pipeline on a simulated network, with multiplicative noise on every figure."""
+    rng = np.random.default_rng(seed)
+    n = topo.n
+
+    def jitter(x):
+        return x * (1.0 + rng.uniform(-noise, noise))
+
+    bw = [[None if i == j else jitter(maxmin_rates(topo, [(i, j)])[0]) for j in range(n)]
+          for i in range(n)]
+    lat = [[None if i == j else 0.05 for j in range(n)] for i in range(n)]
+    groups = cluster_ranks(bw)
+    results = []
+    for t in group_tests(groups):
+        for src, dst, idx in ((t.src, t.dst, t.forward), (t.dst, t.src, t.backward)):
+            flows = [t.flows[f] for f in idx]
+            results.append((src, dst, flows, jitter(sum(maxmin_rates(topo, flows)))))
+    shared = infer_shared(groups, bw, results)
+    fan_out = [jitter(sum(maxmin_rates(topo, [(k, j) for j in range(n) if j != k])))
+               for k in range(n)]
+    fan_in = [jitter(sum(maxmin_rates(topo, [(j, k) for j in range(n) if j != k])))
+              for k in range(n)]
+    assert shared == infer_shared(groups, bw, results)  # pure: same input, same answer
+    return build_document(f"probed {topo.name}", list(topo.hosts), bw, lat, fan_out_gbps=fan_out,
+                          fan_in_gbps=fan_in, shared_results=results, groups=groups,
+                          meta={"mode": "simulated"})
+
+
+def racks(a=3, b=3, nic=1.0, uplink=0.25):
+    hosts = [f"p{k}" for k in range(a)] + [f"q{k}" for k in range(b)]
+    links = [{"ends": [h, "tor0" if h[0] == "p" else "tor1"], "gbps": nic} for h in hosts]
+    links.append({"ends": ["tor0", "tor1"], "gbps": uplink})
+    return from_dict({"name": f"racks-{a}x{b}", "switches": ["tor0", "tor1"], "links": links,
+                      "ranks": hosts})
+
+
+def uniform_matrix(n, value=1.0, noise=0.0, seed=1):
+    rng = np.random.default_rng(seed)
+    return [[None if i == j else value * (1 + rng.uniform(-noise, noise)) for j in range(n)]
+            for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the schedule
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_circle_rounds_cover_every_pair_once_in_disjoint_rounds(n):
+    rounds = circle_rounds(n)
+    seen = [p for r in rounds for p in r]
+    assert sorted(seen) == [(i, j) for i in range(n) for j in range(i + 1, n)]
+    for r in rounds:
+        ranks = [v for p in r for v in p]
+        assert len(ranks) == len(set(ranks)), f"round {r} reuses a rank"
+    assert len(rounds) == (0 if n < 2 else n - 1 if n % 2 == 0 else n)
+
+
+# ---------------------------------------------------------------------------------------------
+# clustering
+
+
+def test_two_racks_cluster_into_their_racks():
+    topo = racks()
+    bw = [[None if i == j else topo.pair_capacity_Bps(i, j) for j in range(6)] for i in range(6)]
+    assert cluster_ranks(bw) == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_interleaved_racks_cluster_by_rate_not_by_rank_order():
+    doc = load(bundled("racks-2x3"))  # ranks p0 q0 p1 q1 p2 q2
+    bw = [[None if i == j else doc.pair_capacity_Bps(i, j) for j in range(6)] for i in range(6)]
+    assert cluster_ranks(bw) == [[0, 2, 4], [1, 3, 5]]
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05, 0.15])
+def test_uniform_network_is_one_group(noise):
+    assert cluster_ranks(uniform_matrix(6, noise=noise)) == [list(range(6))]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_racks_survive_measurement_noise(seed):
+    topo = racks(4, 4)
+    rng = np.random.default_rng(seed)
+    bw = [[None if i == j else topo.pair_capacity_Bps(i, j) * (1 + rng.uniform(-0.15, 0.15))
+           for j in range(8)] for i in range(8)]
+    assert cluster_ranks(bw) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_asymmetric_uplink_still_splits_the_racks():
+    topo = from_dict({"name": "asym", "switches": ["a", "b"],
+                      "links": [{"ends": ["x0", "a"], "gbps": 1}, {"ends": ["x1", "a"], "gbps": 1},
+                                {"ends": ["y0", "b"], "gbps": 1}, {"ends": ["y1", "b"], "gbps": 1},
+                                {"ends": ["a", "b"], "gbps": [0.2, 0.9]}],
+                      "ranks": ["x0", "x1", "y0", "y1"]})
+    bw = [[None if i == j else topo.pair_capacity_Bps(i, j) for j in range(4)] for i in range(4)]
+    assert cluster_ranks(bw) == [[0, 1], [2, 3]]
+
+
+def test_small_and_degenerate_inputs():
+    assert cluster_ranks([[None]]) == [[0]]
+    assert cluster_ranks([[None, 1.0], [0.1, None]]) == [[0, 1]]
+    with pytest.raises(ValueError, match="square"):
+        cluster_ranks([[None, 1.0]])
+
+
+def test_group_tests_need_two_pairs():
+    tests = group_tests([[0, 2, 4], [1, 3, 5]])
+    assert len(tests) == 1
+    t = tests[0]
+    assert [t.flows[f] for f in t.forward] == [(0, 1), (2, 3), (4, 5)]
+    assert [t.flows[f] for f in t.backward] == [(1, 0), (3, 2), (5, 4)]
+    # a lone slow rank cannot show sharing: one transfer alone is its pairwise figure
+    assert group_tests([[0, 1, 3], [2]]) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# shared bottlenecks and host caps
+
+
+def test_two_racks_behind_one_uplink_are_found():
+    doc = simulate(racks())
+    shared = doc["shared"]
+    assert len(shared) == 2
+    for s in shared:
+        assert s["gbps"] == pytest.approx(0.25)
+        assert len(s["pairs"]) == 9
+    forward = {tuple(p) for p in shared[0]["pairs"]}
+    assert forward == {(i, j) for i in range(3) for j in range(3, 6)}
+
+
+def test_uniform_network_gives_no_shared_group():
+    doc = simulate(load(bundled("uniform-4")), noise=0.1)
+    assert "shared" not in doc
+    assert doc["probe"]["groups"] == [[0, 1, 2, 3]]
+    # one switch with 0.4 gbps NICs: each host's NIC caps its fan-out and fan-in
+    assert doc["egress_gbps"] == pytest.approx([0.4] * 4, rel=0.11)
+    assert doc["ingress_gbps"] == pytest.approx([0.4] * 4, rel=0.11)
+
+
+def test_non_blocking_fabric_gives_no_caps():
+    """Pairwise figures that add up (a full-bisection fabric): no shared group, no cap."""
+    bw = uniform_matrix(4, noise=0.05)
+    doc = build_document("fabric", list("abcd"), bw, uniform_matrix(4, 0.01),
+                         fan_out_gbps=[2.9, 3.0, 3.1, 2.95], fan_in_gbps=[3.0] * 4)
+    assert "shared" not in doc and "egress_gbps" not in doc and "ingress_gbps" not in doc
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_uplink_found_under_noise(seed):
+    doc = simulate(racks(4, 4), noise=0.1, seed=seed)
+    assert len(doc["shared"]) == 2
+    for s in doc["shared"]:
+        assert s["gbps"] == pytest.approx(0.25, rel=0.11)
+
+
+def test_aggregate_near_the_sum_is_not_shared():
+    bw = uniform_matrix(4)
+    results = [(0, 1, [(0, 2), (1, 3)], 1.85)]  # 2 x 1.0 alone, 7.5% below: noise
+    assert infer_shared([[0, 1], [2, 3]], bw, results) == []
+    results = [(0, 1, [(0, 2), (1, 3)], 1.1)]
+    (s,) = infer_shared([[0, 1], [2, 3]], bw, results)
+    assert sorted(map(tuple, s["pairs"])) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+    with pytest.raises(ValueError, match="group 0 -> group 1"):
+        infer_shared([[0, 1], [2, 3]], bw, [(0, 1, [(0, 2)], 0.0)])
+
+
+def test_slow_nic_caps_bind_only_at_the_slow_host():
+    doc = simulate(load(bundled("slow-nic")))
+    assert "shared" not in doc
+    egress, ingress = doc["egress_gbps"], doc["ingress_gbps"]
+    assert egress[2] == pytest.approx(0.2) and ingress[2] == pytest.approx(0.2)
+    # the fast hosts' NICs (0.8) bind too: three flows of 0.8, 0.8 and 0.2 alone
+    assert egress[0] == pytest.approx(0.8)
+
+
+def test_expected_fan_applies_shared_caps():
+    bw = uniform_matrix(4)
+    shared = [{"pairs": [[0, 2], [0, 3]], "gbps": 0.5}]
+    assert expected_fan(bw, 0, shared, outgoing=True) == pytest.approx(1.0 + 0.5)
+    assert expected_fan(bw, 0, shared, outgoing=False) == pytest.approx(3.0)
+    assert expected_rates(bw, [(0, 2), (0, 3), (1, 0)], shared) == pytest.approx([0.25, 0.25, 1])
+    assert infer_host_caps(bw, [1.45, 3.0, 3.0, 3.0], [3.0] * 4, shared) == (None, None)
+    egress, ingress = infer_host_caps(bw, [0.9, 3.0, 3.0, 3.0], [3.0] * 4, shared)
+    assert egress == [0.9, None, None, None] and ingress is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the document, the report, and what the planner makes of it
+
+
+def test_document_loads_and_reports():
+    doc = simulate(racks())
+    topo = from_dict(doc)
+    assert topo.kind == "measured" and topo.n == 6
+    assert doc["probe"]["groups"] == [[0, 1, 2], [3, 4, 5]]
+    text = format_report(doc)
+    assert "# bandwidth (gbps)" in text and "shared group0->group1" in text
+    assert text.count("\n     0 ") >= 1 and "0.250" in text
+
+
+@pytest.mark.parametrize("make", [lambda: racks(), lambda: racks(4, 4, uplink=0.4),
+                                  lambda: load(bundled("slow-nic")),
+                                  lambda: load(bundled("uniform-4")),
+                                  lambda: load(bundled("racks-2x3"))])
+def test_probed_optimum_within_15_percent_of_declared(make):
+    declared = make()
+    probed = from_dict(simulate(declared, noise=0.05, seed=3))
+    want = make_plan(declared).throughput_Bps
+    got = make_plan(probed).throughput_Bps
+    assert got == pytest.approx(want, rel=0.15), f"{declared.name}: {got} vs {want}"
+
+
+def test_without_inference_the_uplink_model_is_too_optimistic():
+    """The reason for the concurrent tests: pairwise figures alone overstate a shared uplink."""
+    declared = racks()
+    doc = simulate(declared)
+    doc.pop("shared")
+    naive = make_plan(from_dict(doc)).throughput_Bps
+    assert naive > 1.3 * make_plan(declared).throughput_Bps
+
+
+def test_document_rejects_bad_figures():
+    bw = uniform_matrix(2)
+    bw[0][1] = 0.0
+    with pytest.raises(ValueError, match=r"bandwidth_gbps\[0\]\[1\]"):
+        build_document("x", ["a", "b"], bw, [[None, 0.1], [0.1, None]])
+    with pytest.raises(ValueError, match="rank 1: fan-out"):
+        infer_host_caps(uniform_matrix(3), [1.0, -1.0, 1.0], [1.0] * 3)
+    assert math.isclose(build_document("y", ["a", "b"], uniform_matrix(2),
+                                       [[None, 0.1], [0.1, None]])["bandwidth_gbps"][0][1], 1.0)
