@@ -14,6 +14,10 @@ one tree overlap, and every tree of the plan runs in the same nonblocking progre
 ``window`` chunks per tree may hold scratch at once (that bounds memory), and at most
 ``window + 2 * depth + 2`` chunks per tree are in flight (that bounds outstanding messages).
 Every rank ends with the root's bits, so results are bitwise identical across ranks.
+
+MPI matches the messages of one (peer, tag) stream in the order they are posted but may report
+completions in any order, so each stream (receives from a child, the send up, the receive down,
+the sends down) is posted strictly in chunk order, whatever order the completions arrive in.
 """
 from __future__ import annotations
 
@@ -86,6 +90,8 @@ class _TreeRun:
         self.fin = [False] * n
         self.final = [False] * n
         self.down_low = 0
+        self.sent = [False] * n
+        self.up_low = 0
         self.next = 0
         self.red_low = 0
         self.fin_low = 0
@@ -170,8 +176,14 @@ class _TreeRun:
 
     def _up_sent(self, k: int) -> None:
         if not self.prepost:
-            a, b = self.chunks[k]
-            self.prog.irecv(self.out[a:b], self.bp, self.tag_down, partial(self._arrived, k))
+            # Sends can complete out of order too; receives of one stream must still be
+            # posted in chunk order, or chunk k would match chunk k+1's message.
+            self.sent[k] = True
+            while self.up_low < len(self.chunks) and self.sent[self.up_low]:
+                j = self.up_low
+                self.up_low += 1
+                a, b = self.chunks[j]
+                self.prog.irecv(self.out[a:b], self.bp, self.tag_down, partial(self._arrived, j))
         self._step(k)
 
     def _arrived(self, k: int) -> None:

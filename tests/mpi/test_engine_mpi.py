@@ -148,6 +148,20 @@ def test_forced_tiny_chunks(alg):
                                 what=f"chunk {chunk}")
 
 
+def test_many_chunks_repeated_stay_in_order():
+    # MPI may complete requests out of order; every stream must still be posted in chunk
+    # order. Many in-flight chunks, repeated, is where a violation shows up.
+    with Engine(COMM, ring_plan(16384)) as eng:
+        x = inputs(300007, "float32", "sum", 5)
+        want = reference(x, "sum")
+        out = np.empty_like(x)
+        for it in range(4):
+            out[...] = -1
+            eng.allreduce(x, out, algorithm="tree")
+            agree(np.array_equal(out, want), f"iteration {it}: "
+                                             f"{int(np.count_nonzero(out != want))} wrong")
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_plans(seed):
     rng = np.random.default_rng(seed)
