@@ -66,7 +66,8 @@ def _run_emulated(topology: Path, argv: List[str], timeout: float) -> subprocess
     from horotopo_launch.emulate import EmulatedCluster
     from horotopo_launch.mpi import format_command
 
-    with EmulatedCluster(topology) as cluster:
+    # A prefix of its own, so the main job neither waits for nor disturbs a user's `ht` cluster.
+    with EmulatedCluster(topology, prefix="htmain") as cluster:
         _log(f"emulated {len(cluster.nodes)} namespaces, {len(cluster.links)} shaped links; "
              f"running {len(cluster.ranks)} ranks across them")
         _log("command: " + format_command(*cluster.command(argv)))
