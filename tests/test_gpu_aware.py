@@ -1,5 +1,6 @@
 """CUDA-awareness detection: the override, combining ranks' evidence, the self-test's role."""
 import importlib
+import warnings
 
 import pytest
 
@@ -33,6 +34,8 @@ class FakeComm:
 def _fresh(monkeypatch):
     pytest.importorskip("mpi4py", reason="mpi4py not installed")
     monkeypatch.delenv(awareness.ENV, raising=False)
+    # Decide as a rank with a device would; the no-device case sets its own.
+    monkeypatch.setattr(awareness, "device_status", lambda: (True, ""))
     awareness.clear_cache()
     yield
     awareness.clear_cache()
@@ -57,6 +60,11 @@ def _spy_self_test(monkeypatch, result):
     ran = []
     monkeypatch.setattr(awareness, "self_test", lambda comm: ran.append(1) or result)
     return ran
+
+
+def test_bad_value_on_another_rank_raises_here_too():
+    with pytest.raises(ValueError, match="HOROTOPO_CUDA_AWARE has an invalid value on another"):
+        awareness.cuda_aware(FakeComm(others=[[1]]))
 
 
 def test_override_zero_wins_over_the_library(monkeypatch):
@@ -99,8 +107,8 @@ def test_no_query_and_no_override_means_staging(monkeypatch):
 def test_one_rank_saying_no_makes_it_no_everywhere(monkeypatch):
     monkeypatch.setattr(awareness, "query_mpi_library", lambda: True)
     ran = _spy_self_test(monkeypatch, True)
-    # Call order: forced (MAX), claim (MIN). Another rank's claim is 0.
-    comm = FakeComm(others=[None, [0]])
+    # Call order: bad value (MAX), forced (MAX), claim (MIN). Another rank's claim is 0.
+    comm = FakeComm(others=[None, None, [0]])
     assert awareness.cuda_aware(comm) is False
     assert ran == []
 
@@ -108,9 +116,20 @@ def test_one_rank_saying_no_makes_it_no_everywhere(monkeypatch):
 def test_one_rank_failing_the_self_test_fails_it_for_all(monkeypatch):
     monkeypatch.setattr(awareness, "query_mpi_library", lambda: True)
     _spy_self_test(monkeypatch, True)
-    comm = FakeComm(others=[None, None, [0]])  # third allreduce: the self-test verdicts
+    comm = FakeComm(others=[None, None, None, [0]])  # fourth allreduce: the self-test verdicts
     with pytest.warns(RuntimeWarning):
         assert awareness.cuda_aware(comm) is False
+
+
+def test_rank_without_device_says_no_quietly_even_when_forced(monkeypatch):
+    monkeypatch.setattr(awareness, "device_status", lambda: (False, "no CUDA device"))
+    monkeypatch.setattr(awareness, "query_mpi_library", lambda: True)
+    ran = _spy_self_test(monkeypatch, True)
+    monkeypatch.setenv(awareness.ENV, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert awareness.cuda_aware(FakeComm()) is False
+    assert ran == []
 
 
 def test_decision_is_cached_per_communicator(monkeypatch):
@@ -133,8 +152,9 @@ def test_query_reads_the_loaded_mpi_library():
     assert got in (True, False)
 
 
-def test_self_test_without_device_says_no():
-    from horotopo.gpu import device_status
+def test_self_test_without_device_says_no(monkeypatch):
+    from horotopo.gpu._env import device_status
+    monkeypatch.setattr(awareness, "device_status", device_status)  # the real one
     if device_status()[0]:
         pytest.skip("a CUDA device is present; tests/mpi/test_gpu_mpi.py covers this case")
     from mpi4py import MPI

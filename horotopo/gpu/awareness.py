@@ -9,7 +9,8 @@ Order of evidence:
    checked on the host. A library that says yes but computes wrong numbers is not trusted.
 
 No query and no override means no: staging through pinned host memory is always correct, while
-handing device pointers to a library that is not CUDA-aware crashes it.
+handing device pointers to a library that is not CUDA-aware crashes it. A rank without a CUDA
+device always says no.
 
 The decision is collective: every rank of the communicator must call :func:`cuda_aware`, and
 all ranks get the same answer (the local evidence is combined with a host allreduce).
@@ -89,17 +90,24 @@ def self_test(comm: Any) -> bool:
     fails; a library that is not CUDA-aware may crash instead, which is why this runs only when
     the query or the override says yes.
     """
-    ok, _ = device_status()
-    if not ok:
+    from mpi4py import MPI
+
+    ready = False
+    try:
+        if device_status()[0]:
+            cp = cupy_module()
+            n = comm.Get_size()
+            send = cp.full(64, comm.Get_rank() + 1, dtype=cp.float32)
+            recv = cp.zeros(64, dtype=cp.float32)
+            cp.cuda.get_current_stream().synchronize()
+            ready = True
+    except Exception:  # no usable device here: this rank says no
+        ready = False
+    # Every rank must take part in the device allreduce or none may: a rank that could not set
+    # up would leave the others blocked in it.
+    if not comm.allreduce(1 if ready else 0, op=MPI.MIN):
         return False
     try:
-        cp = cupy_module()
-        from mpi4py import MPI
-
-        n = comm.Get_size()
-        send = cp.full(64, comm.Get_rank() + 1, dtype=cp.float32)
-        recv = cp.zeros(64, dtype=cp.float32)
-        cp.cuda.get_current_stream().synchronize()
         comm.Allreduce(send, recv, op=MPI.SUM)
         got = cp.asnumpy(recv)
         return bool((got == n * (n + 1) / 2).all())
@@ -133,7 +141,7 @@ def cuda_aware(comm: Any, *, refresh: bool = False) -> bool:
     Raises
     ------
     ValueError
-        If ``HOROTOPO_CUDA_AWARE`` holds something other than 0 or 1.
+        On every rank, if ``HOROTOPO_CUDA_AWARE`` holds something other than 0 or 1 on any.
     RuntimeError
         If ``HOROTOPO_CUDA_AWARE=1`` forces awareness but the self-test fails on some rank.
     """
@@ -142,11 +150,22 @@ def cuda_aware(comm: Any, *, refresh: bool = False) -> bool:
         return _cache[key]
     from mpi4py import MPI
 
-    override = parse_override(os.environ.get(ENV))
-    claim = override if override is not None else bool(query_mpi_library())
+    try:
+        override = parse_override(os.environ.get(ENV))
+        bad: Optional[ValueError] = None
+    except ValueError as exc:
+        override, bad = None, exc
+    # A bad value on one rank must raise on every rank: the others would wait in the
+    # allreduces below for a rank that has left.
+    if comm.allreduce(1 if bad else 0, op=MPI.MAX):
+        raise bad or ValueError(f"{ENV} has an invalid value on another rank (expected 0 or 1)")
+    # Without a device the question is moot: no self-test, no warning, and the override
+    # (often exported cluster-wide) is not an error on CPU-only ranks.
+    has_device = device_status()[0]
+    claim = has_device and (override if override is not None else bool(query_mpi_library()))
     # Ranks may see different environments; one rank that says no makes it no for all, so no
     # rank ever sends device pointers to a rank that stages.
-    forced = comm.allreduce(1 if override else 0, op=MPI.MAX)
+    forced = comm.allreduce(1 if (override and has_device) else 0, op=MPI.MAX)
     agreed = comm.allreduce(1 if claim else 0, op=MPI.MIN)
     verdict = False
     if agreed:
