@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import List, Tuple
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import breadth_first_order
 
 __all__ = ["min_out_arborescence", "min_in_arborescence", "arborescence_cost",
            "best_root_arborescence"]
@@ -48,6 +50,7 @@ def min_out_arborescence(cost: np.ndarray, root: int) -> Tuple[np.ndarray, float
         raise ValueError(f"root {root} out of range 0..{n - 1}")
     if n == 1:
         return np.array([-1]), 0.0
+    _check_reachable(w, root)
     parent = _edmonds(w, root)
     total = float(cost[parent[np.arange(n) != root], np.flatnonzero(np.arange(n) != root)].sum())
     if not np.isfinite(total):
@@ -69,6 +72,17 @@ def arborescence_cost(cost: np.ndarray, parent: np.ndarray, inward: bool) -> flo
     v = np.flatnonzero(np.asarray(parent) >= 0)
     p = np.asarray(parent)[v]
     return float(cost[v, p].sum() if inward else cost[p, v].sum())
+
+
+def _check_reachable(w: np.ndarray, root: int) -> None:
+    finite = np.isfinite(w)
+    np.fill_diagonal(finite, False)
+    seen = breadth_first_order(sp.csr_matrix(finite), root, directed=True,
+                               return_predecessors=False)
+    if len(seen) < w.shape[0]:
+        missing = sorted(set(range(w.shape[0])) - set(seen.tolist()))
+        raise ValueError(f"no spanning arborescence from rank {root}: ranks {missing} are "
+                         f"unreachable")
 
 
 def _find_cycles(parent: np.ndarray, root: int) -> List[np.ndarray]:
@@ -177,6 +191,7 @@ def best_root_arborescence(cost: np.ndarray, root_cost: np.ndarray,
     aug = np.full((n + 1, n + 1), _INF)
     aug[:n, :n] = base
     aug[n, :n] = big + root_cost
+    _check_reachable(aug, n)
     parent = _edmonds(aug, n)
     roots = np.flatnonzero(parent[:n] == n)
     if len(roots) != 1:

@@ -179,10 +179,12 @@ def pack(topology: Topology, *, max_trees_per_root: int = 3, min_share: Optional
     # A topology-aware ring (n chains) is optimal on uniform stars and near it on racks, and
     # gives the pruning a low-support solution to fall back on.
     order = ring_order_nearest(model.arc_costs(1.0 / cap))
+    aware_ring = []
     for r in range(n):
         a, b = ring_parents_in_order(order, r)
-        pool.add((True, r, a))
-        pool.add((False, r, b))
+        for half in ((True, r, a), (False, r, b)):
+            pool.add(half)
+            aware_ring.append(pool.index[half])
     best_bound = np.inf
     history: List[Tuple[float, float]] = []
     iterations = 0
@@ -253,7 +255,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 3, min_share: Optional
 
     # Phase 3: prune to the quota, re-solving and re-pricing.
     rates = _prune(pool, rates, max_trees_per_root, min_share, start, time_limit_s,
-                   target_gap / 4)
+                   target_gap / 4, aware_ring)
     inward = np.array([h[0] for h in pool.halves])
     total = float(rates[inward].sum())
     ring = _ring_rate(model, n)
@@ -285,7 +287,8 @@ def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_
 
 
 def _prune(pool: _Pool, rates: np.ndarray, per_root: int, min_share: float,
-           start: float, time_limit_s: float, tolerance: float) -> np.ndarray:
+           start: float, time_limit_s: float, tolerance: float,
+           aware_ring: Sequence[int]) -> np.ndarray:
     """Cut the support to at most ``per_root`` trees of each kind per root.
 
     A root whose support reaches the quota is frozen to its ``per_root`` best trees (every
@@ -298,10 +301,11 @@ def _prune(pool: _Pool, rates: np.ndarray, per_root: int, min_share: float,
     inward = np.array([h[0] for h in pool.halves])
     roots = np.array([h[1] for h in pool.halves])
     r_full = float(rates[inward].sum())
-    # Shortcuts first: the topology-aware ring alone (pool entries 2n..4n-1, one tree of each
-    # kind per root), then each root's top trees; either is enough when it loses almost nothing.
-    for allowed in (np.arange(len(pool.halves)) // (2 * n) == 1,
-                    _top_per_root(rates, inward, roots, per_root, min_share)):
+    # Shortcuts first: the topology-aware ring alone (one tree of each kind per root), then
+    # each root's top trees; either is enough when it loses almost nothing.
+    ring_only = np.zeros(len(pool.halves), dtype=bool)
+    ring_only[list(aware_ring)] = True
+    for allowed in (ring_only, _top_per_root(rates, inward, roots, per_root, min_share)):
         trial, _, _ = pool.solve(allowed)
         if trial[inward].sum() >= (1 - tolerance) * r_full:
             trial[~allowed] = 0.0

@@ -1,0 +1,141 @@
+"""``horotopo plan TOPOLOGY.json``: plan a topology and print or draw the result."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ..plan import Plan, format_size, make_plan, parse_size
+from ..topology import Topology, TopologyError, bundled, load
+
+
+def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "plan", help="plan reduce/broadcast trees for a topology file",
+        description="Load a topology (declared or measured JSON form, see DESIGN.md), compute a "
+                    "certified near-optimal packing of reduce/broadcast trees, and print the "
+                    "trees, the predicted allreduce time, the comparison against ring allreduce "
+                    "and the certified optimality gap.",
+        epilog="Examples:\n  horotopo plan horotopo/data/topologies/racks-2x3.json --size 64M\n"
+               "  horotopo plan racks-2x3 --json > plan.json   (bundled names work too)\n"
+               "  horotopo plan topo.json --png trees.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topology", help="topology JSON file, or the name of a bundled one "
+                                    "(racks-2x3, slow-nic, uniform-4)")
+    p.add_argument("--size", default="64M", type=_size,
+                   help="allreduce size for the predicted time (default 64M; K, M, G are binary)")
+    p.add_argument("--json", action="store_true",
+                   help="print only the plan's JSON on stdout (progress goes to stderr)")
+    p.add_argument("-o", "--output", help="also write the plan's JSON to this file")
+    p.add_argument("--png", metavar="FILE",
+                   help="draw the trees over the topology (needs matplotlib)")
+    p.add_argument("--chunk", type=_size, default=None,
+                   help="chunk size of the pipeline (default: chosen from the model)")
+    p.add_argument("--max-trees-per-root", type=int, default=3, metavar="K",
+                   help="pruning keeps at most K reduce and K broadcast trees per root "
+                        "(default 3)")
+    p.add_argument("--target-gap", type=float, default=0.01,
+                   help="stop refining once the certified gap is below this (default 0.01)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+    return p
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+def _load(spec: str) -> Topology:
+    if not spec.endswith(".json") and "/" not in spec:
+        try:
+            return load(bundled(spec))
+        except TopologyError:
+            pass
+    return load(spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_trees_per_root < 1:
+        print("horotopo plan: --max-trees-per-root must be at least 1", file=sys.stderr)
+        return 2
+    if not 0 < args.target_gap < 1:
+        print("horotopo plan: --target-gap must be between 0 and 1", file=sys.stderr)
+        return 2
+    try:
+        topology = _load(args.topology)
+    except TopologyError as exc:
+        print(f"horotopo plan: {exc}", file=sys.stderr)
+        return 2
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[plan] {msg}", file=sys.stderr, flush=True)
+
+    progress(f"{topology.name}: {topology.n} ranks, {len(topology.resources)} resources")
+    start = time.perf_counter()
+    plan = make_plan(topology, chunk_bytes=args.chunk, max_trees_per_root=args.max_trees_per_root,
+                     target_gap=args.target_gap, progress=progress)
+    progress(f"planned in {time.perf_counter() - start:.2f} s")
+    doc = plan.to_json()
+    doc["predicted_time_s"] = plan.predict_time(args.size)
+    doc["size"] = args.size
+    if args.output:
+        with open(args.output, "w") as fh:
+            json.dump(plan.to_json(), fh, indent=1)
+        progress(f"wrote {args.output}")
+    if args.png:
+        try:
+            draw(topology, plan, args.png)
+        except ImportError:
+            print("horotopo plan: --png needs matplotlib (pip install 'horotopo[plot]')",
+                  file=sys.stderr)
+            return 2
+        progress(f"drew {args.png}")
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(plan.describe(size=args.size))
+        ratio = plan.throughput_Bps / plan.ring_Bps if plan.ring_Bps > 0 else float("inf")
+        print(f"verdict: {ratio:.2f}x ring on the model for {format_size(args.size)}, "
+              f"certified within {plan.gap * 100:.2f}% of optimal")
+    return 0
+
+
+def draw(topology: Topology, plan: Plan, path: str) -> None:
+    """Draw each tree's arcs over the rank graph, one colour per tree, rates as labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    n = topology.n
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(n))
+    pos = nx.circular_layout(graph)
+    fig, ax = plt.subplots(figsize=(7, 7))
+    colours = plt.get_cmap("tab10")
+    labels = {v: f"{v}\n{topology.hosts[v]}" for v in range(n)}
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color="#dddddd", node_size=900)
+    nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=8)
+    for k, tree in enumerate(plan.trees):
+        colour = colours(k % 10)
+        for parent, style, up in ((tree.reduce_parent, "solid", True),
+                                  (tree.bcast_parent, "dashed", False)):
+            arcs = [(v, p) if up else (p, v) for v, p in enumerate(parent) if p >= 0]
+            nx.draw_networkx_edges(graph, pos, edgelist=arcs, ax=ax, edge_color=[colour],
+                                   style=style, arrows=True, connectionstyle=f"arc3,rad={0.05 * (k + 1)}",
+                                   width=1.5)
+        ax.plot([], [], color=colour,
+                label=f"tree {k} root {tree.root}: {tree.rate_Bps / 1e6:.2f} MB/s")
+    ax.set_title(f"{topology.name}: R {plan.throughput_Bps / 1e6:.2f} MB/s, "
+                 f"ring {plan.ring_Bps / 1e6:.2f} MB/s, gap {plan.gap * 100:.2f}%\n"
+                 "solid: reduce, dashed: broadcast")
+    ax.legend(loc="lower left", fontsize=7)
+    ax.axis("off")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

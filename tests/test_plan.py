@@ -1,0 +1,122 @@
+"""The Plan as data: JSON round trip, digest, validation, never below ring, and the CLI."""
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from horotopo import generate
+from horotopo.packing.model import ring_parents
+from horotopo.plan import (Plan, PlanError, format_size, make_plan, parse_size, plan_from_trees,
+                           ring_plan)
+from horotopo.topology import bundled, from_dict, load
+
+
+@pytest.fixture(scope="module")
+def racks_plan():
+    return make_plan(load(bundled("racks-2x3")))
+
+
+def test_json_round_trip_keeps_the_digest(racks_plan):
+    doc = json.loads(json.dumps(racks_plan.to_json()))
+    again = Plan.from_json(doc)
+    assert again == racks_plan
+    assert again.digest == racks_plan.digest
+    for key in ("throughput_Bps", "ring_Bps", "upper_bound_Bps", "gap", "digest", "trees"):
+        assert key in doc
+    assert set(doc["trees"][0]) >= {"root", "reduce_parent", "bcast_parent", "rate_Bps", "share"}
+
+
+def test_altered_plan_is_rejected(racks_plan):
+    doc = racks_plan.to_json()
+    doc["chunk_bytes"] = 12345
+    with pytest.raises(PlanError, match="digest"):
+        Plan.from_json(doc)
+    doc = racks_plan.to_json()
+    doc["trees"][0]["reduce_parent"][doc["trees"][0]["root"]] = 0
+    with pytest.raises(PlanError, match="reduce_parent"):
+        Plan.from_json(doc)
+    with pytest.raises(PlanError, match="malformed"):
+        Plan.from_json({"n": 2})
+
+
+def test_validation_errors():
+    with pytest.raises(PlanError, match="cycle"):
+        plan_from_trees(3, [(0, (-1, 2, 1), (-1, 0, 0), 1.0)])
+    with pytest.raises(PlanError, match="must have 3 entries"):
+        plan_from_trees(3, [(0, (-1, 0), (-1, 0, 0), 1.0)])
+    with pytest.raises(PlanError, match="rate_Bps"):
+        plan_from_trees(2, [(0, (-1, 0), (-1, 0), 0.0), (1, (1, -1), (1, -1), 1.0)])
+
+
+def test_digest_depends_on_the_schedule():
+    a = plan_from_trees(3, [(0, (-1, 0, 0), (-1, 0, 0), 1.0)])
+    b = plan_from_trees(3, [(0, (-1, 0, 1), (-1, 0, 0), 1.0)])
+    assert a.digest != b.digest
+    assert a.with_chunk(4096).digest != a.digest
+
+
+def test_ring_plan_is_n_chains():
+    plan = ring_plan(from_dict(generate.uniform_star(4)))
+    assert len(plan.trees) == 4
+    for t in plan.trees:
+        assert (t.reduce_parent, t.bcast_parent) == ring_parents(4, t.root)
+        assert t.share == pytest.approx(0.25)
+
+
+def test_predicted_time_grows_with_size(racks_plan):
+    times = [racks_plan.predict_time(s) for s in (0, 1 << 10, 1 << 20, 64 << 20)]
+    assert times[0] == 0 and times == sorted(times)
+    # large messages: within a few percent of M / R
+    assert racks_plan.predict_time(1 << 30) == pytest.approx((1 << 30) / racks_plan.throughput_Bps,
+                                                           rel=0.02)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 10), seed=st.integers(0, 10_000), measured=st.booleans())
+def test_plan_never_below_ring(n, seed, measured):
+    doc = generate.random_measured(n, seed) if measured else generate.random_declared(n, seed)
+    plan = make_plan(from_dict(doc))
+    assert plan.throughput_Bps >= plan.ring_Bps * (1 - 1e-9)
+    assert sum(t.share for t in plan.trees) == pytest.approx(1.0, abs=1e-12)
+    assert plan.upper_bound_Bps >= plan.throughput_Bps
+    assert 0 <= plan.gap <= 0.02
+
+
+def test_sizes():
+    assert parse_size("64M") == 64 << 20
+    assert parse_size("1.5K") == 1536
+    assert parse_size("7") == 7
+    for bad in ("", "12Q", "-1M", "M"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert format_size(64 << 20) == "64 MiB"
+
+
+def test_cli_json_only_on_stdout(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "horotopo", "plan", "racks-2x3", "--json",
+                          "--size", "1M", "-o", str(tmp_path / "p.json")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["size"] == 1 << 20 and doc["predicted_time_s"] > 0
+    assert Plan.from_json(json.loads((tmp_path / "p.json").read_text())).digest == doc["digest"]
+    assert "[plan]" in out.stderr
+
+
+def test_cli_text_and_errors(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "horotopo", "plan", str(bundled("slow-nic")),
+                          "--size", "64M", "--png", str(tmp_path / "t.png"), "-q"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "certified upper bound" in out.stdout and "predicted allreduce of 64 MiB" in out.stdout
+    assert (tmp_path / "t.png").stat().st_size > 1000
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"links": [{"ends": ["a", "s"], "gbps": -2}], "switches": ["s"],
+                               "ranks": ["a"]}))
+    out = subprocess.run([sys.executable, "-m", "horotopo", "plan", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "links[0].gbps: must be positive" in out.stderr and "Traceback" not in out.stderr
