@@ -258,3 +258,23 @@ def test_openmpi_allreduce_across_four_namespaces(tmp_path):
     assert sorted((int(r), h, w) for r, h, w, _ in rows) == [
         (0, "n0", "0"), (1, "n1", "0"), (2, "n2", "0"), (3, "n3", "0")], proc.stdout
     assert after["n2", "sw"] - before["n2", "sw"] >= 4 << 20
+
+
+def test_main_job_on_the_emulated_cluster(capsys):
+    """benchmarks/main.sh's driver, at small sizes: emulated, correct, with a verdict."""
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "allreduce_perf.py").exists():
+        pytest.skip("benchmarks/allreduce_perf.py is not there yet")
+    spec = importlib.util.spec_from_file_location(
+        "emulated_allreduce", root / "benchmarks" / "emulated_allreduce.py")
+    drv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drv)
+    rc = drv.main(["-b", "512K", "-e", "512K", "-n", "1", "-w", "1",
+                   "--timeout", "240"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert "allreduce on 6 ranks, emulated cluster (racks-2x3.json)" in out, out + err
+    assert out.strip().splitlines()[-1].startswith("verdict: at 512 KiB horotopo is"), out
+    _assert_clean("htmain")
