@@ -24,16 +24,9 @@ from mpi4py import MPI
 
 from horotopo import gpu
 from horotopo.engine import Engine
-from horotopo.plan import parse_size, plan_from_trees
+from horotopo.gpu.testing import two_tree_plan
+from horotopo.plan import parse_size
 from horotopo.transport import MPITransport
-
-
-def _plan(n: int):
-    chain = [-1] + list(range(n - 1))
-    star = [n - 1] * n
-    star[n - 1] = -1
-    return plan_from_trees(n, [(0, chain, chain, 2.0), (n - 1, star, star, 1.0)],
-                           chunk_bytes=1 << 20)
 
 
 def _timed(comm, fn, repeats: int) -> float:
@@ -66,7 +59,7 @@ def main(argv=None) -> int:
     transports = {"staged": gpu.StagingTransport(MPITransport(comm))}
     if aware:
         transports["direct"] = MPITransport(comm)
-    engines = {k: Engine(t, _plan(comm.size)) for k, t in transports.items()}
+    engines = {k: Engine(t, two_tree_plan(comm.size, 1 << 20)) for k, t in transports.items()}
     rows = []
     for size in [parse_size(s) for s in args.sizes.split(",")]:
         n = size // 4

@@ -9,8 +9,7 @@ from mpi4py import MPI
 
 from horotopo import gpu
 from horotopo.engine import Engine
-from horotopo.gpu.testing import require_device
-from horotopo.plan import plan_from_trees
+from horotopo.gpu.testing import require_device, two_tree_plan
 from horotopo.transport import MPITransport
 
 COMM = MPI.COMM_WORLD
@@ -30,14 +29,6 @@ def aware(cp):
     return verdict
 
 
-def _plan(n):
-    chain = [-1] + list(range(n - 1))
-    star = [n - 1] * n
-    star[n - 1] = -1
-    return plan_from_trees(n, [(0, chain, chain, 2.0), (n - 1, star, star, 1.0)],
-                           chunk_bytes=256 << 10)
-
-
 @pytest.fixture(scope="module", params=["staged", "direct"])
 def engine(request, cp, aware):
     if request.param == "direct" and not aware:
@@ -45,7 +36,7 @@ def engine(request, cp, aware):
     transport = MPITransport(COMM)
     if request.param == "staged":
         transport = gpu.StagingTransport(transport)
-    eng = Engine(transport, _plan(COMM.size))
+    eng = Engine(transport, two_tree_plan(COMM.size, 256 << 10))
     yield eng
     eng.close()
     transport.close()

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 from horotopo.engine import Engine
 from horotopo.gpu import StagingTransport
-from horotopo.plan import plan_from_trees
+from horotopo.gpu.testing import two_tree_plan
 from horotopo.transport import MPITransport
 
 
@@ -61,21 +61,13 @@ class SlowCopier:
         dev[...] = host
 
 
-def _plan(n, chunk_bytes):
-    chain = [-1] + list(range(n - 1))             # 0 <- 1 <- 2 ...
-    star = [n - 1] * n                             # everyone -> n-1
-    star[n - 1] = -1
-    return plan_from_trees(n, [(0, chain, chain, 2.0), (n - 1, star, star, 1.0)],
-                           chunk_bytes=chunk_bytes)
-
-
 @pytest.fixture(scope="module")
 def engine():
     comm = MPI.COMM_WORLD
     copier = SlowCopier()
     transport = StagingTransport(MPITransport(comm), copier=copier,
                                  is_device=lambda b: isinstance(b, np.ndarray))
-    eng = Engine(transport, _plan(comm.size, 1024))
+    eng = Engine(transport, two_tree_plan(comm.size, 1024))
     yield eng, transport, copier
     eng.close()
     transport.close()
