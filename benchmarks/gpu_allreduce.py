@@ -30,14 +30,16 @@ from horotopo.transport import MPITransport
 
 
 def _timed(comm, fn, repeats: int) -> float:
+    """Best over ``repeats`` of the slowest rank's time for one call (after one warm-up)."""
     fn()
-    best = float("inf")
-    for _ in range(repeats):
+    times = np.empty(repeats)
+    for k in range(repeats):
         comm.Barrier()
         t0 = time.perf_counter()
         fn()
-        best = min(best, comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
-    return best
+        times[k] = time.perf_counter() - t0
+    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return float(times.min())
 
 
 def main(argv=None) -> int:
