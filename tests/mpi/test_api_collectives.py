@@ -325,6 +325,23 @@ def test_unsupported_features_say_so():
         hvd.allreduce(np.ones(2, np.complex64))
 
 
+def test_shutdown_on_one_rank_fails_pending_ops_everywhere():
+    need_two()
+    if hvd.rank() == 0:
+        time.sleep(0.3)
+        hvd.shutdown()
+    else:
+        h = hvd.allreduce_async(np.ones(2), name="never.completed")
+        with pytest.raises(hvd.HorovodInternalError, match="Horovod has been shut down"):
+            hvd.synchronize(h)
+        with pytest.raises(hvd.HorovodInternalError, match="has been shut down"):
+            hvd.allreduce(np.ones(2))
+        assert not hvd.is_initialized()
+        hvd.shutdown()
+    hvd.init()
+    assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2
+
+
 def test_shutdown_then_init_again():
     hvd.shutdown()
     assert not hvd.is_initialized()
