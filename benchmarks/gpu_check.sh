@@ -11,6 +11,15 @@
 # summary.txt there holds the verdict per step. Exit status 0 only when every step passed.
 #
 #   bash benchmarks/gpu_check.sh            # PYTHON=/path/to/python to pick the interpreter
+#
+# Interpreter: $PYTHON, else .venv/bin/python, else python3. A machine without an MPI (the lent
+# GPU machines' image lists mpi4py and CuPy but no MPI package) takes wheels from .whl/ (or
+# $HOROTOPO_WHEELS): they are installed under /tmp/horotopo-prefix first, and their mpiexec
+# and libmpi are used. To bring MPICH, on a machine with pip and the registry, in the repo root:
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl mpich==5.0.2
+# and carry .whl with the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -22,9 +31,25 @@ SUMMARY="$OUTDIR/summary.txt"
 if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
 else PY="$(command -v python3)"; fi
-MPIEXEC="$(dirname "$PY")/mpiexec"
-[ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec || true)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+MPIEXEC=""
+WHEELS="${HOROTOPO_WHEELS:-$ROOT/.whl}"
+if ls "$WHEELS"/*.whl > /dev/null 2>&1; then
+    PREFIX=/tmp/horotopo-prefix
+    echo "[gpu_check] installing $(ls "$WHEELS"/*.whl | wc -l) wheel(s) from $WHEELS into $PREFIX" >&2
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed \
+        --prefix "$PREFIX" "$WHEELS"/*.whl
+    SITE="$("$PY" -c 'import sys, sysconfig; print(sysconfig.get_path("purelib", vars={"base": sys.argv[1], "platbase": sys.argv[1]}))' "$PREFIX")"
+    export PYTHONPATH="$PYTHONPATH:$SITE"
+    export PATH="$PREFIX/bin:$PATH"
+    export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if [ -e "$PREFIX/lib/libmpi.so.12" ]; then export MPI4PY_LIBMPI="$PREFIX/lib/libmpi.so.12"; fi
+    if [ -x "$PREFIX/bin/mpiexec" ]; then MPIEXEC="$PREFIX/bin/mpiexec"; fi
+fi
+if [ -z "$MPIEXEC" ]; then
+    MPIEXEC="$(dirname "$PY")/mpiexec"
+    [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec || true)"
+fi
 export HOROTOPO_TEST_GPU=1
 export PYTHONUNBUFFERED=1
 FAILED=0
