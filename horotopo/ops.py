@@ -23,8 +23,11 @@ REDUCTIONS: Tuple[str, ...] = ("sum", "min", "max", "product")
 ALLREDUCE_DTYPES: Tuple[str, ...] = ("float16", "float32", "float64", "int32", "int64")
 BROADCAST_DTYPES: Tuple[str, ...] = ALLREDUCE_DTYPES + ("uint8",)
 
-# Codes for the metadata exchange; stable, distinct and positive.
-_DTYPE_CODES: Dict[str, int] = {name: k + 1 for k, name in enumerate(BROADCAST_DTYPES)}
+# Codes for the metadata exchange; stable, distinct and positive. Keyed by np.dtype objects
+# (hashable and cheap to look up; dtype.name is slow enough to show up per call).
+_DTYPE_CODES: Dict[np.dtype, int] = {np.dtype(name): k + 1
+                                     for k, name in enumerate(BROADCAST_DTYPES)}
+_ALLREDUCE_SET = frozenset(np.dtype(name) for name in ALLREDUCE_DTYPES)
 _OP_CODES: Dict[str, int] = {name: k + 1 for k, name in enumerate(OPS)}
 
 
@@ -36,7 +39,9 @@ def normalize_op(op: str) -> str:
     ValueError
         If ``op`` is not one of :data:`OPS`.
     """
-    name = str(op).strip().lower() if isinstance(op, str) else None
+    if op in _OP_CODES:
+        return op
+    name = op.strip().lower() if isinstance(op, str) else None
     if name not in _OP_CODES:
         raise ValueError(f"op must be one of {', '.join(OPS)}; got {op!r}")
     return name
@@ -54,17 +59,20 @@ def op_code(op: str) -> int:
 
 def dtype_code(dtype: object) -> int:
     """Positive code of a supported dtype, 0 for anything else."""
-    return _DTYPE_CODES.get(np.dtype(dtype).name, 0)
+    try:
+        return _DTYPE_CODES.get(np.dtype(dtype), 0)
+    except TypeError:
+        return 0
 
 
 def check_dtype(dtype: object, broadcast: bool = False) -> np.dtype:
     """Return ``np.dtype(dtype)`` or raise ValueError naming the supported types."""
-    allowed = BROADCAST_DTYPES if broadcast else ALLREDUCE_DTYPES
     dt = np.dtype(dtype)
-    if dt.name not in allowed:
-        what = "broadcast" if broadcast else "allreduce"
-        raise ValueError(f"{what} supports dtypes {', '.join(allowed)}; got {dt.name}")
-    return dt
+    if dt in (_DTYPE_CODES if broadcast else _ALLREDUCE_SET):
+        return dt
+    allowed = BROADCAST_DTYPES if broadcast else ALLREDUCE_DTYPES
+    what = "broadcast" if broadcast else "allreduce"
+    raise ValueError(f"{what} supports dtypes {', '.join(allowed)}; got {dt.name}")
 
 
 def effective_scales(op: str, prescale: float, postscale: float, size: int) -> Tuple[float, float]:

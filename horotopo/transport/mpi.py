@@ -11,9 +11,11 @@ from .base import ReduceOp, TagAllocator, Transport, TransportError
 __all__ = ["MPITransport", "as_transport"]
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
-_TYPES: Dict[str, Any] = {"float32": MPI.FLOAT, "float64": MPI.DOUBLE, "int32": MPI.INT32_T,
-                          "int64": MPI.INT64_T, "uint8": MPI.UINT8_T, "int8": MPI.INT8_T,
-                          "uint32": MPI.UINT32_T, "uint64": MPI.UINT64_T}
+_TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
+    ("float32", MPI.FLOAT), ("float64", MPI.DOUBLE), ("int32", MPI.INT32_T),
+    ("int64", MPI.INT64_T), ("uint8", MPI.UINT8_T), ("int8", MPI.INT8_T),
+    ("uint32", MPI.UINT32_T), ("uint64", MPI.UINT64_T))}
+_HALF = np.dtype(np.float16)
 
 
 class MPITransport(Transport):
@@ -74,11 +76,10 @@ class MPITransport(Transport):
         mop = _OPS.get(op)
         if mop is None:
             raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
-        name = np.dtype(recvbuf.dtype).name
-        dtype = _TYPES.get(name)
+        dtype = _TYPES.get(recvbuf.dtype)
         if dtype is None:
-            if name != "float16":
-                raise TransportError(f"no MPI datatype for {name}")
+            if recvbuf.dtype != _HALF:
+                raise TransportError(f"no MPI datatype for {recvbuf.dtype}")
             # MPI has no portable half type (MPIX_C_FLOAT16 is optional): reduce in float32 and
             # round once at the end, which is also the more accurate answer.
             wide = np.asarray(sendbuf, dtype=np.float32)
