@@ -12,6 +12,7 @@ import os
 import shlex
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -119,8 +120,14 @@ def _nonnegative(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser behind ``horotopo-run`` (also used to render ``--help``)."""
-    p = _Parser(prog="horotopo-run", description=DESCRIPTION, allow_abbrev=False,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = "\n\n".join(textwrap.fill(par, 92) for par in (
+        "Accepted for horovodrun compatibility, with a warning that they have no effect: "
+        + ", ".join(UNSUPPORTED) + ".",
+        "An emulated cluster's namespaces are named PREFIX-<node>; a run that was killed "
+        "outright leaves them behind, and the next run with the same prefix removes them "
+        "first (a prefix held by a live run is refused)."))
+    p = _Parser(prog="horotopo-run", description=DESCRIPTION, epilog=epilog,
+                allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=_positive_int, metavar="N",
                    help="number of ranks (default: the slots of -H/--hostfile, or the "
