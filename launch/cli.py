@@ -120,7 +120,7 @@ def _nonnegative(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser behind ``horotopo-run`` (also used to render ``--help``)."""
-    epilog = "\n\n".join(textwrap.fill(par, 92) for par in (
+    epilog = "\n\n".join(textwrap.fill(par, 92, break_on_hyphens=False) for par in (
         "Accepted for horovodrun compatibility, with a warning that they have no effect: "
         + ", ".join(UNSUPPORTED) + ".",
         "An emulated cluster's namespaces are named PREFIX-<node>; a run that was killed "
