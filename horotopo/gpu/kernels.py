@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -66,10 +67,17 @@ def all_kernel_names() -> List[str]:
 
 
 def native_source_path() -> Path:
-    """Where native/reduce.cu is: ``$HOROTOPO_NATIVE_DIR`` or the repository's native/."""
+    """Where native/reduce.cu is.
+
+    ``$HOROTOPO_NATIVE_DIR`` when set; else the repository's native/ (editable installs), else
+    ``<prefix>/share/horotopo/native`` (where a wheel's data_files would put it).
+    """
     base = os.environ.get(NATIVE_DIR_ENV)
-    root = Path(base) if base else Path(__file__).resolve().parents[2] / "native"
-    return root / "reduce.cu"
+    if base:
+        return Path(base) / "reduce.cu"
+    repo = Path(__file__).resolve().parents[2] / "native" / "reduce.cu"
+    installed = Path(sys.prefix) / "share" / "horotopo" / "native" / "reduce.cu"
+    return installed if not repo.is_file() and installed.is_file() else repo
 
 
 def native_source() -> str:
