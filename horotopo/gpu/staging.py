@@ -4,10 +4,12 @@ A :class:`Stager` owns a few pinned host slots (two by default: double buffering
 stream. Each slot is reused only when the MPI request that reads or fills it has completed and
 its copy has finished, so a chunk in flight is never overwritten.
 
-How the engine uses it (``wait`` is the transport's wait; requests are whatever isend/irecv
-return)::
+The engine itself needs none of this: it wraps its transport in
+:class:`horotopo.gpu.StagingTransport` (horotopo/gpu/transport.py), which stages every device
+message. A Stager is for code that moves a linear stream of chunks itself; ``wait`` completes
+one request of whatever transport posts them::
 
-    st = Stager(max_chunk_bytes, wait=transport.wait)
+    st = Stager(max_chunk_bytes, wait=lambda req: transport.waitall([req]))
 
     # Sending device chunks: the device-to-host copy of chunk k+1 runs while chunk k is sent.
     reqs = st.send(dev_chunks, lambda k, host: transport.isend(wire_view(host), peer, tag + k))
