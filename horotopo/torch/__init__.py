@@ -22,6 +22,7 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                       reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
 
 def init(comm=None, process_sets=None) -> None:
@@ -48,7 +49,7 @@ __all__ = [
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "join", "poll", "synchronize",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "Compression", "DistributedOptimizer", "ProcessSet", "global_process_set",
+    "Compression", "DistributedOptimizer", "SyncBatchNorm", "ProcessSet", "global_process_set",
     "add_process_set", "remove_process_set", "HorovodInternalError", "HorotopoInternalError",
     "HostsUpdatedInterrupt",
 ]

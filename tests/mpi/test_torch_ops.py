@@ -325,3 +325,31 @@ def test_sparse_gradients_with_and_without_densifying():
         for q in range(n):
             want[q % 6] += 1.0 / n
         assert torch.allclose(grad, want, atol=1e-6), (dense, grad)
+
+
+def test_sync_batch_norm_matches_batch_norm_over_the_global_batch():
+    n, r = hvd.size(), hvd.rank()
+    g = torch.Generator().manual_seed(5)
+    everyone = torch.randn(n * 3, 4, 5, generator=g, dtype=torch.float64) * 2 + 1
+    mine = everyone[3 * r:3 * (r + 1)].clone().requires_grad_(True)
+    sbn = hvd.SyncBatchNorm(4, momentum=0.3).double()
+    out = sbn(mine)
+    weights = torch.arange(everyone.numel(), dtype=torch.float64).reshape(everyone.shape)
+    (out * weights[3 * r:3 * (r + 1)]).sum().backward()
+
+    ref_in = everyone.clone().requires_grad_(True)
+    bn = torch.nn.BatchNorm1d(4, momentum=0.3).double()
+    ref = bn(ref_in)
+    (ref * weights).sum().backward()
+    assert torch.allclose(out, ref[3 * r:3 * (r + 1)], atol=1e-9)
+    assert torch.allclose(mine.grad, ref_in.grad[3 * r:3 * (r + 1)], atol=1e-9)
+    assert torch.allclose(sbn.running_mean, bn.running_mean, atol=1e-12)
+    assert torch.allclose(sbn.running_var, bn.running_var, atol=1e-12)
+    # The weight's gradient is local (the DistributedOptimizer averages it later); summed over
+    # ranks it is the global one.
+    total = hvd.allreduce(sbn.weight.grad, op=hvd.Sum)
+    assert torch.allclose(total, bn.weight.grad, atol=1e-8)
+    sbn.eval()
+    assert torch.allclose(sbn(mine), bn.eval()(mine), atol=1e-9)
+    with pytest.raises(ValueError, match="expected at least 2D input"):
+        sbn(torch.ones(3))
