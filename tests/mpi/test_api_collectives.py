@@ -342,6 +342,34 @@ def test_shutdown_on_one_rank_fails_pending_ops_everywhere():
     assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2
 
 
+def test_init_on_a_subset_given_as_ranks_or_a_communicator():
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    me, n = world.Get_rank(), world.Get_size()
+    hvd.shutdown()
+    evens = list(range(0, n, 2))
+    if me in evens:
+        hvd.init(comm=evens)
+        assert (hvd.size(), hvd.rank()) == (len(evens), evens.index(me))
+        assert hvd.allreduce(np.ones(1), op=hvd.Sum).tolist() == [float(len(evens))]
+        hvd.shutdown()
+    else:
+        with pytest.raises(ValueError, match="is not in the list"):
+            hvd.init(comm=evens)
+    sub = world.Split(color=me % 2, key=-me)         # reversed rank order inside each half
+    hvd.init(comm=sub)
+    assert (hvd.size(), hvd.rank()) == (sub.Get_size(), sub.Get_rank())
+    got = hvd.allgather(np.array([me]))
+    assert got.tolist() == sorted((r for r in range(n) if r % 2 == me % 2), reverse=True)
+    hvd.shutdown()
+    sub.Free()
+    with pytest.raises(TypeError, match="mpi4py communicator or a list of ranks"):
+        hvd.init(comm="world")
+    hvd.init()
+    assert hvd.size() == n
+
+
 def test_shutdown_then_init_again():
     hvd.shutdown()
     assert not hvd.is_initialized()
