@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from horotopo.plan import make_plan
-from horotopo.probe.infer import (build_document, circle_rounds, cluster_ranks, expected_fan,
-                                  expected_rates, format_report, group_tests, infer_host_caps,
-                                  infer_shared)
+from horotopo.generate import racks as generated_racks
+from horotopo.probe.infer import (build_document, circle_rounds, cluster_levels, cluster_ranks,
+                                  expected_fan, expected_rates, format_report, group_tests,
+                                  infer_host_caps, infer_shared)
 from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
 
 
@@ -48,17 +49,14 @@ def simulate(topo, noise=0.0, seed=0):
           for i in range(n)]
     lat = [[None if i == j else 0.05 for j in range(n)] for i in range(n)]
     groups = cluster_ranks(bw)
-    results = []
-    for t in group_tests(groups):
-        for src, dst, idx in ((t.src, t.dst, t.forward), (t.dst, t.src, t.backward)):
-            flows = [t.flows[f] for f in idx]
-            results.append((src, dst, flows, jitter(sum(maxmin_rates(topo, flows)))))
-    shared = infer_shared(groups, bw, results)
+    results = [(t.src, t.dst, t.flows, jitter(sum(maxmin_rates(topo, list(t.flows)))))
+               for t in group_tests(cluster_levels(bw))]
+    shared = infer_shared(bw, results)
     fan_out = [jitter(sum(maxmin_rates(topo, [(k, j) for j in range(n) if j != k])))
                for k in range(n)]
     fan_in = [jitter(sum(maxmin_rates(topo, [(j, k) for j in range(n) if j != k])))
               for k in range(n)]
-    assert shared == infer_shared(groups, bw, results)  # pure: same input, same answer
+    assert shared == infer_shared(bw, results)  # pure: same input, same answer
     return build_document(f"probed {topo.name}", list(topo.hosts), bw, lat, fan_out_gbps=fan_out,
                           fan_in_gbps=fan_in, shared_results=results, groups=groups,
                           meta={"mode": "simulated"})
@@ -142,12 +140,27 @@ def test_small_and_degenerate_inputs():
 
 def test_group_tests_need_two_pairs():
     tests = group_tests([[0, 2, 4], [1, 3, 5]])
-    assert len(tests) == 1
-    t = tests[0]
-    assert [t.flows[f] for f in t.forward] == [(0, 1), (2, 3), (4, 5)]
-    assert [t.flows[f] for f in t.backward] == [(1, 0), (3, 2), (5, 4)]
+    assert [t.flows for t in tests] == [((0, 1), (2, 3), (4, 5)), ((1, 0), (3, 2), (5, 4))]
+    assert tests[0].src == (0, 2, 4) and tests[0].dst == (1, 3, 5)
     # a lone slow rank cannot show sharing: one transfer alone is its pairwise figure
     assert group_tests([[0, 1, 3], [2]]) == []
+
+
+def test_three_groups_also_test_each_against_the_rest():
+    tests = group_tests([[[0, 1], [2, 3], [4, 5]]])
+    keys = {(t.src, t.dst) for t in tests}
+    assert ((0, 1), (2, 3, 4, 5)) in keys and ((2, 3, 4, 5), (0, 1)) in keys
+    rest = next(t for t in tests if t.src == (0, 1) and len(t.dst) == 4)
+    assert rest.flows == ((0, 2), (1, 4))  # the destinations spread over the other groups
+    assert len(tests) == 6 + 6
+
+
+def test_levels_nest_hosts_inside_racks():
+    # ranks 0,1 share a host (fast), hosts sit in two racks behind a slow uplink
+    bw = [[None, 20, 1, 1, .2, .2], [20, None, 1, 1, .2, .2], [1, 1, None, 1, .2, .2],
+          [1, 1, 1, None, .2, .2], [.2, .2, .2, .2, None, 1], [.2, .2, .2, .2, 1, None]]
+    assert cluster_levels(bw) == [[[0, 1], [2], [3], [4], [5]], [[0, 1, 2, 3], [4, 5]]]
+    assert cluster_levels(uniform_matrix(5, noise=0.1)) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,13 +205,46 @@ def test_uplink_found_under_noise(seed):
 
 def test_aggregate_near_the_sum_is_not_shared():
     bw = uniform_matrix(4)
-    results = [(0, 1, [(0, 2), (1, 3)], 1.85)]  # 2 x 1.0 alone, 7.5% below: noise
-    assert infer_shared([[0, 1], [2, 3]], bw, results) == []
-    results = [(0, 1, [(0, 2), (1, 3)], 1.1)]
-    (s,) = infer_shared([[0, 1], [2, 3]], bw, results)
+    results = [((0, 1), (2, 3), [(0, 2), (1, 3)], 1.85)]  # 2 x 1.0 alone, 7.5% below: noise
+    assert infer_shared(bw, results) == []
+    results = [((0, 1), (2, 3), [(0, 2), (1, 3)], 1.1)]
+    (s,) = infer_shared(bw, results)
     assert sorted(map(tuple, s["pairs"])) == [(0, 2), (0, 3), (1, 2), (1, 3)]
-    with pytest.raises(ValueError, match="group 0 -> group 1"):
-        infer_shared([[0, 1], [2, 3]], bw, [(0, 1, [(0, 2)], 0.0)])
+    with pytest.raises(ValueError, match=r"ranks \[0\] -> \[2\]"):
+        infer_shared(bw, [((0,), (2,), [(0, 2)], 0.0)])
+
+
+def test_three_racks_find_each_uplink_to_the_rest():
+    topo = from_dict(generated_racks([2, 2, 2], uplink_gbps=0.3))
+    doc = simulate(topo)
+    groups = doc["probe"]["groups"]
+    assert sorted(map(len, groups)) == [2, 2, 2]
+    caps = {(tuple(sorted({i for i, _ in s["pairs"]})), len(s["pairs"])): s["gbps"]
+            for s in doc["shared"]}
+    for g in groups:
+        # each rack's uplink carries everything from the rack to the other 4 ranks
+        assert caps[(tuple(g), 2 * 4)] == pytest.approx(0.3)
+    want = make_plan(topo).throughput_Bps
+    assert make_plan(from_dict(doc)).throughput_Bps == pytest.approx(want, rel=0.15)
+
+
+def test_ranks_sharing_a_host_share_its_nic():
+    topo = from_dict({"name": "two-per-host", "switches": ["sw"],
+                      "links": [{"ends": ["h0", "sw"], "gbps": 1.0},
+                                {"ends": ["h1", "sw"], "gbps": 1.0},
+                                {"ends": ["h2", "sw"], "gbps": 1.0}],
+                      "ranks": ["h0", "h0", "h1", "h2"]})
+    bw = [[None if i == j else (25.0 if topo.hosts[i] == topo.hosts[j]
+                                else topo.pair_capacity_Bps(i, j) / GBPS_TO_BPS)
+           for j in range(4)] for i in range(4)]
+    levels = cluster_levels(bw)
+    assert levels == [[[0, 1], [2], [3]]]
+    tests = group_tests(levels)
+    out = next(t for t in tests if t.src == (0, 1))
+    assert out.flows == ((0, 2), (1, 3))
+    results = [(out.src, out.dst, out.flows, 1.0)]  # the NIC: 1 gbps for both
+    (s,) = infer_shared(bw, results)
+    assert sorted(map(tuple, s["pairs"])) == [(0, 2), (0, 3), (1, 2), (1, 3)]
 
 
 def test_slow_nic_caps_bind_only_at_the_slow_host():
@@ -231,7 +277,7 @@ def test_document_loads_and_reports():
     assert topo.kind == "measured" and topo.n == 6
     assert doc["probe"]["groups"] == [[0, 1, 2], [3, 4, 5]]
     text = format_report(doc)
-    assert "# bandwidth (gbps)" in text and "shared group0->group1" in text
+    assert "# bandwidth (gbps)" in text and "shared 0,1,2->3,4,5" in text
     assert text.count("\n     0 ") >= 1 and "0.250" in text
 
 

@@ -7,6 +7,7 @@ on synthetic matrices.
 - :func:`circle_rounds`: the round-robin schedule (circle method) of disjoint pairs.
 - :func:`cluster_ranks`: groups of ranks by their pairwise rates (single linkage cut at the
   widest gap between rate levels, so a uniform network stays one group).
+- :func:`cluster_levels`: the same cut at every such gap (ranks on a host, hosts in a rack...).
 - :func:`group_tests`: which concurrent cross-group tests to run.
 - :func:`infer_shared`: a shared resource wherever the concurrent aggregate is clearly below the
   sum of the pairwise figures. Pairwise figures are not additive: two racks behind one uplink
@@ -27,7 +28,8 @@ import numpy as np
 
 from ..topology import from_dict, measured_document
 
-__all__ = ["circle_rounds", "cluster_ranks", "GroupTest", "group_tests", "infer_shared",
+__all__ = ["circle_rounds", "cluster_ranks", "cluster_levels", "GroupTest", "group_tests",
+           "infer_shared",
            "infer_host_caps", "expected_fan", "expected_rates", "build_document", "format_report",
            "DEFAULT_GAP", "DEFAULT_MARGIN"]
 
@@ -65,9 +67,42 @@ def _matrix(bandwidth: Any) -> np.ndarray:
 
 def _symmetric(bandwidth: Any) -> np.ndarray:
     b = _matrix(bandwidth)
-    # A pair is as strong as its weaker direction: an asymmetric uplink is slow both ways
-    # relative to the links inside a rack.
-    return np.fmin(b, b.T)
+    # The geometric mean of the two directions: an asymmetric uplink still stands out (0.2
+    # one way and 0.9 the other is 0.42 against 1.0 inside a rack), and one direction that
+    # measured low (the usual way measurements go wrong) moves the pair half as far.
+    with np.errstate(invalid="ignore"):
+        return np.sqrt(b * b.T)
+
+
+def _partition(s: np.ndarray, threshold: float) -> List[List[int]]:
+    """Connected components of the pairs at or above ``threshold`` (single linkage)."""
+    n = s.shape[0]
+    parent = list(range(n))
+
+    def find(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for i, j in zip(*np.triu_indices(n, 1)):
+        if s[i, j] >= threshold:
+            parent[find(int(i))] = find(int(j))
+    groups: Dict[int, List[int]] = {}
+    for v in range(n):
+        groups.setdefault(find(v), []).append(v)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def _levels(bandwidth: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(symmetric rates, distinct pair rates high to low, ratios between neighbours)."""
+    s = _symmetric(bandwidth)
+    n = s.shape[0]
+    iu = np.triu_indices(n, 1)
+    values = np.sort(s[iu][np.isfinite(s[iu])])[::-1]
+    if len(values) < 2 or values[-1] <= 0:
+        return s, values, np.zeros(0)
+    return s, values, values[:-1] / values[1:]
 
 
 def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]]:
@@ -89,82 +124,101 @@ def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]
     list of list of int
         Groups, each sorted, ordered by their lowest rank.
     """
-    s = _symmetric(bandwidth)
+    s, values, ratios = _levels(bandwidth)
     n = s.shape[0]
-    if n < 3:
+    if n < 3 or not len(ratios) or ratios.max() < gap:
         return [list(range(n))]
-    iu = np.triu_indices(n, 1)
-    values = np.sort(s[iu][np.isfinite(s[iu])])[::-1]
-    if len(values) < 2 or values[-1] <= 0:
-        return [list(range(n))]
-    ratios = values[:-1] / values[1:]
     k = int(np.argmax(ratios))
-    if ratios[k] < gap:
-        return [list(range(n))]
-    threshold = math.sqrt(values[k] * values[k + 1])
-    parent = list(range(n))
+    return _partition(s, math.sqrt(values[k] * values[k + 1]))
 
-    def find(v: int) -> int:
-        while parent[v] != v:
-            parent[v] = parent[parent[v]]
-            v = parent[v]
-        return v
 
-    for i, j in zip(*iu):
-        if s[i, j] >= threshold:
-            parent[find(int(i))] = find(int(j))
-    groups: Dict[int, List[int]] = {}
-    for v in range(n):
-        groups.setdefault(find(v), []).append(v)
-    return sorted(groups.values(), key=lambda g: g[0])
+def cluster_levels(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[List[int]]]:
+    """The groups at every gap of at least ``gap`` between rate levels, finest first.
+
+    Networks are nested (ranks on a host, hosts in a rack, racks behind a spine): each gap
+    between rate levels cuts one level. Partitions into a single group or into single ranks
+    only are left out, as are repeats.
+    """
+    s, values, ratios = _levels(bandwidth)
+    n = s.shape[0]
+    out: List[List[List[int]]] = []
+    if n < 3:
+        return out
+    for k in np.flatnonzero(ratios >= gap):
+        part = _partition(s, math.sqrt(values[k] * values[k + 1]))
+        if 1 < len(part) < n and part not in out:
+            out.append(part)
+    return out
 
 
 @dataclass(frozen=True)
 class GroupTest:
-    """Concurrent cross-group tests over disjoint pairs ``a_k, b_k``.
+    """A concurrent test: ``flows`` from ranks of ``src`` to ranks of ``dst``, all at once.
 
-    ``flows`` lists the directed transfers; ``forward`` indexes the ``src -> dst`` ones and
-    ``backward`` the ``dst -> src`` ones: each set runs at once, one set after the other.
+    If their aggregate is clearly below the sum of their pairwise rates, every pair from
+    ``src`` to ``dst`` shares a resource (an uplink, a NIC) of the aggregate's capacity.
     """
 
-    src: int
-    dst: int
+    src: Tuple[int, ...]
+    dst: Tuple[int, ...]
     flows: Tuple[Pair, ...]
-    forward: Tuple[int, ...]
-    backward: Tuple[int, ...]
 
 
-def group_tests(groups: Sequence[Sequence[int]], min_pairs: int = 2) -> List[GroupTest]:
-    """The concurrent tests to run between every two groups.
+def _spread(groups: Sequence[Sequence[int]]) -> List[int]:
+    """The ranks of ``groups`` taken round-robin, one group after another."""
+    out: List[int] = []
+    for k in range(max((len(g) for g in groups), default=0)):
+        out += [g[k] for g in groups if k < len(g)]
+    return out
 
-    A test pairs the groups' ranks one to one (``min(|A|, |B|)`` pairs); it needs at least
-    ``min_pairs`` of them, since one transfer alone is just its pairwise figure.
+
+def group_tests(partitions: Sequence[Sequence[Sequence[int]]], min_pairs: int = 2
+                ) -> List[GroupTest]:
+    """The concurrent tests for every partition: between every two groups, both ways, and,
+    with three groups or more, between each group and all the others (its uplink).
+
+    A test pairs ranks one to one (``min(|A|, |B|)`` pairs, the other side's groups taken in
+    turn); it needs at least ``min_pairs`` of them, since one transfer alone is just its
+    pairwise figure. Accepts a single partition too (a list of groups).
     """
-    tests = []
-    for x in range(len(groups)):
-        for y in range(x + 1, len(groups)):
-            a, b = sorted(groups[x]), sorted(groups[y])
-            m = min(len(a), len(b))
-            if m < min_pairs:
-                continue
-            fwd = [(a[k], b[k]) for k in range(m)]
-            bwd = [(b[k], a[k]) for k in range(m)]
-            tests.append(GroupTest(src=x, dst=y, flows=tuple(fwd + bwd),
-                                   forward=tuple(range(m)), backward=tuple(range(m, 2 * m))))
+    if partitions and partitions[0] and isinstance(partitions[0][0], (int, np.integer)):
+        partitions = [partitions]  # type: ignore[list-item]
+    tests: List[GroupTest] = []
+    seen = set()
+
+    def add(src_order: Sequence[int], dst_order: Sequence[int]) -> None:
+        m = min(len(src_order), len(dst_order))
+        key = (tuple(sorted(src_order)), tuple(sorted(dst_order)))
+        if m < min_pairs or key in seen:
+            return
+        seen.add(key)
+        tests.append(GroupTest(src=key[0], dst=key[1],
+                               flows=tuple((src_order[k], dst_order[k]) for k in range(m))))
+
+    for groups in partitions:
+        groups = [sorted(g) for g in groups]
+        for x, a in enumerate(groups):
+            for y, b in enumerate(groups):
+                if x != y:
+                    add(a, b)
+        if len(groups) >= 3:
+            for x, a in enumerate(groups):
+                rest = _spread([g for y, g in enumerate(groups) if y != x])
+                add(a, rest)
+                add(rest, a)
     return tests
 
 
-def infer_shared(groups: Sequence[Sequence[int]], bandwidth: Any,
-                 results: Sequence[Tuple[int, int, Sequence[Pair], float]], *,
+def infer_shared(bandwidth: Any, results: Sequence[Tuple[Sequence[int], Sequence[int],
+                                                         Sequence[Pair], float]], *,
                  margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
-    """Shared resources from concurrent cross-group tests.
+    """Shared resources from concurrent tests.
 
     Parameters
     ----------
-    groups : groups from :func:`cluster_ranks`
     bandwidth : n x n pairwise rates (alone)
-    results : sequence of ``(src_group, dst_group, flows, aggregate)``
-        ``flows`` are the directed pairs that ran at once from ``src_group`` to ``dst_group``;
+    results : sequence of ``(src ranks, dst ranks, flows, aggregate)``
+        ``flows`` are the directed pairs that ran at once from ``src`` to ``dst``;
         ``aggregate`` is their measured total rate.
     margin : float
         The aggregate must be below ``(1 - margin)`` times the sum of the flows' pairwise rates.
@@ -172,7 +226,7 @@ def infer_shared(groups: Sequence[Sequence[int]], bandwidth: Any,
     Returns
     -------
     list of dict
-        ``{"pairs": every [i, j] from src_group to dst_group, "gbps": aggregate, "label": ...}``
+        ``{"pairs": every [i, j] from src to dst, "gbps": aggregate, "label": ...}``
         (``gbps`` is in the unit of the inputs).
     """
     b = _matrix(bandwidth)
@@ -180,13 +234,17 @@ def infer_shared(groups: Sequence[Sequence[int]], bandwidth: Any,
     for src, dst, flows, aggregate in results:
         alone = float(sum(b[i, j] for i, j in flows))
         if not (aggregate > 0 and math.isfinite(aggregate)):
-            raise ValueError(f"group {src} -> group {dst}: aggregate must be positive, "
+            raise ValueError(f"ranks {list(src)} -> {list(dst)}: aggregate must be positive, "
                              f"got {aggregate!r}")
         if aggregate < (1.0 - margin) * alone:
-            pairs = [[i, j] for i in groups[src] for j in groups[dst]]
+            pairs = [[int(i), int(j)] for i in src for j in dst]
             shared.append({"pairs": pairs, "gbps": float(aggregate),
-                           "label": f"shared group{src}->group{dst}"})
+                           "label": f"shared {_ranks(src)}->{_ranks(dst)}"})
     return shared
+
+
+def _ranks(members: Sequence[int]) -> str:
+    return ",".join(str(int(v)) for v in members)
 
 
 def expected_rates(bandwidth: Any, flows: Sequence[Pair],
@@ -251,7 +309,8 @@ def infer_host_caps(bandwidth: Any, fan_out: Sequence[Optional[float]],
 def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency_ms: Any, *,
                    fan_out_gbps: Optional[Sequence[Optional[float]]] = None,
                    fan_in_gbps: Optional[Sequence[Optional[float]]] = None,
-                   shared_results: Sequence[Tuple[int, int, Sequence[Pair], float]] = (),
+                   shared_results: Sequence[Tuple[Sequence[int], Sequence[int],
+                                                  Sequence[Pair], float]] = (),
                    groups: Optional[Sequence[Sequence[int]]] = None,
                    gap: float = DEFAULT_GAP, margin: float = DEFAULT_MARGIN,
                    meta: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -266,7 +325,7 @@ def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency
     lat = [[None if i == j else _round(latency_ms[i][j]) for j in range(n)] for i in range(n)]
     if groups is None:
         groups = cluster_ranks(bw, gap=gap)
-    shared = infer_shared(groups, bw, shared_results, margin=margin)
+    shared = infer_shared(bw, shared_results, margin=margin)
     for s in shared:
         s["gbps"] = _round(s["gbps"])
     egress = ingress = None
@@ -280,7 +339,7 @@ def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency
         info["fan_out_gbps"] = _round_list(fan_out_gbps)
     if fan_in_gbps is not None:
         info["fan_in_gbps"] = _round_list(fan_in_gbps)
-    info["concurrent"] = [{"from": src, "to": dst, "flows": [list(f) for f in flows],
+    info["concurrent"] = [{"from": list(src), "to": list(dst), "flows": [list(f) for f in flows],
                            "gbps": _round(agg)} for src, dst, flows, agg in shared_results]
     doc["probe"] = info
     from_dict(doc)

@@ -10,8 +10,10 @@ Every rank calls :func:`probe` together. The phases:
    uplink (the very thing the probe looks for), so running a round's pairs together would
    understate the pairwise figures. ``concurrent_pairs=True`` runs each round at once, which is
    ``n / 2`` times faster and exact on non-blocking fabrics.
-3. Shared bottlenecks: the ranks are clustered by their pairwise rates, and every two groups
-   run concurrent tests (``a_k -> b_k`` for ``k < min(|A|, |B|)``, then the reverse).
+3. Shared bottlenecks: the ranks are clustered by their pairwise rates (at every gap between
+   rate levels: hosts, racks...), and every two groups run concurrent tests (``a_k -> b_k``
+   for ``k < min(|A|, |B|)``, then the reverse); with three groups or more, each group also
+   against all the others.
 4. Host limits: fan-out and fan-in at each rank (one rank sends to all others at once, then
    all others send to it).
 
@@ -37,8 +39,8 @@ import numpy as np
 
 from ..topology import GBPS_TO_BPS
 from ._mpi import ProbeError, allgather_json, allreduce_max, wait_all
-from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, build_document, circle_rounds, cluster_ranks,
-                    expected_rates, group_tests, infer_shared)
+from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, GroupTest, build_document, circle_rounds,
+                    cluster_levels, cluster_ranks, expected_rates, group_tests, infer_shared)
 
 __all__ = ["ProbeConfig", "probe", "MODES"]
 
@@ -179,6 +181,10 @@ class _Figures:
             subs.append(est)
             stable &= ok
         return np.array(flows), np.array(subs), stable
+
+
+def _span(ranks: Sequence[int]) -> str:
+    return "ranks " + ",".join(str(r) for r in ranks)
 
 
 def _pow2(x: float, lo: int, hi: int) -> int:
@@ -487,20 +493,18 @@ class _Prober:
         return _pow2(max(rates) * self.target * SUBSET_FACTOR, self.cfg.min_bytes,
                      self.cfg.max_bytes)
 
-    def concurrent(self, groups: List[List[int]], bw: np.ndarray
-                   ) -> List[Tuple[int, int, List[Pair], float]]:
+    def concurrent(self, tests: Sequence[GroupTest], bw: np.ndarray
+                   ) -> List[Tuple[Tuple[int, ...], Tuple[int, ...], List[Pair], float]]:
         results = []
-        for test in group_tests(groups):
-            for src, dst, idx in ((test.src, test.dst, test.forward),
-                                  (test.dst, test.src, test.backward)):
-                flows = [test.flows[f] for f in idx]
-                alone = expected_rates(bw, flows)
-                _, agg, _ = self.measure(flows, [list(range(len(flows)))],
-                                         f"concurrent group {src} -> group {dst}",
-                                         self._start(alone), weights=alone)
-                results.append((src, dst, flows, float(agg[0])))
-                self._progress(f"concurrent group {src} -> {dst}: {len(flows)} pairs, "
-                               f"{agg[0] * 8 / 1e9:.3f} gbps in all", force=True)
+        for test in tests:
+            flows = list(test.flows)
+            alone = expected_rates(bw, flows)
+            label = f"concurrent {_span(test.src)} -> {_span(test.dst)}"
+            _, agg, _ = self.measure(flows, [list(range(len(flows)))], label,
+                                     self._start(alone), weights=alone)
+            results.append((test.src, test.dst, flows, float(agg[0])))
+            self._progress(f"{label}: {len(flows)} pairs, {agg[0] * 8 / 1e9:.3f} gbps in all "
+                           f"(alone {sum(alone) * 8 / 1e9:.3f})", force=True)
         return results
 
     def fans(self, bw: np.ndarray, shared: Sequence[Mapping[str, Any]]
@@ -558,7 +562,8 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
                                                    cfg.timeout_s, "probe: host names")]
         n = pr.n
         groups: List[List[int]] = [list(range(n))]
-        shared: List[Tuple[int, int, List[Pair], float]] = []
+        levels: List[List[List[int]]] = []
+        shared: List[Tuple[Tuple[int, ...], Tuple[int, ...], List[Pair], float]] = []
         fan_out = fan_in = None
         bw = np.full((n, n), np.nan)
         if n > 1:
@@ -569,17 +574,19 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
             pr.budget(n * (n - 1), 2 + 2 * n if n > 2 else 0)
             bw = pr.pairs()
             groups = cluster_ranks(bw, gap=cfg.gap)
-            g_tests = 2 * len(group_tests(groups))
-            pr.budget(0, g_tests + (2 * n if n > 2 else 0))
-            if len(groups) > 1:
-                pr._progress(f"groups by rate: {groups}", force=True)
-                shared = pr.concurrent(groups, bw)
+            levels = cluster_levels(bw, gap=cfg.gap)
+            tests = group_tests(levels)
+            pr.budget(0, len(tests) + (2 * n if n > 2 else 0))
+            if tests:
+                pr._progress(f"groups by rate: {levels}", force=True)
+                shared = pr.concurrent(tests, bw)
             if n > 2:
                 pr._progress("host limits: fan-out and fan-in", force=True)
-                found = infer_shared(groups, bw, shared, margin=cfg.margin)
+                found = infer_shared(bw, shared, margin=cfg.margin)
                 fan_out, fan_in = pr.fans(bw, found)
         to_gbps = 1.0 / GBPS_TO_BPS
-        meta = {"mode": cfg.mode, "seconds": round(pr.clock, 3), "tests": pr.tests,
+        meta = {"levels": levels, "mode": cfg.mode, "seconds": round(pr.clock, 3),
+                "tests": pr.tests,
                 "target_ms": round(pr.target * 1e3, 2),
                 "concurrent_pairs": cfg.concurrent_pairs}
         doc = build_document(
