@@ -12,15 +12,25 @@ import pytest
 import horotopo as hvd
 from horotopo.api.basics import runtime
 
-# Probing is tested elsewhere; a ring plan keeps init fast on this small box.
-os.environ.setdefault("HOROTOPO_PROBE", "off")
+def start(comm=None):
+    """hvd.init() with a ring plan unless HOROTOPO_PROBE is set: probing is tested elsewhere
+    and a ring keeps init fast on a small box. The variable is restored at once, so that
+    other test modules in this process see the environment they were started with."""
+    saved = os.environ.get("HOROTOPO_PROBE")
+    os.environ["HOROTOPO_PROBE"] = saved or "off"
+    try:
+        hvd.init(comm)
+    finally:
+        if saved is None:
+            del os.environ["HOROTOPO_PROBE"]
+
 
 DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.int8, np.uint8, np.int16]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def started():
-    hvd.init()
+    start()
     yield
 
 
@@ -338,7 +348,7 @@ def test_shutdown_on_one_rank_fails_pending_ops_everywhere():
             hvd.allreduce(np.ones(2))
         assert not hvd.is_initialized()
         hvd.shutdown()
-    hvd.init()
+    start()
     assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2
 
 
@@ -350,7 +360,7 @@ def test_init_on_a_subset_given_as_ranks_or_a_communicator():
     hvd.shutdown()
     evens = list(range(0, n, 2))
     if me in evens:
-        hvd.init(comm=evens)
+        start(comm=evens)
         assert (hvd.size(), hvd.rank()) == (len(evens), evens.index(me))
         assert hvd.allreduce(np.ones(1), op=hvd.Sum).tolist() == [float(len(evens))]
         hvd.shutdown()
@@ -358,7 +368,7 @@ def test_init_on_a_subset_given_as_ranks_or_a_communicator():
         with pytest.raises(ValueError, match="is not in the list"):
             hvd.init(comm=evens)
     sub = world.Split(color=me % 2, key=-me)         # reversed rank order inside each half
-    hvd.init(comm=sub)
+    start(comm=sub)
     assert (hvd.size(), hvd.rank()) == (sub.Get_size(), sub.Get_rank())
     got = hvd.allgather(np.array([me]))
     assert got.tolist() == sorted((r for r in range(n) if r % 2 == me % 2), reverse=True)
@@ -366,7 +376,7 @@ def test_init_on_a_subset_given_as_ranks_or_a_communicator():
     sub.Free()
     with pytest.raises(TypeError, match="mpi4py communicator or a list of ranks"):
         hvd.init(comm="world")
-    hvd.init()
+    start()
     assert hvd.size() == n
 
 
@@ -376,5 +386,5 @@ def test_shutdown_then_init_again():
     with pytest.raises(ValueError, match="has not been initialized"):
         hvd.size()
     hvd.shutdown()                        # harmless when already down
-    hvd.init()
+    start()
     assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2

@@ -1,6 +1,5 @@
 """Multi-rank tests of horotopo.torch: collectives, autograd, helpers and DistributedOptimizer,
 ported from Horovod's documented behaviour. Works at any size; 2-rank cases skip at 1."""
-import os
 import time
 import warnings
 
@@ -10,8 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="horotopo.torch needs torch (the [torch] extra)")
 
 import horotopo.torch as hvd  # noqa: E402
-
-os.environ.setdefault("HOROTOPO_PROBE", "off")
+from test_api_collectives import start  # noqa: E402  (init with a ring plan)
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
           torch.int8, torch.uint8, torch.int16]
@@ -19,7 +17,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 
 @pytest.fixture(scope="module", autouse=True)
 def started():
-    hvd.init()
+    start()
     yield
 
 
