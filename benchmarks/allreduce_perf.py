@@ -40,6 +40,8 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("-a", "--algorithm", default="auto", choices=["auto", "tree", "ring", "mpi"],
                    help="horotopo algorithm (auto: the cost model picks per size)")
     p.add_argument("--chunk-bytes", default=None, help="override the plan's chunk size")
+    p.add_argument("--window", type=int, default=None,
+                   help="chunks per tree that may hold receive scratch (engine default 4)")
     p.add_argument("--plan", help="Plan JSON (python -m horotopo plan TOPO --json)")
     p.add_argument("--topology", help="topology JSON; rank 0 plans it with make_plan")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
@@ -148,7 +150,8 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     plan = load_plan(args, comm)
     modelled = bool(args.plan or args.topology)  # the default ring plan has made-up rates
     chunk = parse_size(args.chunk_bytes) if args.chunk_bytes else None
-    eng = Engine(comm, plan, chunk_bytes=chunk)
+    extra = {"window": args.window} if args.window else {}
+    eng = Engine(comm, plan, chunk_bytes=chunk, **extra)
     dtype = np.dtype(args.datatype)
     n = comm.size
     alg = None if args.algorithm == "auto" else args.algorithm

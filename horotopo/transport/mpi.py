@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
+import os
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -28,7 +31,19 @@ class MPITransport(Transport):
         own messages; :meth:`close` frees the duplicate.
     """
 
-    def __init__(self, comm: "MPI.Comm") -> None:
+    def __init__(self, comm: "MPI.Comm", poll_sleep_s: Optional[float] = None,
+                 spin_polls: Optional[int] = None) -> None:
+        # Waiting polls with Testsome and, after `spin_polls` empty polls, sleeps
+        # `poll_sleep_s` between polls instead of spinning inside MPI_Waitsome: on a node
+        # with more ranks than cores (and on emulated networks, where the kernel moves the
+        # bytes) spinning ranks take the CPU from the ranks and the kernel that have work.
+        # poll_sleep_s=0 spins in MPI_Waitsome as MPI would.
+        env_sleep = os.environ.get("HOROTOPO_POLL_SLEEP_US")
+        self.poll_sleep_s = (poll_sleep_s if poll_sleep_s is not None
+                             else float(env_sleep) * 1e-6 if env_sleep else 50e-6)
+        env_spins = os.environ.get("HOROTOPO_SPIN_POLLS")
+        self.spin_polls = (spin_polls if spin_polls is not None
+                           else int(env_spins) if env_spins else 200)
         self._comm: Optional[MPI.Comm] = comm.Dup()
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()
@@ -59,7 +74,18 @@ class MPITransport(Transport):
         return bool(request.Test())
 
     def waitsome(self, requests: Sequence[Any]) -> List[int]:
-        done = MPI.Request.Waitsome(requests)
+        if self.poll_sleep_s <= 0:
+            done = MPI.Request.Waitsome(requests)
+        else:
+            testsome = MPI.Request.Testsome
+            polls = 0
+            while True:
+                done = testsome(requests)
+                if done or done is None:
+                    break
+                polls += 1
+                if polls > self.spin_polls:
+                    time.sleep(self.poll_sleep_s)
         if done is None:
             raise TransportError("waitsome on requests that have all completed already")
         return done
