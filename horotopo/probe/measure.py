@@ -5,10 +5,9 @@ Every rank calls :func:`probe` together. The phases:
 1. Latency: ping-pong between every pair, just before the pair's bandwidth test.
 2. Bandwidth: every ordered pair, in circle-method order, one direction at a time (both at once
    measure low through a shaped link with a deep queue: each stream's TCP acknowledgements
-   wait behind the other's data). By default
-   one pair runs at a time: disjoint pairs are not independent when they cross a shared
-   uplink (the very thing the probe looks for), so running a round's pairs together would
-   understate the pairwise figures. ``concurrent_pairs=True`` runs each round at once, which is
+   wait behind the other's data). By default one pair runs at a time: disjoint pairs are not
+   independent when they cross a shared uplink (the very thing the probe looks for), so
+   running a round's pairs together would understate the pairwise figures. ``concurrent_pairs=True`` runs each round at once, which is
    ``n / 2`` times faster and exact on non-blocking fabrics.
 3. Shared bottlenecks: the ranks are clustered by their pairwise rates (at every gap between
    rate levels: hosts, racks...), and every two groups run concurrent tests (``a_k -> b_k``
@@ -18,10 +17,10 @@ Every rank calls :func:`probe` together. The phases:
    all others send to it).
 
 A transfer is a warm-up (which drains token buckets and opens the TCP window) followed, back to
-back, by the timed bytes; the receiver times from the end of one to the end of the other, so no
-round trip or clock offset enters the figure. Message size adapts until a transfer
-lasts about ``target_s``; repeats continue until the two best samples agree within
-``tolerance``. After every attempt the ranks combine their timings with a max-allreduce, so every
+back, by the timed bytes; the receiver times from the end of one to the end of the other, and
+the sender's time until the receiver acknowledges the last byte guards that window against a
+receiver that noticed the warm-up's end late. Message size adapts until a transfer lasts about
+``target_s``; repeats continue until the two best samples agree within ``tolerance``. After every attempt the ranks combine their timings with a max-allreduce, so every
 rank holds every figure and takes the same decisions (sizes, repeats, budget) from the same
 numbers; local clocks never steer the schedule.
 
@@ -79,8 +78,8 @@ class ProbeConfig:
     warm_bytes : int
         Each timed message follows a warm-up of ``min(size, max(size / 4, warm_bytes))``.
     chunk_bytes : int
-        A timed message goes as a train of messages of at most this size (MPICH over UCX
-        serializes the two directions of a pair for messages of a few MiB).
+        Warm-up and timed bytes go as trains of messages of at most this size (MPICH over
+        UCX moved single messages of a few MiB unevenly in our runs).
     tolerance : float
         Repeats stop once the two best samples of every figure agree within this fraction.
     min_samples, max_samples : int
@@ -90,7 +89,8 @@ class ProbeConfig:
     timeout_s : float
         A wait longer than this is an error naming the pair.
     budget_s : float
-        Past this (measured on the common clock), every test takes a single sample.
+        The probe's time bound: transfers shorten (down to ``MIN_TARGET_S``) so that the tests
+        left fit in it, and past it every test takes a single sample.
     concurrent_pairs : bool
         Run the pairs of a circle-method round at once (see module docstring).
     gap, margin : float
@@ -137,6 +137,15 @@ class ProbeConfig:
             raise ValueError(f"ping_reps: must be at least 1, got {self.ping_reps}")
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s: must be positive, got {self.timeout_s!r}")
+        if self.warm_bytes < 1 or self.chunk_bytes < 1:
+            raise ValueError(f"warm_bytes and chunk_bytes: must be positive, got "
+                             f"{self.warm_bytes}, {self.chunk_bytes}")
+        if not self.budget_s > 0:
+            raise ValueError(f"budget_s: must be positive, got {self.budget_s!r}")
+        if not self.gap > 1:
+            raise ValueError(f"gap: a ratio between rate levels, must be above 1, got {self.gap!r}")
+        if not 0 < self.margin < 1:
+            raise ValueError(f"margin: must be in (0, 1), got {self.margin!r}")
         if not 0 < self.tolerance < 1:
             raise ValueError(f"tolerance: must be in (0, 1), got {self.tolerance!r}")
 
@@ -486,7 +495,37 @@ class _Prober:
             done += len(pairs)
             self.budget(2 * (total - done), 2 + 2 * n if n > 2 else 0)
             self._progress(f"bandwidth: {done}/{total} pairs")
+        self._retry_lopsided(bw, 2 + 2 * n if n > 2 else 0)
         return bw
+
+    def _retry_lopsided(self, bw: np.ndarray, tests_after: int) -> None:
+        """Measure again the pairs whose two directions disagree, while the budget allows.
+
+        Most links are symmetric, and the way a figure goes wrong (a descheduled rank, a
+        neighbour's burst of load) is low: a pair much slower one way than the other is worth
+        a second look, and each direction keeps the better of its two figures.
+        """
+        cfg = self.cfg
+        suspects = sorted(((min(bw[a, b], bw[b, a]) / max(bw[a, b], bw[b, a]), a, b)
+                           for a in range(self.n) for b in range(a + 1, self.n)
+                           if min(bw[a, b], bw[b, a]) < (1 - 2 * cfg.tolerance)
+                           * max(bw[a, b], bw[b, a])))
+        retried = 0
+        for _, a, b in suspects:
+            # what a retry costs, from the tests so far; keep the rest of the budget for the
+            # concurrent and fan tests
+            per_test = self.clock / max(self.tests, 1)
+            if self.clock + per_test * (2 + SUBSET_FACTOR * tests_after) > cfg.budget_s:
+                break
+            for s, d in ((a, b), (b, a)):
+                rates, _, _ = self.measure([(s, d)], [], f"bandwidth again [{s}, {d}]",
+                                           _pow2(bw[s, d] * self.target, cfg.min_bytes,
+                                                 cfg.max_bytes))
+                bw[s, d] = max(bw[s, d], float(rates[0]))
+            retried += 1
+        if suspects:
+            self._progress(f"bandwidth: measured {retried} of {len(suspects)} lopsided pairs "
+                           f"again", force=True)
 
     def _start(self, rates: Sequence[float]) -> int:
         """First scale for a concurrent test whose fastest flow should get ``max(rates)``."""
