@@ -42,6 +42,8 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--chunk-bytes", default=None, help="override the plan's chunk size")
     p.add_argument("--window", type=int, default=None,
                    help="chunks per tree that may hold receive scratch (engine default 4)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="run Engine.calibrate() first, so that -a auto uses measured costs")
     p.add_argument("--plan", help="Plan JSON (python -m horotopo plan TOPO --json)")
     p.add_argument("--topology", help="topology JSON; rank 0 plans it with make_plan")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
@@ -154,6 +156,13 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     eng = Engine(comm, plan, chunk_bytes=chunk, **extra)
     dtype = np.dtype(args.datatype)
     n = comm.size
+    if args.calibrate:
+        model = eng.calibrate()
+        cut = model.cutover_bytes(plan, eng.chunk_bytes)
+        _log(f"# calibrated: MPI {model.mpi_latency_s * 1e6:.1f} us + bytes / "
+             f"{model.mpi_Bps / 1e9:.3f} GB/s; tree {model.tree_latency_s * 1e6:.1f} us + "
+             f"bytes / {model.tree_Bps / 1e9:.3f} GB/s; tree from "
+             f"{cut if cut is not None else 'never'} bytes")
     alg = None if args.algorithm == "auto" else args.algorithm
     rows = []
     size = max(dtype.itemsize, parse_size(args.minbytes))

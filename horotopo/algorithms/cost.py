@@ -126,8 +126,12 @@ class CostModel:
         return replace(self, **changes)
 
 
-# Measured on the development box (2 cores, MPICH 5 over shared memory, 4 ranks) with
-# `mpiexec -n 4 python benchmarks/engine_overhead.py`; Engine.calibrate() re-measures on the
-# real ranks. See the README's engine section for the figures.
-DEFAULT_COST_MODEL = CostModel(mpi_latency_s=30e-6, mpi_Bps=None, tree_latency_s=150e-6,
-                               per_message_s=15e-6)
+# Measured on the development box (2 cores shared with other jobs, load 13-16, MPICH 5 over
+# shared memory, 4 ranks) with `mpiexec -n 4 python benchmarks/engine_overhead.py`: the
+# engine's 8-byte MPI path (100 us), 8-byte tree allreduce (6.6 ms: six hops, each waiting for
+# a descheduled rank) and the wall time per chunk message (34 us). With these, a plan that is
+# no faster than ring on its model always goes to MPI_Allreduce, and a plan much faster than
+# ring goes to the tree above a few tens of KiB. Engine.calibrate() replaces them with
+# measurements on the real ranks (and then a measured tree bandwidth replaces the model's).
+DEFAULT_COST_MODEL = CostModel(mpi_latency_s=100e-6, mpi_Bps=None, tree_latency_s=6.6e-3,
+                               per_message_s=34e-6)
