@@ -35,27 +35,21 @@ class TimedTransport(MPITransport):
         super().__init__(comm)
         self.mpi_cpu = 0.0
 
-    def waitsome(self, requests):
+    def _timed(self, fn, *args):
         t0 = time.thread_time()
         try:
-            return super().waitsome(requests)
+            return fn(*args)
         finally:
             self.mpi_cpu += time.thread_time() - t0
+
+    def waitsome(self, requests):
+        return self._timed(super().waitsome, requests)
 
     def isend(self, buf, dest, tag):
-        t0 = time.thread_time()
-        try:
-            return super().isend(buf, dest, tag)
-        finally:
-            self.mpi_cpu += time.thread_time() - t0
+        return self._timed(super().isend, buf, dest, tag)
 
     def irecv(self, buf, source, tag):
-        t0 = time.thread_time()
-        try:
-            return super().irecv(buf, source, tag)
-        finally:
-            self.mpi_cpu += time.thread_time() - t0
-
+        return self._timed(super().irecv, buf, source, tag)
 
 def _best(fn, repeats: int, comm: "MPI.Comm") -> float:
     fn()
