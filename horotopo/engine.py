@@ -23,7 +23,6 @@ from . import ops as _ops
 from .algorithms import (DEFAULT_COST_MODEL, CostModel, MPIAllreduce, RingAllreduce,
                          TreeAllreduce, TreeBroadcast)
 from .algorithms.cost import fit_line
-from .algorithms.tree import DEFAULT_WINDOW
 from .buffers import (ScratchPool, array_module, contiguous_flat, copy_into, flat_view,
                       scale_into, synchronize)
 from .plan import Plan
@@ -55,8 +54,9 @@ class Engine:
     cost_model : CostModel, optional
         Chooses tree or MPI when ``algorithm`` is None; defaults to the measured defaults in
         :data:`horotopo.algorithms.DEFAULT_COST_MODEL` (see :meth:`calibrate`).
-    window : int
-        Chunks per tree that may hold receive scratch at once.
+    window : int, optional
+        Chunks per tree and reduce child that may hold receive scratch at once; None sizes it
+        from the chunk size (:func:`horotopo.algorithms.tree.window_for`).
 
     Raises
     ------
@@ -66,7 +66,7 @@ class Engine:
     """
 
     def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
-                 cost_model: Optional[CostModel] = None, window: int = DEFAULT_WINDOW) -> None:
+                 cost_model: Optional[CostModel] = None, window: Optional[int] = None) -> None:
         self._owns = not isinstance(comm, Transport)
         self.transport = as_transport(comm)
         self.plan = plan

@@ -11,7 +11,8 @@ chunks. At rank ``v``, chunk ``k`` of a tree goes through these steps:
 
 The root broadcasts chunk ``k`` as soon as it is reduced, so the reduce and broadcast stages of
 one tree overlap, and every tree of the plan runs in the same nonblocking progress loop. Only
-``window`` chunks per tree may hold scratch at once (that bounds memory), and at most
+``window`` chunks per tree and reduce child may hold scratch at once (that bounds memory;
+by default 2 MiB, see :func:`window_for`), and at most
 ``window + 2 * depth + 2`` chunks per tree are in flight (that bounds outstanding messages).
 Every rank ends with the root's bits, so results are bitwise identical across ranks.
 
@@ -30,9 +31,18 @@ from ..plan import Plan
 from ..transport.base import Transport
 from .progress import Progress
 
-__all__ = ["TreeAllreduce", "TreeBroadcast", "DEFAULT_WINDOW"]
+__all__ = ["TreeAllreduce", "TreeBroadcast", "window_for", "WINDOW_BYTES"]
 
-DEFAULT_WINDOW = 4
+# Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
+# chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
+# (on racks-2x3, emulated, 64 KiB chunks: 16 chunks ran 1.2-1.5x faster than 4); big chunks
+# need few (4 x 1 MiB is as fast as MPI allows over shared memory).
+WINDOW_BYTES = 2 << 20
+
+
+def window_for(chunk_bytes: int) -> int:
+    """The automatic window (chunks of scratch per reduce child) for ``chunk_bytes``."""
+    return max(4, min(32, WINDOW_BYTES // max(1, chunk_bytes)))
 
 
 def _children(parent: Sequence[int]) -> List[Tuple[int, ...]]:
@@ -212,12 +222,12 @@ class _TreeRun:
 class _TreeAlgorithm:
     """Shared set-up: the plan's trees as child lists at this rank."""
 
-    def __init__(self, transport: Transport, plan: Plan, window: int = DEFAULT_WINDOW,
+    def __init__(self, transport: Transport, plan: Plan, window: Optional[int] = None,
                  pool: Optional[ScratchPool] = None) -> None:
         if plan.n != transport.size:
             raise ValueError(f"the plan is for {plan.n} ranks but the transport has "
                              f"{transport.size}")
-        if window < 1:
+        if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 chunk, got {window}")
         self.transport = transport
         self.plan = plan
@@ -232,8 +242,12 @@ class _TreeAlgorithm:
                                 _depth(t.reduce_parent) + _depth(t.bcast_parent)))
         self.last_messages = 0
 
-    def _in_flight(self, depth: int) -> int:
-        return self.window + 2 * depth + 2
+    def _window(self, chunk_elems: int, itemsize: int) -> int:
+        return self.window or window_for(chunk_elems * itemsize)
+
+    @staticmethod
+    def _in_flight(window: int, depth: int) -> int:
+        return window + 2 * depth + 2
 
     def _run(self, runs: List[_TreeRun], prog: Progress) -> None:
         for run in runs:
@@ -253,8 +267,9 @@ class TreeAllreduce(_TreeAlgorithm):
         The message layer; ``transport.size`` must equal ``plan.n``.
     plan : Plan
         The trees, their shares and the default chunk size.
-    window : int
-        Chunks per tree that may hold receive scratch at once.
+    window : int, optional
+        Chunks per tree and reduce child that may hold receive scratch at once; None picks
+        :func:`window_for` the chunk size.
     pool : ScratchPool, optional
         Where the scratch comes from (the engine shares one across calls).
     """
@@ -265,13 +280,14 @@ class TreeAllreduce(_TreeAlgorithm):
         ``op`` is one of sum, min, max, product; ``chunk_elems`` is the elements per message.
         """
         count = out.size
+        window = self._window(chunk_elems, out.itemsize)
         prog = Progress(self.transport)
         base = self.transport.alloc_tags(2 * len(self._trees))
         segs = segment_bounds(count, self.shares)
         sizes = []
         for (rc, _, _, _, _), (lo, hi) in zip(self._trees, segs):
             width = min(chunk_elems, hi - lo)
-            sizes.append((len(rc) * self.window, width))
+            sizes.append((len(rc) * window, width))
         total = sum(r * w for r, w in sizes)
         block = self.pool.get(total, out) if total else None
         runs = []
@@ -285,8 +301,8 @@ class TreeAllreduce(_TreeAlgorithm):
                 scratch = block[at:at + rows * width].reshape(rows, width)
                 at += rows * width
             runs.append(_TreeRun(prog, chunk_bounds(lo, hi, chunk_elems), out, src, op, rc, rp,
-                                 bc, bp, base + 2 * k, base + 2 * k + 1, scratch, self.window,
-                                 self._in_flight(depth), allreduce=True))
+                                 bc, bp, base + 2 * k, base + 2 * k + 1, scratch, window,
+                                 self._in_flight(window, depth), allreduce=True))
         self._run(runs, prog)
 
 
@@ -303,6 +319,7 @@ class TreeBroadcast(_TreeAlgorithm):
     def run(self, buf: Any, root: int, chunk_elems: int) -> None:
         """Broadcast flat ``buf`` from ``root`` in place; ``chunk_elems`` per message."""
         count = buf.size
+        window = self._window(chunk_elems, buf.itemsize)
         prog = Progress(self.transport)
         base = self.transport.alloc_tags(len(self.plan.trees))
         if count <= chunk_elems:
@@ -322,6 +339,6 @@ class TreeBroadcast(_TreeAlgorithm):
                 parent[t.root] = root
             kids = _children(parent)
             runs.append(_TreeRun(prog, chunk_bounds(lo, hi, chunk_elems), buf, buf, "sum", (),
-                                 -1, kids[v], parent[v], base + k, base + k, None, self.window,
-                                 self._in_flight(_depth(parent)), allreduce=False))
+                                 -1, kids[v], parent[v], base + k, base + k, None, window,
+                                 self._in_flight(window, _depth(parent)), allreduce=False))
         self._run(runs, prog)
