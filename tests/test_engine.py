@@ -54,6 +54,16 @@ def test_messages_per_rank_counts_the_busiest_rank():
     assert messages_per_rank(plan, 0, 1000) == 0
 
 
+def test_window_for_keeps_scratch_near_two_mib_within_bounds():
+    from horotopo.algorithms.tree import window_for
+
+    assert window_for(64 << 10) == 32
+    assert window_for(256 << 10) == 8
+    assert window_for(1 << 20) == 4
+    assert window_for(64 << 20) == 4
+    assert window_for(8) == 32
+
+
 def test_tag_allocator_rotates_and_checks():
     tags = TagAllocator(upper=200, first=1)
     assert tags.alloc(100) == 1

@@ -162,6 +162,18 @@ def test_many_chunks_repeated_stay_in_order():
                                              f"{int(np.count_nonzero(out != want))} wrong")
 
 
+@pytest.mark.parametrize("window", [1, 2])
+def test_smallest_windows(window):
+    with Engine(COMM, random_plan(61 + window, 64, trees=2), window=window) as eng:
+        for k, (dtype, op) in enumerate((("float32", "sum"), ("int32", "max"))):
+            check_allreduce(eng, inputs(600, dtype, op, k), op, "tree", in_place=bool(k),
+                            what=f"window {window}")
+        want = np.arange(300, dtype=np.float64)
+        buf = want.copy() if RANK == N - 1 else np.zeros_like(want)
+        eng.broadcast(buf, N - 1)
+        agree(np.array_equal(buf, want), f"broadcast window {window}")
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_plans(seed):
     rng = np.random.default_rng(seed)
