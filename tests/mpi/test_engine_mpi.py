@@ -166,9 +166,9 @@ def test_many_chunks_repeated_stay_in_order():
 def test_smallest_windows(window):
     with Engine(COMM, random_plan(61 + window, 64, trees=2), window=window) as eng:
         for k, (dtype, op) in enumerate((("float32", "sum"), ("int32", "max"))):
-            check_allreduce(eng, inputs(600, dtype, op, k), op, "tree", in_place=bool(k),
+            check_allreduce(eng, inputs(200, dtype, op, k), op, "tree", in_place=bool(k),
                             what=f"window {window}")
-        want = np.arange(300, dtype=np.float64)
+        want = np.arange(100, dtype=np.float64)
         buf = want.copy() if RANK == N - 1 else np.zeros_like(want)
         eng.broadcast(buf, N - 1)
         agree(np.array_equal(buf, want), f"broadcast window {window}")
