@@ -1,27 +1,41 @@
 """The probe's inference on synthetic measurements (no MPI): schedule, clustering, shared
 bottlenecks, host caps, the document, and the planned optimum of what it infers."""
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from horotopo.plan import make_plan
 from horotopo.generate import racks as generated_racks
+from horotopo.generate import random_declared
 from horotopo.probe.infer import (build_document, circle_rounds, cluster_levels, cluster_ranks,
-                                  expected_fan, expected_rates, format_report, group_tests,
-                                  infer_host_caps, infer_shared)
+                                  expected_fan, expected_rates, extension_tests, format_report,
+                                  group_tests, infer_all, infer_host_caps, infer_shared)
 from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
+
+
+_spec = importlib.util.spec_from_file_location(
+    "probe_accuracy", Path(__file__).resolve().parent.parent / "benchmarks" / "probe_accuracy.py")
+_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bench)
+plan_rate_on = _bench.plan_rate_on
 
 
 # ---------------------------------------------------------------------------------------------
 # a simulated network: what the probe would measure on a declared topology
 
 
+LOCAL_GBPS = 25.0
+
+
 def maxmin_rates(topo, flows):
     """Max-min fair rates (gbps) of ``flows`` running at once (what TCP flows roughly get)."""
     cap = np.array(topo.capacity_Bps) / GBPS_TO_BPS
-    rate = {f: 0.0 for f in flows}
-    active = set(flows)
+    # ranks on one host: no shaped link in between (the emulator's loopback is that fast)
+    rate = {f: (0.0 if topo.routes[f[0]][f[1]] else LOCAL_GBPS) for f in flows}
+    active = {f for f in flows if topo.routes[f[0]][f[1]]}
     while active:
         count = np.zeros(len(cap))
         for i, j in active:
@@ -49,16 +63,20 @@ def simulate(topo, noise=0.0, seed=0):
           for i in range(n)]
     lat = [[None if i == j else 0.05 for j in range(n)] for i in range(n)]
     groups = cluster_ranks(bw)
+    levels = cluster_levels(bw)
     results = [(t.src, t.dst, t.flows, jitter(sum(maxmin_rates(topo, list(t.flows)))))
-               for t in group_tests(cluster_levels(bw))]
-    shared = infer_shared(bw, results)
+               for t in group_tests(levels)]
+    ext = [(t.src, t.dst, t.rank, t.side, t.flows, jitter(sum(maxmin_rates(topo, list(t.flows)))))
+           for t in extension_tests(infer_shared(bw, results), levels, n)]
+    shared = infer_all(bw, results, ext)
     fan_out = [jitter(sum(maxmin_rates(topo, [(k, j) for j in range(n) if j != k])))
                for k in range(n)]
     fan_in = [jitter(sum(maxmin_rates(topo, [(j, k) for j in range(n) if j != k])))
               for k in range(n)]
-    assert shared == infer_shared(bw, results)  # pure: same input, same answer
+    assert shared == infer_all(bw, results, ext)  # pure: same input, same answer
     return build_document(f"probed {topo.name}", list(topo.hosts), bw, lat, fan_out_gbps=fan_out,
-                          fan_in_gbps=fan_in, shared_results=results, groups=groups,
+                          fan_in_gbps=fan_in, shared_results=results, extension_results=ext,
+                          groups=groups,
                           meta={"mode": "simulated"})
 
 
@@ -281,16 +299,40 @@ def test_document_loads_and_reports():
     assert text.count("\n     0 ") >= 1 and "0.250" in text
 
 
-@pytest.mark.parametrize("make", [lambda: racks(), lambda: racks(4, 4, uplink=0.4),
-                                  lambda: load(bundled("slow-nic")),
-                                  lambda: load(bundled("uniform-4")),
-                                  lambda: load(bundled("racks-2x3"))])
+MAKERS = [lambda: racks(), lambda: racks(4, 4, uplink=0.4), lambda: load(bundled("slow-nic")),
+          lambda: load(bundled("uniform-4")), lambda: load(bundled("racks-2x3")),
+          lambda: from_dict(random_declared(6, 2)), lambda: from_dict(random_declared(6, 3)),
+          lambda: from_dict(random_declared(4, 1))]
+
+
+@pytest.mark.parametrize("make", MAKERS)
 def test_probed_optimum_within_15_percent_of_declared(make):
     declared = make()
     probed = from_dict(simulate(declared, noise=0.05, seed=3))
-    want = make_plan(declared).throughput_Bps
-    got = make_plan(probed).throughput_Bps
-    assert got == pytest.approx(want, rel=0.15), f"{declared.name}: {got} vs {want}"
+    want = make_plan(declared)
+    got = make_plan(probed)
+    assert got.throughput_Bps == pytest.approx(want.throughput_Bps, rel=0.15), declared.name
+    # and the plan made from the probe, run on the real network, is nearly as good
+    real = plan_rate_on(got, declared) / plan_rate_on(want, declared)
+    assert real >= 0.85, f"{declared.name}: the probed plan gets {real:.3f} of the declared one"
+
+
+@pytest.mark.xfail(strict=True, reason="known limit: a rack's downlink shared by ranks the rates "
+                   "put in different groups (a host with two ranks and a lone fast host) is not "
+                   "found; only ranks alone at every level get extension tests")
+def test_downlink_shared_by_ungrouped_ranks():
+    declared = from_dict(random_declared(5, 7))
+    got = make_plan(from_dict(simulate(declared, noise=0.05, seed=3)))
+    assert plan_rate_on(got, declared) / plan_rate_on(make_plan(declared), declared) >= 0.85
+
+
+def test_a_slow_nic_inside_a_rack_still_shares_its_uplink():
+    """The rates cannot place a slow host (slow to everyone); its uplink traffic can."""
+    declared = from_dict(random_declared(6, 2))  # rank 2: a slow NIC in the rack of 0 and 5
+    doc = simulate(declared)
+    covering = [s for s in doc["shared"] if [2, 1] in s["pairs"]]
+    assert covering, doc["shared"]
+    assert doc["probe"]["extension"], "no extension test ran"
 
 
 def test_without_inference_the_uplink_model_is_too_optimistic():

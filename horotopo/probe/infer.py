@@ -12,6 +12,8 @@ on synthetic matrices.
 - :func:`infer_shared`: a shared resource wherever the concurrent aggregate is clearly below the
   sum of the pairwise figures. Pairwise figures are not additive: two racks behind one uplink
   give each cross pair the full uplink alone, but concurrent cross pairs split it.
+- :func:`extension_tests` / :func:`extend_shared`: whether a rank that no group holds (a slow
+  NIC in a rack) sits behind a shared resource too.
 - :func:`infer_host_caps`: per-rank egress/ingress caps, kept only where they bind.
 - :func:`build_document`: the measured-topology JSON of DESIGN.md, validated by loading it.
 - :func:`format_report`: the nccl-tests style text that ``horotopo probe`` prints.
@@ -29,7 +31,7 @@ import numpy as np
 from ..topology import from_dict, measured_document
 
 __all__ = ["circle_rounds", "cluster_ranks", "cluster_levels", "GroupTest", "group_tests",
-           "infer_shared",
+           "infer_shared", "ExtensionTest", "extension_tests", "extend_shared", "infer_all",
            "infer_host_caps", "expected_fan", "expected_rates", "build_document", "format_report",
            "DEFAULT_GAP", "DEFAULT_MARGIN"]
 
@@ -211,7 +213,8 @@ def group_tests(partitions: Sequence[Sequence[Sequence[int]]], min_pairs: int = 
 
 def infer_shared(bandwidth: Any, results: Sequence[Tuple[Sequence[int], Sequence[int],
                                                          Sequence[Pair], float]], *,
-                 margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
+                 margin: float = DEFAULT_MARGIN,
+                 known: Sequence[Mapping[str, Any]] = ()) -> List[Dict[str, Any]]:
     """Shared resources from concurrent tests.
 
     Parameters
@@ -222,6 +225,9 @@ def infer_shared(bandwidth: Any, results: Sequence[Tuple[Sequence[int], Sequence
         ``aggregate`` is their measured total rate.
     margin : float
         The aggregate must be below ``(1 - margin)`` times the sum of the flows' pairwise rates.
+    known : shared resources found already
+        The expectation for the flows takes these into account (:func:`expected_rates`), so a
+        test that only meets a resource already known adds nothing.
 
     Returns
     -------
@@ -229,10 +235,9 @@ def infer_shared(bandwidth: Any, results: Sequence[Tuple[Sequence[int], Sequence
         ``{"pairs": every [i, j] from src to dst, "gbps": aggregate, "label": ...}``
         (``gbps`` is in the unit of the inputs).
     """
-    b = _matrix(bandwidth)
     shared = []
     for src, dst, flows, aggregate in results:
-        alone = float(sum(b[i, j] for i, j in flows))
+        alone = float(sum(expected_rates(bandwidth, flows, known)))
         if not (aggregate > 0 and math.isfinite(aggregate)):
             raise ValueError(f"ranks {list(src)} -> {list(dst)}: aggregate must be positive, "
                              f"got {aggregate!r}")
@@ -241,6 +246,106 @@ def infer_shared(bandwidth: Any, results: Sequence[Tuple[Sequence[int], Sequence
             shared.append({"pairs": pairs, "gbps": float(aggregate),
                            "label": f"shared {_ranks(src)}->{_ranks(dst)}"})
     return shared
+
+
+@dataclass(frozen=True)
+class ExtensionTest:
+    """Does ``rank``'s traffic cross the shared resource found between ``src`` and ``dst``?
+
+    ``flows`` are one transfer that is known to cross it and one from ``rank`` into ``dst``
+    (``side == "src"``) or from ``src`` to ``rank`` (``side == "dst"``), run at once. A rank
+    with a slow NIC in a rack has slow pairs to everyone, so the rates cannot place it; its
+    traffic through the rack's uplink can.
+    """
+
+    src: Tuple[int, ...]
+    dst: Tuple[int, ...]
+    rank: int
+    side: str
+    flows: Tuple[Pair, Pair]
+
+
+def _ends(shared: Mapping[str, Any]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    return (tuple(sorted({int(p[0]) for p in shared["pairs"]})),
+            tuple(sorted({int(p[1]) for p in shared["pairs"]})))
+
+
+def extension_tests(shared: Sequence[Mapping[str, Any]], partitions: Sequence[Sequence[Sequence[int]]],
+                    n: int) -> List[ExtensionTest]:
+    """The tests that decide whether ranks no group holds sit behind each shared resource.
+
+    Only ranks that are alone in their group at every level are tried (the others have
+    group tests of their own), and only against resources that do not already span all ranks.
+    """
+    grouped = {v for part in partitions for g in part if len(g) > 1 for v in g}
+    loners = [v for v in range(n) if v not in grouped]
+    tests = []
+    for s in shared:
+        a, b = _ends(s)
+        if len(set(a) | set(b)) >= n:
+            continue
+        for r in loners:
+            if r in a or r in b:
+                continue
+            if len(b) >= 2:
+                tests.append(ExtensionTest(a, b, r, "src", ((a[0], b[0]), (r, b[1]))))
+            if len(a) >= 2:
+                tests.append(ExtensionTest(a, b, r, "dst", ((a[0], b[0]), (a[1], r))))
+    return tests
+
+
+def extend_shared(shared: Sequence[Mapping[str, Any]], bandwidth: Any,
+                  results: Sequence[Tuple[Sequence[int], Sequence[int], int, str,
+                                          Sequence[Pair], float]], *,
+                  margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
+    """``shared`` with ranks added where an :class:`ExtensionTest` showed sharing.
+
+    ``results`` holds ``(src, dst, rank, side, flows, aggregate)``: when the two flows together
+    get clearly less than the sum of their pairwise rates, ``rank`` joins the resource's
+    sources (or destinations), and the resource covers every pair from the one set to the
+    other.
+    """
+    b = _matrix(bandwidth)
+    grow: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], Tuple[set, set]] = {}
+    for src, dst, rank, side, flows, aggregate in results:
+        if not (aggregate > 0 and math.isfinite(aggregate)):
+            raise ValueError(f"rank {rank} against {list(src)} -> {list(dst)}: aggregate must "
+                             f"be positive, got {aggregate!r}")
+        if aggregate < (1.0 - margin) * float(sum(b[i, j] for i, j in flows)):
+            add = grow.setdefault((tuple(src), tuple(dst)), (set(), set()))
+            add[0 if side == "src" else 1].add(int(rank))
+    out = []
+    for s in shared:
+        s = dict(s)
+        key = _ends(s)
+        if key in grow:
+            a = sorted(set(key[0]) | grow[key][0])
+            d = sorted(set(key[1]) | grow[key][1])
+            s["pairs"] = [[i, j] for i in a for j in d if i != j]
+            s["label"] = f"shared {_ranks(a)}->{_ranks(d)}"
+        out.append(s)
+    return out
+
+
+def infer_all(bandwidth: Any, results: Sequence[Tuple[Sequence[int], Sequence[int],
+                                                      Sequence[Pair], float]],
+              extension_results: Sequence[Tuple[Sequence[int], Sequence[int], int, str,
+                                                Sequence[Pair], float]] = (), *,
+              margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
+    """Every shared resource the concurrent tests show, in order of specificity.
+
+    First the tests between groups that leave some ranks out, extended by the extension tests;
+    then the tests that span every rank (a group against all the others, or the two groups of
+    a two-group network), judged against what is known by then. A group's test against the
+    rest can run into another group's known downlink; that must not read as its own uplink.
+    """
+    n = _matrix(bandwidth).shape[0]
+    spans = [len(set(r[0]) | set(r[1])) >= n for r in results]
+    narrow = [r for r, wide in zip(results, spans) if not wide]
+    wide = [r for r, w in zip(results, spans) if w]
+    shared = extend_shared(infer_shared(bandwidth, narrow, margin=margin), bandwidth,
+                           extension_results, margin=margin)
+    return shared + infer_shared(bandwidth, wide, margin=margin, known=shared)
 
 
 def _ranks(members: Sequence[int]) -> str:
@@ -311,6 +416,8 @@ def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency
                    fan_in_gbps: Optional[Sequence[Optional[float]]] = None,
                    shared_results: Sequence[Tuple[Sequence[int], Sequence[int],
                                                   Sequence[Pair], float]] = (),
+                   extension_results: Sequence[Tuple[Sequence[int], Sequence[int], int, str,
+                                                     Sequence[Pair], float]] = (),
                    groups: Optional[Sequence[Sequence[int]]] = None,
                    gap: float = DEFAULT_GAP, margin: float = DEFAULT_MARGIN,
                    meta: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -325,7 +432,7 @@ def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency
     lat = [[None if i == j else _round(latency_ms[i][j]) for j in range(n)] for i in range(n)]
     if groups is None:
         groups = cluster_ranks(bw, gap=gap)
-    shared = infer_shared(bw, shared_results, margin=margin)
+    shared = infer_all(bw, shared_results, extension_results, margin=margin)
     for s in shared:
         s["gbps"] = _round(s["gbps"])
     egress = ingress = None
@@ -341,6 +448,9 @@ def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency
         info["fan_in_gbps"] = _round_list(fan_in_gbps)
     info["concurrent"] = [{"from": list(src), "to": list(dst), "flows": [list(f) for f in flows],
                            "gbps": _round(agg)} for src, dst, flows, agg in shared_results]
+    info["extension"] = [{"from": list(src), "to": list(dst), "rank": rank, "side": side,
+                          "flows": [list(f) for f in flows], "gbps": _round(agg)}
+                         for src, dst, rank, side, flows, agg in extension_results]
     doc["probe"] = info
     from_dict(doc)
     return doc

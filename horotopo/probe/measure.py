@@ -38,8 +38,9 @@ import numpy as np
 
 from ..topology import GBPS_TO_BPS
 from ._mpi import ProbeError, allgather_json, allreduce_max, wait_all
-from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, GroupTest, build_document, circle_rounds,
-                    cluster_levels, cluster_ranks, expected_rates, group_tests, infer_shared)
+from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, ExtensionTest, GroupTest, build_document,
+                    circle_rounds, cluster_levels, cluster_ranks, expected_rates,
+                    extension_tests, group_tests, infer_all, infer_shared)
 
 __all__ = ["ProbeConfig", "probe", "MODES"]
 
@@ -260,7 +261,7 @@ class _Prober:
     # ---- phase 1: latency ------------------------------------------------------------------
 
     def latency(self, pairs: Sequence[Pair]) -> None:
-        """Ping-pong between each of ``pairs`` (all at once); every rank learns the median."""
+        """Ping-pong between each of ``pairs`` (all at once); every rank learns the fastest."""
         from mpi4py import MPI
 
         cfg = self.cfg
@@ -289,8 +290,10 @@ class _Prober:
                     wait_all([self.comm.Isend([pong, MPI.BYTE], dest=a, tag=TAG_PONG)],
                              deadline, what, busy=True)
             if self.rank == a:
-                # the first round trip opens the connection; it is not a latency
-                local[a, b] = local[b, a] = float(np.median(samples[1:]))
+                # The first round trip opens the connection; it is not a latency. The fastest
+                # of the rest is the link's: slower ones waited for a descheduled rank, which
+                # the planner would turn into needlessly large chunks.
+                local[a, b] = local[b, a] = float(np.min(samples[1:]))
         got = self._sync(local.ravel(), f"latency {list(pairs)}").reshape(n, n)
         for a, b in pairs:
             self.rtt[a, b], self.rtt[b, a] = got[a, b], got[b, a]
@@ -546,6 +549,19 @@ class _Prober:
                            f"(alone {sum(alone) * 8 / 1e9:.3f})", force=True)
         return results
 
+    def extensions(self, tests: Sequence[ExtensionTest], bw: np.ndarray
+                   ) -> List[Tuple[Tuple[int, ...], Tuple[int, ...], int, str, List[Pair], float]]:
+        results = []
+        for test in tests:
+            flows = list(test.flows)
+            alone = expected_rates(bw, flows)
+            label = f"rank {test.rank} behind {_span(test.src)} -> {_span(test.dst)}"
+            _, agg, _ = self.measure(flows, [[0, 1]], label, self._start(alone), weights=alone)
+            results.append((test.src, test.dst, test.rank, test.side, flows, float(agg[0])))
+            self._progress(f"{label}: {agg[0] * 8 / 1e9:.3f} gbps together (alone "
+                           f"{sum(alone) * 8 / 1e9:.3f})")
+        return results
+
     def fans(self, bw: np.ndarray, shared: Sequence[Mapping[str, Any]]
              ) -> Tuple[List[float], List[float]]:
         n = self.n
@@ -603,6 +619,7 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
         groups: List[List[int]] = [list(range(n))]
         levels: List[List[List[int]]] = []
         shared: List[Tuple[Tuple[int, ...], Tuple[int, ...], List[Pair], float]] = []
+        extended: List[Tuple[Tuple[int, ...], Tuple[int, ...], int, str, List[Pair], float]] = []
         fan_out = fan_in = None
         bw = np.full((n, n), np.nan)
         if n > 1:
@@ -619,9 +636,12 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
             if tests:
                 pr._progress(f"groups by rate: {levels}", force=True)
                 shared = pr.concurrent(tests, bw)
+                ext = extension_tests(infer_shared(bw, shared, margin=cfg.margin), levels, n)
+                pr.budget(0, len(ext) + (2 * n if n > 2 else 0))
+                extended = pr.extensions(ext, bw)
             if n > 2:
                 pr._progress("host limits: fan-out and fan-in", force=True)
-                found = infer_shared(bw, shared, margin=cfg.margin)
+                found = infer_all(bw, shared, extended, margin=cfg.margin)
                 fan_out, fan_in = pr.fans(bw, found)
         to_gbps = 1.0 / GBPS_TO_BPS
         meta = {"levels": levels, "mode": cfg.mode, "seconds": round(pr.clock, 3),
@@ -635,6 +655,8 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
             fan_out_gbps=None if fan_out is None else [v * to_gbps for v in fan_out],
             fan_in_gbps=None if fan_in is None else [v * to_gbps for v in fan_in],
             shared_results=[(a, b, f, v * to_gbps) for a, b, f, v in shared],
+            extension_results=[(a, b, r, side, f, v * to_gbps)
+                               for a, b, r, side, f, v in extended],
             groups=groups, gap=cfg.gap, margin=cfg.margin, meta=meta)
         pr._progress(f"done: {pr.tests} tests", force=True)
         return doc
