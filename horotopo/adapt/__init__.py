@@ -1,0 +1,14 @@
+"""Adaptivity: re-plan when the network changes under a running job.
+
+- :mod:`horotopo.adapt.policy` (pure): the slowdown detector, the suspect links, the refreshed
+  model and its topology document.
+- :mod:`horotopo.adapt.reprobe`: a quick probe of chosen directed pairs only.
+- :mod:`horotopo.adapt.runtime`: :class:`AdaptiveEngine`, the Engine wrapper that monitors its
+  own transfers, detects, re-plans on rank 0 and switches plans at the same call on every rank;
+  :func:`retune` for an explicit full re-probe.
+"""
+from .policy import Detector, refresh_capacities, suspects, topology_with_capacities
+from .runtime import AdaptiveEngine, ReplanEvent, retune
+
+__all__ = ["AdaptiveEngine", "ReplanEvent", "retune", "Detector", "suspects",
+           "refresh_capacities", "topology_with_capacities"]

@@ -1,0 +1,220 @@
+"""The pure half of adaptivity: detect a lasting slowdown, pick the suspect links, refresh the
+model and re-plan. No MPI here; :mod:`horotopo.adapt.runtime` feeds these the figures.
+
+- :class:`Detector`: an allreduce's *efficiency* is the plan's predicted time over the measured
+  time (slowest rank). After each plan switch the detector learns a baseline (median of the
+  first ``warmup`` efficiencies); a call whose efficiency is below ``(1 - threshold)`` of the
+  baseline is *slow*, and ``consecutive`` slow calls in a row trigger a re-plan. Comparing with
+  a baseline, not with the model itself, lets a machine that never reaches the modelled rate
+  (Python overhead, a busy CPU) run without re-planning all the time, while the model still
+  makes calls of different sizes comparable.
+- :func:`suspects`: the directed rank pairs whose in-band rate (bytes over busy send time, from
+  the engine's own transfers) fell the most against their own baseline.
+- :func:`refresh_capacities`: lower the capacities of the resources that the re-probed pairs
+  blame, leaving alone any resource that a healthy pair crosses.
+- :func:`topology_with_capacities`: the same topology document with new capacities (declared
+  or measured form), loaded again, so the new plan is made by the normal planner.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..topology import GBPS_TO_BPS, Topology, from_dict
+
+__all__ = ["Detector", "suspects", "refresh_capacities", "topology_with_capacities", "Pair"]
+
+Pair = Tuple[int, int]
+
+
+@dataclass
+class Detector:
+    """Threshold-and-persistence detector of a lasting slowdown (see module docstring).
+
+    Parameters
+    ----------
+    threshold : float
+        Fraction in (0, 1): a call is slow when its efficiency is below ``1 - threshold``
+        times the baseline.
+    consecutive : int
+        Slow calls in a row that trigger (>= 1).
+    warmup : int
+        Calls after each :meth:`reset` that form the baseline (>= 1).
+    min_seconds : float
+        Calls shorter than this say nothing (latency-bound; their efficiency is noise) and
+        neither count nor break a run of slow calls.
+    """
+
+    threshold: float = 0.3
+    consecutive: int = 3
+    warmup: int = 3
+    min_seconds: float = 0.005
+    baseline: Optional[float] = None
+    slow_run: int = 0
+    _warm: List[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold!r}")
+        if int(self.consecutive) != self.consecutive or self.consecutive < 1:
+            raise ValueError(f"consecutive must be a positive integer, got {self.consecutive!r}")
+        if int(self.warmup) != self.warmup or self.warmup < 1:
+            raise ValueError(f"warmup must be a positive integer, got {self.warmup!r}")
+
+    def reset(self) -> None:
+        """Forget the baseline (after a plan switch)."""
+        self.baseline = None
+        self.slow_run = 0
+        self._warm = []
+
+    def update(self, predicted_s: float, measured_s: float) -> bool:
+        """Feed one call; True when this call completes a run of ``consecutive`` slow calls.
+
+        Deterministic: ranks that feed the same numbers take the same decisions.
+        """
+        if not (measured_s > 0 and predicted_s > 0) or measured_s < self.min_seconds:
+            return False
+        eff = predicted_s / measured_s
+        if self.baseline is None:
+            self._warm.append(eff)
+            if len(self._warm) >= self.warmup:
+                self.baseline = float(median(self._warm))
+            return False
+        if eff < (1.0 - self.threshold) * self.baseline:
+            self.slow_run += 1
+        else:
+            self.slow_run = 0
+        if self.slow_run >= self.consecutive:
+            self.slow_run = 0
+            return True
+        return False
+
+
+def _rates(bytes_: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(busy > 0, bytes_ / np.where(busy > 0, busy, 1.0), np.nan)
+    return r
+
+
+def suspects(base_bytes: Any, base_busy: Any, recent_bytes: Any, recent_busy: Any,
+             threshold: float, limit: int) -> Tuple[List[Pair], List[Pair]]:
+    """Directed pairs whose in-band rate fell below ``1 - threshold`` of their baseline.
+
+    Parameters
+    ----------
+    base_bytes, base_busy, recent_bytes, recent_busy : n x n arrays
+        Bytes sent ``i -> j`` and seconds with a send ``i -> j`` outstanding, over the baseline
+        window and over the recent (slow) window.
+    threshold : float
+    limit : int
+        At most this many suspects, the worst first.
+
+    Returns
+    -------
+    (suspects, healthy)
+        Pairs sorted by how far they fell (worst first), and the pairs seen at their baseline
+        rate (their routes are exonerated).
+    """
+    base = _rates(np.asarray(base_bytes, float), np.asarray(base_busy, float))
+    now = _rates(np.asarray(recent_bytes, float), np.asarray(recent_busy, float))
+    scored, healthy = [], []
+    n = base.shape[0]
+    for i in range(n):
+        for j in range(n):
+            if i == j or not (np.isfinite(base[i, j]) and np.isfinite(now[i, j])):
+                continue
+            ratio = now[i, j] / base[i, j]
+            if ratio < 1.0 - threshold:
+                scored.append((ratio, (i, j)))
+            else:
+                healthy.append((i, j))
+    scored.sort()
+    return [p for _, p in scored[:max(0, int(limit))]], healthy
+
+
+def refresh_capacities(topology: Topology, probed: Mapping[Pair, float],
+                       healthy: Sequence[Pair] = (), threshold: float = 0.3) -> List[float]:
+    """New resource capacities (bytes/s) from re-probed pair rates.
+
+    A probed pair below ``1 - threshold`` of its modelled rate is *degraded*: a pair's rate is
+    the minimum over its route, so some resource on the route now carries at most the probed
+    rate. The blame goes to the route's resources that no healthy pair (in ``healthy``, or
+    probed at its modelled rate) crosses; when every resource is exonerated, to the tightest
+    one. A blamed resource gets the largest probed rate of the degraded pairs through it
+    (every one of them crosses it, so it carries at least that much). Nothing is ever raised.
+    """
+    caps = list(topology.capacity_Bps)
+    ok_pairs = list(healthy)
+    degraded: Dict[Pair, float] = {}
+    for (i, j), rate in probed.items():
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"probed rate of {i}->{j} must be positive, got {rate!r}")
+        if rate < (1.0 - threshold) * topology.pair_capacity_Bps(i, j):
+            degraded[(i, j)] = float(rate)
+        else:
+            ok_pairs.append((i, j))
+    cleared = {r for i, j in ok_pairs for r in topology.routes[i][j]}
+    blamed: Dict[int, float] = {}
+    for (i, j), rate in degraded.items():
+        route = topology.routes[i][j]
+        if not route:
+            continue  # same host: memory is not a constraint of the model
+        cand = [r for r in route if r not in cleared]
+        if not cand:
+            tight = min(caps[r] for r in route)
+            cand = [r for r in route if caps[r] == tight]
+        for r in cand:
+            blamed[r] = max(blamed.get(r, 0.0), rate)
+    for r, rate in blamed.items():
+        caps[r] = min(caps[r], rate)
+    return caps
+
+
+def topology_with_capacities(topology: Topology, capacity_Bps: Sequence[float],
+                             name: Optional[str] = None) -> Topology:
+    """``topology``'s own document with its resource capacities replaced, loaded again.
+
+    The resources are numbered as the loader makes them: for the declared form, two per link
+    (``a->b`` then ``b->a``) in link order; for the measured form, the pairs ``i -> j`` in row
+    order, then the egress caps, the ingress caps and the shared groups.
+    """
+    if len(capacity_Bps) != len(topology.capacity_Bps):
+        raise ValueError(f"{len(capacity_Bps)} capacities for {len(topology.capacity_Bps)} "
+                         f"resources")
+    doc = copy.deepcopy(topology.to_json())
+    g = [float(c) / GBPS_TO_BPS for c in capacity_Bps]
+    if topology.kind == "declared":
+        for k, link in enumerate(doc["links"]):
+            ab, ba = g[2 * k], g[2 * k + 1]
+            link["gbps"] = ab if ab == ba else [ab, ba]
+    else:
+        n = topology.n
+        k = 0
+        for i in range(n):
+            for j in range(n):
+                if i != j:
+                    doc["bandwidth_gbps"][i][j] = g[k]
+                    k += 1
+        for key in ("egress_gbps", "ingress_gbps"):
+            vals = doc.get(key)
+            if vals is None:
+                continue
+            for v in range(n):
+                if vals[v] is not None:
+                    vals[v] = g[k]
+                    k += 1
+        for group in doc.get("shared", []) or []:
+            group["gbps"] = g[k]
+            k += 1
+        doc.pop("probe", None)
+    doc["name"] = name or topology.name
+    out = from_dict(doc)
+    if [round(c) for c in out.capacity_Bps] != [round(float(c)) for c in capacity_Bps]:
+        raise ValueError("internal: the rewritten document does not reload to the same "
+                         "capacities")  # a loader change the numbering above must follow
+    return out

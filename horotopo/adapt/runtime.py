@@ -1,0 +1,291 @@
+"""The adaptive layer around the Engine: monitor, detect, re-plan, switch at a step boundary.
+
+:class:`AdaptiveEngine` owns an :class:`~horotopo.engine.Engine` that runs over a
+:class:`~horotopo.reliability.TrackedTransport`. Per allreduce it:
+
+1. runs the call under the watchdog (a dead or hung peer aborts the job, naming the ranks);
+2. reads the in-band figures: per destination, the bytes this rank's sends carried and the
+   seconds a send was outstanding (no extra traffic);
+3. agrees the call's time with the other ranks (one 8-byte max-allreduce; the slowest rank's
+   time is the collective's time), so every rank feeds its :class:`~horotopo.adapt.policy.
+   Detector` the same numbers and takes the same decision at the same call;
+4. on a detection, re-plans collectively (:meth:`AdaptiveEngine.replan`): the ranks gather their
+   in-band rates, rank 0 picks the suspect pairs, all ranks re-probe just those pairs, rank 0
+   lowers the blamed capacities of its model and plans again, and broadcasts the Plan; every
+   rank then builds the new Engine (which checks the digest) before the next call starts. So
+   the switch happens between two calls, at the same call on every rank, and no allreduce ever
+   mixes two plans.
+
+:meth:`AdaptiveEngine.retune` re-probes the whole network (the ``quick`` probe) and re-plans:
+what ``horotopo.retune()`` should call.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..engine import Engine
+from ..plan import Plan, make_plan
+from ..reliability import TrackedTransport, Watchdog, timeout_from_env
+from ..topology import Topology, from_dict
+from ..transport import as_transport
+from .policy import Detector, refresh_capacities, suspects, topology_with_capacities
+from .reprobe import probe_pairs
+
+__all__ = ["AdaptiveEngine", "ReplanEvent", "retune"]
+
+
+@dataclass
+class ReplanEvent:
+    """One re-plan: at which call, why, what was measured and what changed."""
+
+    step: int
+    reason: str
+    old_digest: str
+    new_digest: str
+    suspects: List[Tuple[int, int]] = field(default_factory=list)
+    probed_gbps: Dict[str, float] = field(default_factory=dict)
+    old_model_Bps: float = 0.0
+    new_model_Bps: float = 0.0
+    seconds: float = 0.0
+    note: str = ""
+    switched: bool = False  # a new Engine was installed (its plan may equal the old one)
+
+
+class AdaptiveEngine:
+    """An Engine that re-plans when its transfers stay slower than its plan (module docstring).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The ranks; duplicated twice (data and control), freed by :meth:`close`.
+    plan : Plan
+        The starting plan (every rank passes the same one).
+    topology : Topology, optional
+        The model ``plan`` came from (what rank 0 refreshes). Without one, a detection runs
+        the full quick probe instead (:meth:`retune`).
+    threshold, consecutive, warmup : see :class:`~horotopo.adapt.policy.Detector`
+    max_suspects : int, optional
+        Pairs re-probed per re-plan (default: the number of ranks).
+    timeout_s : float, optional
+        The watchdog's deadline per call (default ``HOROTOPO_TIMEOUT_S`` or 60 s); ``0``
+        turns the watchdog off.
+    planner : callable, optional
+        ``Topology -> Plan``, run on rank 0 (default :func:`horotopo.plan.make_plan` at the
+        current plan's chunk size).
+    adapt : bool
+        False monitors only (never re-plans on its own; :meth:`replan` still works).
+    """
+
+    def __init__(self, comm: Any, plan: Plan, topology: Optional[Topology] = None, *,
+                 threshold: float = 0.3, consecutive: int = 3, warmup: int = 3,
+                 min_seconds: float = 0.005, max_suspects: Optional[int] = None,
+                 timeout_s: Optional[float] = None,
+                 planner: Optional[Callable[[Topology], Plan]] = None,
+                 adapt: bool = True, **engine_kwargs: Any) -> None:
+        self.comm = comm.Dup()
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.tracked = TrackedTransport(as_transport(comm), owns=True)
+        self.topology = topology
+        self.detector = Detector(threshold=threshold, consecutive=consecutive, warmup=warmup,
+                                 min_seconds=min_seconds)
+        self.max_suspects = int(max_suspects or self.size)
+        self.planner = planner
+        self.adapt = adapt
+        self._engine_kwargs = engine_kwargs
+        self.step = 0
+        self.events: List[ReplanEvent] = []
+        timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
+        self.watchdog = (Watchdog(timeout, describe=self.tracked.describe_wait)
+                         if timeout > 0 else None)
+        self._vec = np.zeros(1, dtype=np.float64)
+        self._reset_windows()
+        self.engine = self._guarded("the adaptive engine's start",
+                                    lambda: Engine(self.tracked, plan, **engine_kwargs))
+
+    # -------------------------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        return self.engine.plan
+
+    def allreduce(self, sendbuf: Any, recvbuf: Any = None, **kwargs: Any) -> Any:
+        """:meth:`horotopo.engine.Engine.allreduce`, monitored; may switch plans *after* it."""
+        nbytes = int(getattr(sendbuf, "nbytes", 0))
+        t0 = time.perf_counter()
+        out = self._guarded(f"allreduce #{self.step} ({nbytes} bytes, plan "
+                            f"{self.plan.digest[:8]})",
+                            lambda: self.engine.allreduce(sendbuf, recvbuf, **kwargs))
+        elapsed = time.perf_counter() - t0
+        self._after(nbytes, elapsed)
+        return out
+
+    def broadcast(self, buf: Any, root: int) -> Any:
+        """:meth:`horotopo.engine.Engine.broadcast` under the watchdog (not monitored)."""
+        out = self._guarded(f"broadcast from {root}", lambda: self.engine.broadcast(buf, root))
+        self.tracked.take_link_stats()
+        return out
+
+    def close(self) -> None:
+        """Stop the watchdog, free the engine's transport and the control communicator."""
+        if self.watchdog is not None:
+            self.watchdog.close()
+        self.engine.close()
+        self.tracked.inner.close()
+        self.comm.Free()
+
+    def __enter__(self) -> "AdaptiveEngine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------------------------------
+    def _guarded(self, what: str, fn: Callable[[], Any]) -> Any:
+        if self.watchdog is None:
+            return fn()
+        with self.watchdog.guard(what):
+            return fn()
+
+    def _reset_windows(self) -> None:
+        n = self.size
+        self._base_bytes = np.zeros(n)
+        self._base_busy = np.zeros(n)
+        self._recent: Deque[Tuple[np.ndarray, np.ndarray]] = deque(
+            maxlen=self.detector.consecutive)
+
+    def _after(self, nbytes: int, elapsed: float) -> None:
+        """Book-keeping between calls: in-band figures, the agreed time, the decision."""
+        self.step += 1
+        sent, busy = self.tracked.take_link_stats()
+        row = (np.asarray(sent, dtype=float), np.asarray(busy, dtype=float))
+        if self.engine.last_algorithm not in ("tree", "ring") or self.size == 1:
+            return  # MPI's own algorithm: the plan predicts nothing about it
+        if self.detector.baseline is None:
+            self._base_bytes += row[0]
+            self._base_busy += row[1]
+        self._recent.append(row)
+        self._vec[0] = elapsed
+        self._guarded(f"the time agreement after allreduce #{self.step - 1}",
+                      lambda: self.tracked.inner.allreduce(self._vec, self._vec, "max"))
+        if self.engine.last_algorithm == "tree":
+            predicted = self.plan.predict_time(nbytes, self.engine.chunk_bytes)
+        else:
+            predicted = nbytes / self.plan.ring_Bps if self.plan.ring_Bps else 0.0
+        if self.detector.update(predicted, float(self._vec[0])) and self.adapt:
+            self.replan("slower than the plan for "
+                        f"{self.detector.consecutive} calls in a row")
+
+    def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
+        """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""
+        new = Engine(self.tracked, plan, **self._engine_kwargs)
+        old, self.engine = self.engine, new
+        old.close()
+        self.topology = topology
+        self.detector.reset()
+        self._reset_windows()
+
+    def _plan_on_root(self, topo: Optional[Topology]) -> Tuple[Optional[dict], Optional[dict],
+                                                                 str]:
+        if self.rank != 0 or topo is None:
+            return None, None, ""
+        try:
+            plan = (self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes)))(
+                topo)
+            return plan.to_json(), topo.to_json(), ""
+        except Exception as exc:  # noqa: BLE001 - sent to every rank and raised there
+            return None, None, f"rank 0 could not re-plan: {type(exc).__name__}: {exc}"
+
+    def _share_plan(self, plan_doc: Optional[dict], topo_doc: Optional[dict], err: str
+                    ) -> Tuple[Plan, Topology]:
+        plan_doc, topo_doc, err = self.comm.bcast((plan_doc, topo_doc, err), root=0)
+        if err:
+            raise RuntimeError(err)
+        return Plan.from_json(plan_doc), from_dict(topo_doc)
+
+    # -------------------------------------------------------------------------------------
+    def replan(self, reason: str = "explicit") -> ReplanEvent:
+        """Refresh the model from in-band figures plus a targeted re-probe; switch plans.
+
+        Collective: every rank calls it at the same point (the automatic path guarantees this).
+        Returns the event (also appended to :attr:`events`).
+        """
+        return self._guarded(f"re-plan at call {self.step}", lambda: self._replan(reason))
+
+    def _replan(self, reason: str) -> ReplanEvent:
+        t0 = time.perf_counter()
+        if self.topology is None:
+            return self._retune(reason + "; no model, so a full quick probe")
+        recent_b = np.sum([r[0] for r in self._recent], axis=0) if self._recent else \
+            np.zeros(self.size)
+        recent_s = np.sum([r[1] for r in self._recent], axis=0) if self._recent else \
+            np.zeros(self.size)
+        rows = self.comm.allgather((self._base_bytes.tolist(), self._base_busy.tolist(),
+                                    recent_b.tolist(), recent_s.tolist()))
+        mats = [np.array([r[k] for r in rows]) for k in range(4)]
+        sus, healthy = suspects(*mats, threshold=self.detector.threshold,
+                                limit=self.max_suspects)
+        sus = self.comm.bcast(sus if self.rank == 0 else None, root=0)
+        old = self.plan
+        event = ReplanEvent(step=self.step, reason=reason, old_digest=old.digest,
+                            new_digest=old.digest, suspects=[tuple(p) for p in sus],
+                            old_model_Bps=old.throughput_Bps, new_model_Bps=old.throughput_Bps)
+        if not sus:
+            # Slower everywhere alike (a busy CPU, not a link): accept it as the new normal.
+            event.note = "no link fell more than the rest; re-baselined, plan kept"
+            self.detector.reset()
+            self._reset_windows()
+        else:
+            probed = probe_pairs(self.comm, sus)
+            event.probed_gbps = {f"{a}->{b}": round(v * 8 / 1e9, 4) for (a, b), v in probed.items()}
+            topo = None
+            if self.rank == 0:
+                caps = refresh_capacities(self.topology, probed, healthy,
+                                          threshold=self.detector.threshold)
+                if caps != list(self.topology.capacity_Bps):
+                    topo = topology_with_capacities(self.topology, caps)
+            plan_doc, topo_doc, err = self._plan_on_root(topo)
+            changed = self.comm.bcast(topo is not None if self.rank == 0 else None, root=0)
+            if changed:
+                plan, topo = self._share_plan(plan_doc, topo_doc, err)
+                self._install(plan, topo)
+                event.new_digest, event.new_model_Bps = plan.digest, plan.throughput_Bps
+                event.switched = True
+            else:
+                event.note = "the re-probe found the suspects at their modelled rates"
+                self.detector.reset()
+                self._reset_windows()
+        event.seconds = time.perf_counter() - t0
+        self.events.append(event)
+        return event
+
+    def retune(self, mode: str = "quick") -> ReplanEvent:
+        """Re-probe the whole network (``quick`` or ``full``) and re-plan; collective."""
+        return self._guarded(f"retune at call {self.step}",
+                             lambda: self._retune("explicit retune", mode))
+
+    def _retune(self, reason: str, mode: str = "quick") -> ReplanEvent:
+        from ..probe import probe
+
+        t0 = time.perf_counter()
+        old = self.plan
+        doc = probe(self.comm, mode)
+        topo = from_dict(doc) if self.rank == 0 else None
+        plan, topo = self._share_plan(*self._plan_on_root(topo))
+        self._install(plan, topo)
+        event = ReplanEvent(step=self.step, reason=reason, old_digest=old.digest,
+                            new_digest=plan.digest, old_model_Bps=old.throughput_Bps,
+                            new_model_Bps=plan.throughput_Bps,
+                            seconds=time.perf_counter() - t0, note=f"{mode} probe",
+                            switched=True)
+        self.events.append(event)
+        return event
+
+
+def retune(engine: AdaptiveEngine, mode: str = "quick") -> ReplanEvent:
+    """Explicit re-probe and re-plan of ``engine`` (collective); see
+    :meth:`AdaptiveEngine.retune`."""
+    return engine.retune(mode)
