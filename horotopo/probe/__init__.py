@@ -7,7 +7,7 @@
 """
 from ._mpi import ProbeError
 from .infer import build_document, circle_rounds, cluster_ranks, format_report
-from .measure import MODES, ProbeConfig, probe
+from .measure import MODES, ProbeConfig, measure_pairs, probe
 
-__all__ = ["probe", "ProbeConfig", "ProbeError", "MODES", "build_document", "circle_rounds",
+__all__ = ["probe", "measure_pairs", "ProbeConfig", "ProbeError", "MODES", "build_document", "circle_rounds",
            "cluster_ranks", "format_report"]

@@ -42,7 +42,7 @@ from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, ExtensionTest, GroupTest, build
                     circle_rounds, cluster_levels, cluster_ranks, expected_rates,
                     extension_tests, group_tests, infer_all, infer_shared)
 
-__all__ = ["ProbeConfig", "probe", "MODES"]
+__all__ = ["ProbeConfig", "probe", "measure_pairs", "MODES"]
 
 Pair = Tuple[int, int]
 TAG_PING, TAG_PONG, TAG_WARM, TAG_DATA, TAG_ACK = 0x5101, 0x5102, 0x5103, 0x5104, 0x5105
@@ -227,6 +227,13 @@ class _Prober:
         self._send = np.zeros(0, dtype=np.uint8)
         self._recv: List[np.ndarray] = []
         self._last_say = time.perf_counter()
+
+    def close(self) -> None:
+        """Free the private communicator (after an error it may be unusable: then skip)."""
+        try:
+            self.comm.Free()
+        except Exception:  # noqa: BLE001 - the error being raised matters more
+            pass
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -661,7 +668,37 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
         pr._progress(f"done: {pr.tests} tests", force=True)
         return doc
     finally:
-        try:
-            pr.comm.Free()
-        except Exception:  # noqa: BLE001 - after an error the communicator may be unusable
-            pass
+        pr.close()
+
+
+def measure_pairs(comm: Any, pairs: Sequence[Pair], mode: str = "quick",
+                  **overrides: Any) -> Dict[Pair, float]:
+    """Rates (bytes/s) of the given directed pairs, each alone; collective.
+
+    The probe's pairwise test (latency, warm-up, adaptive size, repeats) for just these pairs,
+    e.g. to re-measure links that an allreduce found slow. Every rank passes the same
+    ``pairs``; the result is the same on every rank.
+
+    Raises
+    ------
+    ValueError
+        A pair of one rank with itself, or a rank out of range.
+    ProbeError
+        A pair that cannot reach each other, or a timeout, naming the pair.
+    """
+    cfg = ProbeConfig.for_mode(mode, **overrides)
+    for a, b in pairs:
+        if a == b or not (0 <= a < comm.size and 0 <= b < comm.size):
+            raise ValueError(f"a pair needs two different ranks in 0..{comm.size - 1}, "
+                             f"got ({a}, {b})")
+    pr = _Prober(comm, cfg, lambda msg: None)
+    try:
+        out: Dict[Pair, float] = {}
+        for a, b in pairs:
+            pr.latency([(min(a, b), max(a, b))])
+            rates, _, _ = pr.measure([(int(a), int(b))], [], f"bandwidth [{a}, {b}]",
+                                     cfg.start_bytes)
+            out[(int(a), int(b))] = float(rates[0])
+        return out
+    finally:
+        pr.close()

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from horotopo.cli import main as cli_main
 from horotopo.plan import make_plan
-from horotopo.probe import ProbeError, probe
+from horotopo.probe import ProbeError, measure_pairs, probe
 from horotopo.probe._mpi import allgather_json, bcast_json
 from horotopo.probe.measure import ProbeConfig, _Prober
 from horotopo.topology import from_dict, load
@@ -74,3 +74,15 @@ def test_a_missing_peer_is_a_timeout_naming_the_pair():
 def test_bad_settings_fail_before_any_communication():
     with pytest.raises(ValueError, match="max_bytes"):
         probe(MPI.COMM_WORLD, "quick", max_bytes=1)
+
+
+def test_measure_pairs_gives_every_rank_the_same_rates():
+    comm = MPI.COMM_WORLD
+    pairs = [(i, (i + 1) % comm.size) for i in range(comm.size)] if comm.size > 1 else []
+    rates = measure_pairs(comm, pairs, **SMALL)
+    assert sorted(rates) == sorted(pairs) and all(v > 0 for v in rates.values())
+    got = everyone(sorted((list(k), v) for k, v in rates.items()))
+    assert all(g == got[0] for g in got)
+    with pytest.raises(ValueError, match="two different ranks"):
+        measure_pairs(comm, [(0, 0)])
+
