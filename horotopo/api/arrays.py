@@ -13,7 +13,7 @@ import numpy as np
 from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
 from .ops import check_op, handle_average_backwards_compatibility
-from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES
+from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
@@ -35,9 +35,9 @@ def _is_cupy(x: Any) -> bool:
     return type(x).__module__.split(".", 1)[0] == "cupy"
 
 
-def check_dtype(arr: np.ndarray, what: str) -> None:
-    if arr.dtype.name not in SUPPORTED_DTYPES:
-        raise ValueError(f"Tensor type {what} is not supported.")
+def check_dtype(arr: np.ndarray, what: Optional[str] = None) -> None:
+    if dtype_name(arr.dtype) not in SUPPORTED_DTYPES:
+        raise ValueError(f"Tensor type {what or arr.dtype} is not supported.")
 
 
 def _stage(x: Any, inplace: bool) -> Tuple[np.ndarray, int, Callable[[np.ndarray], Any]]:
@@ -62,8 +62,8 @@ def _stage(x: Any, inplace: bool) -> Tuple[np.ndarray, int, Callable[[np.ndarray
                             f"{type(x).__name__}")
         if not x.flags.c_contiguous:
             raise ValueError("Tensor is required to be contiguous.")
-    arr = np.ascontiguousarray(x)
-    check_dtype(arr, str(arr.dtype))
+    arr = x if (isinstance(x, np.ndarray) and x.flags.c_contiguous) else np.ascontiguousarray(x)
+    check_dtype(arr)
     return arr, -1, lambda res: res
 
 

@@ -49,7 +49,7 @@ from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
 from .ops import OP_NAMES, Average, horovod_dtype_name, shape_string
 
 __all__ = ["Runtime", "Handle", "ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER",
-           "env_settings"]
+           "env_settings", "dtype_name", "SUPPORTED_DTYPES"]
 
 log = logging.getLogger("horotopo")
 
@@ -63,6 +63,18 @@ BARRIER = "BARRIER"
 _NATIVE = {"float16", "float32", "float64", "int32", "int64"}
 _WIDENED = {"int8", "uint8", "int16", "uint16", "bool"}
 SUPPORTED_DTYPES = _NATIVE | _WIDENED
+
+_DTYPE_NAMES: Dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, memoized: NumPy computes the name in Python on every access, which
+    costs more than the rest of an enqueue."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
 
 _FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
 _FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
@@ -94,25 +106,25 @@ def env_settings() -> Dict[str, float]:
 class Handle:
     """Completion state of one enqueued call (one or several tensors)."""
 
-    __slots__ = ("id", "results", "error", "event", "_left")
+    __slots__ = ("id", "results", "error", "done", "_left")
 
     def __init__(self, hid: int, count: int) -> None:
         self.id = hid
         self.results: List[Any] = [None] * count
         self.error: Optional[str] = None
-        self.event = threading.Event()
+        # A plain flag plus the runtime's shared condition: a threading.Event per handle costs
+        # more than the rest of an enqueue.
+        self.done = count == 0
         self._left = count
-        if count == 0:
-            self.event.set()
 
     def _resolve(self, index: int, value: Any = None, error: Optional[str] = None) -> None:
-        # Only the background thread resolves, so no lock; the Event publishes the results.
+        # Only the background thread resolves; Runtime._finish then notifies the waiters.
         if error is not None and self.error is None:
             self.error = error
         self.results[index] = value
         self._left -= 1
         if self._left == 0:
-            self.event.set()
+            self.done = True
 
 
 class _Entry:
@@ -216,6 +228,7 @@ class Runtime:
         self._user_comm = comm
 
         self._lock = threading.Lock()
+        self._done_cv = threading.Condition(threading.Lock())
         self._incoming: List[_Entry] = []
         self._names: set = set()            # names pending on this rank (duplicate check)
         self._handles: Dict[int, Handle] = {}
@@ -283,7 +296,7 @@ class Runtime:
             handle = Handle(hid, len(items))
             for index, (name, array, output) in enumerate(items):
                 if array is not None:
-                    sig = (kind, array.dtype.name, tuple(int(d) for d in array.shape), int(op),
+                    sig = (kind, dtype_name(array.dtype), tuple(map(int, array.shape)), int(op),
                            float(prescale), float(postscale), int(root), int(device))
                 else:
                     sig = (kind, "uint8", (), int(op), 1.0, 1.0, 0, int(device))
@@ -299,17 +312,20 @@ class Runtime:
 
     def poll(self, hid: int) -> bool:
         handle = self._handles.get(hid)
-        return True if handle is None else handle.event.is_set()
+        return True if handle is None else handle.done
 
     def wait(self, hid: int) -> List[Any]:
         """Block until ``hid`` completes; return its results and forget the handle."""
         handle = self._handles.get(hid)
         if handle is None:
             raise ValueError(f"unknown or already synchronized handle {hid!r}")
-        while not handle.event.wait(0.2):
-            if not self._thread.is_alive() and not handle.event.is_set():
-                self._handles.pop(hid, None)
-                raise HorovodInternalError(self._dead or SHUT_DOWN)
+        if not handle.done:
+            with self._done_cv:
+                while not handle.done:
+                    self._done_cv.wait(0.2)
+                    if not handle.done and not self._thread.is_alive():
+                        self._handles.pop(hid, None)
+                        raise HorovodInternalError(self._dead or SHUT_DOWN)
         self._handles.pop(hid, None)
         if handle.error is not None:
             raise HorovodInternalError(handle.error)
@@ -579,6 +595,8 @@ class Runtime:
                 self._names.discard(e.name)
         for k, e in enumerate(entries):
             e.handle._resolve(e.index, None if values is None else values[k], error)
+        with self._done_cv:
+            self._done_cv.notify_all()
 
     def _execute(self, responses: List[tuple]) -> None:
         """Run responses in their (rank-identical) order, fusing what can be fused."""
