@@ -31,7 +31,7 @@ from ..plan import Plan
 from ..transport.base import Transport
 from .progress import Progress
 
-__all__ = ["TreeAllreduce", "TreeBroadcast", "window_for", "WINDOW_BYTES"]
+__all__ = ["TreeAllreduce", "TreeBroadcast", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW"]
 
 # Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
 # chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
@@ -40,9 +40,14 @@ __all__ = ["TreeAllreduce", "TreeBroadcast", "window_for", "WINDOW_BYTES"]
 WINDOW_BYTES = 2 << 20
 
 
+# The smallest automatic window (what 1 MiB and larger chunks get); the actual window for a
+# chunk size is window_for(chunk_bytes).
+DEFAULT_WINDOW = 4
+
+
 def window_for(chunk_bytes: int) -> int:
     """The automatic window (chunks of scratch per reduce child) for ``chunk_bytes``."""
-    return max(4, min(32, WINDOW_BYTES // max(1, chunk_bytes)))
+    return max(DEFAULT_WINDOW, min(32, WINDOW_BYTES // max(1, chunk_bytes)))
 
 
 def _children(parent: Sequence[int]) -> List[Tuple[int, ...]]:
