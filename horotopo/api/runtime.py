@@ -406,7 +406,8 @@ class Runtime:
         from mpi4py import MPI
 
         words = self._words
-        full = np.uint64(0xFFFFFFFFFFFFFFFF)
+        nbytes = 8 * words
+        everything = (1 << (64 * words)) - 1
         vec = np.empty(1 + 2 * words, dtype=np.uint64)
         out = np.empty_like(vec)
         while True:
@@ -417,9 +418,8 @@ class Runtime:
             for entry in incoming:
                 self._pending[entry.name] = entry
 
-            vec[0] = _FLAG_RUNNING | _FLAG_ALL_CACHED
-            vec[1:] = 0
-            vec[1 + words:] = full
+            # Bits are gathered in Python ints (numpy scalar ops cost ~1 us each).
+            hits = invalid = 0
             to_send: List[_Entry] = []
             for entry in self._pending.values():
                 if entry.sent:
@@ -430,16 +430,21 @@ class Runtime:
                     continue
                 bit, sig = cached
                 if sig == entry.sig and t_start - entry.t0 < self._reroute_s:
-                    vec[1 + bit // 64] |= np.uint64(1 << (bit % 64))
+                    hits |= 1 << bit
                 else:
                     # Different parameters (or a stall): drop the entry everywhere and let
                     # rank 0 look at this request.
-                    vec[1 + words + bit // 64] &= ~np.uint64(1 << (bit % 64))
+                    invalid |= 1 << bit
                     to_send.append(entry)
+            flags = _FLAG_RUNNING | _FLAG_ALL_CACHED
             if stopping:
-                vec[0] &= ~np.uint64(_FLAG_RUNNING)
+                flags &= ~_FLAG_RUNNING
             if to_send:
-                vec[0] &= ~np.uint64(_FLAG_ALL_CACHED)
+                flags &= ~_FLAG_ALL_CACHED
+            vec[0] = flags
+            vec[1:1 + words] = np.frombuffer(hits.to_bytes(nbytes, "little"), dtype="<u8")
+            vec[1 + words:] = np.frombuffer((everything & ~invalid).to_bytes(nbytes, "little"),
+                                            dtype="<u8")
 
             self._wait(self._ctrl.Iallreduce(vec, out, op=MPI.BAND))
             self.stats["cycles"] += 1
