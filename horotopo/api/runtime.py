@@ -765,26 +765,13 @@ def _check_gather_shapes(kind: str, sigs: List[tuple]) -> Optional[str]:
 
 
 def _make_plan(comm: Any) -> Any:
-    """The plan from the bootstrap (probe or HOROTOPO_TOPOLOGY); a uniform ring until it exists."""
-    try:
-        from horotopo.bootstrap import setup_plan
-    except ImportError:
-        setup_plan = None
-    if setup_plan is not None:
-        return setup_plan(comm)
-    from horotopo.plan import ring_plan
-    from horotopo.topology import from_dict, measured_document
+    """The plan from the bootstrap: probed links or HOROTOPO_TOPOLOGY, planned on rank 0."""
+    from horotopo.bootstrap import setup_plan
 
-    n = comm.Get_size()
-    bw = [[None if i == j else 10.0 for j in range(n)] for i in range(n)]
-    lat = [[0.0 if i == j else 0.05 for j in range(n)] for i in range(n)]
-    doc = measured_document("uniform", [f"rank{i}" for i in range(n)], bw, latency_ms=lat)
-    return ring_plan(from_dict(doc))
+    return setup_plan(comm)
 
 
 def _make_engine(comm: Any, plan: Any) -> Any:
-    try:
-        from horotopo.engine import Engine
-    except ImportError:
-        from ._fallback import FallbackEngine as Engine
+    from horotopo.engine import Engine
+
     return Engine(comm, plan)
