@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from horotopo.adapt import Detector, refresh_capacities, suspects, topology_with_capacities
-from horotopo.plan import make_plan
+from horotopo.adapt.policy import plan_arcs
+from horotopo.plan import make_plan, plan_from_trees
 from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
 
 G = GBPS_TO_BPS
@@ -134,3 +135,11 @@ def test_refreshed_model_plans_like_the_true_new_network():
     assert make_plan(refreshed).throughput_Bps == pytest.approx(make_plan(truth).throughput_Bps,
                                                                 rel=0.02)
     assert math.isclose(refreshed.capacity_Bps[t.resources.index("p0->tor0")], 0.25 * G)
+
+
+def test_plan_arcs_most_loaded_first():
+    # tree 0 (share 0.75): 1 -> 0 <- 2 up, 0 -> 1 -> 2 down; tree 1 (0.25): chain to 2
+    plan = plan_from_trees(3, [(0, [-1, 0, 0], [-1, 0, 1], 3.0),
+                               (2, [1, 2, -1], [1, 2, -1], 1.0)])
+    # loads: 0->1, 1->0 and 1->2 carry 0.75 + 0.25; 2->0 0.75; 2->1 0.25 (ties by pair)
+    assert plan_arcs(plan) == [(0, 1), (1, 0), (1, 2), (2, 0), (2, 1)]

@@ -10,6 +10,8 @@ model and re-plan. No MPI here; :mod:`horotopo.adapt.runtime` feeds these the fi
   makes calls of different sizes comparable.
 - :func:`suspects`: the directed rank pairs whose in-band rate (bytes over busy send time, from
   the engine's own transfers) fell the most against their own baseline.
+- :func:`plan_arcs`: the pairs a plan sends over (the suspects when in-band figures point at
+  no link in particular).
 - :func:`refresh_capacities`: lower the capacities of the resources that the re-probed pairs
   blame, leaving alone any resource that a healthy pair crosses.
 - :func:`topology_with_capacities`: the same topology document with new capacities (declared
@@ -27,7 +29,8 @@ import numpy as np
 
 from ..topology import GBPS_TO_BPS, Topology, from_dict
 
-__all__ = ["Detector", "suspects", "refresh_capacities", "topology_with_capacities", "Pair"]
+__all__ = ["Detector", "suspects", "plan_arcs", "refresh_capacities",
+           "topology_with_capacities", "Pair"]
 
 Pair = Tuple[int, int]
 
@@ -135,6 +138,19 @@ def suspects(base_bytes: Any, base_busy: Any, recent_bytes: Any, recent_busy: An
                 healthy.append((i, j))
     scored.sort()
     return [p for _, p in scored[:max(0, int(limit))]], healthy
+
+
+def plan_arcs(plan: Any) -> List[Pair]:
+    """The directed pairs that ``plan``'s trees send over, the most loaded (share) first."""
+    load: Dict[Pair, float] = {}
+    for t in plan.trees:
+        for v, p in enumerate(t.reduce_parent):
+            if p >= 0:
+                load[(v, p)] = load.get((v, p), 0.0) + t.share
+        for v, p in enumerate(t.bcast_parent):
+            if p >= 0:
+                load[(p, v)] = load.get((p, v), 0.0) + t.share
+    return [pair for pair, _ in sorted(load.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def refresh_capacities(topology: Topology, probed: Mapping[Pair, float],

@@ -16,7 +16,7 @@ __all__ = ["probe_pairs"]
 Pair = Tuple[int, int]
 
 
-def probe_pairs(comm: Any, pairs: Sequence[Pair], *, target_s: float = 0.01,
+def probe_pairs(comm: Any, pairs: Sequence[Pair], *, target_s: float = 0.025,
                 timeout_s: float = 10.0) -> Dict[Pair, float]:
     """Bytes/s of each directed pair in ``pairs``, measured alone; the same dict on every rank.
 

@@ -33,7 +33,8 @@ from ..plan import Plan, make_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
 from ..topology import Topology, from_dict
 from ..transport import as_transport
-from .policy import Detector, refresh_capacities, suspects, topology_with_capacities
+from .policy import (Detector, plan_arcs, refresh_capacities, suspects,
+                     topology_with_capacities)
 from .reprobe import probe_pairs
 
 __all__ = ["AdaptiveEngine", "ReplanEvent", "retune"]
@@ -98,6 +99,7 @@ class AdaptiveEngine:
         self.adapt = adapt
         self._engine_kwargs = engine_kwargs
         self.step = 0
+        self.last_seconds = 0.0  # the agreed (slowest rank's) time of the last monitored call
         self.events: List[ReplanEvent] = []
         timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
         self.watchdog = (Watchdog(timeout, describe=self.tracked.describe_wait)
@@ -171,6 +173,7 @@ class AdaptiveEngine:
         self._vec[0] = elapsed
         self._guarded(f"the time agreement after allreduce #{self.step - 1}",
                       lambda: self.tracked.inner.allreduce(self._vec, self._vec, "max"))
+        self.last_seconds = float(self._vec[0])
         if self.engine.last_algorithm == "tree":
             predicted = self.plan.predict_time(nbytes, self.engine.chunk_bytes)
         else:
@@ -228,14 +231,17 @@ class AdaptiveEngine:
         mats = [np.array([r[k] for r in rows]) for k in range(4)]
         sus, healthy = suspects(*mats, threshold=self.detector.threshold,
                                 limit=self.max_suspects)
+        if not sus:
+            # No link fell more than the others in-band (sends that complete into socket
+            # buffers hide a slow link): re-probe the plan's own arcs, most loaded first.
+            sus = plan_arcs(self.plan)
         sus = self.comm.bcast(sus if self.rank == 0 else None, root=0)
         old = self.plan
         event = ReplanEvent(step=self.step, reason=reason, old_digest=old.digest,
                             new_digest=old.digest, suspects=[tuple(p) for p in sus],
                             old_model_Bps=old.throughput_Bps, new_model_Bps=old.throughput_Bps)
         if not sus:
-            # Slower everywhere alike (a busy CPU, not a link): accept it as the new normal.
-            event.note = "no link fell more than the rest; re-baselined, plan kept"
+            event.note = "no link to re-probe (one rank); re-baselined, plan kept"
             self.detector.reset()
             self._reset_windows()
         else:
@@ -255,6 +261,7 @@ class AdaptiveEngine:
                 event.new_digest, event.new_model_Bps = plan.digest, plan.throughput_Bps
                 event.switched = True
             else:
+                # Slower, but not the links (a busy CPU, a late rank): the new normal.
                 event.note = "the re-probe found the suspects at their modelled rates"
                 self.detector.reset()
                 self._reset_windows()
