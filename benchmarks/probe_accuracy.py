@@ -1,7 +1,7 @@
 """The probe's targets on the emulated cluster (root; network namespaces and tc shaping).
 
-    python benchmarks/probe_accuracy.py [TOPOLOGY.json ...] [--random N:SEED ...] [--quick]
-        [--allreduce SIZE] [--iters K] [--json]
+    python benchmarks/probe_accuracy.py [TOPOLOGY.json ...] [--racks 4,4] [--random N:SEED ...]
+        [--quick] [--allreduce SIZE] [--iters K] [--json]
 
 For every topology (default: the bundled racks-2x3, slow-nic and uniform-4) it builds the
 emulated cluster, runs ``python -m horotopo probe`` across it (rank i on host ``ranks[i]``) and
@@ -194,13 +194,15 @@ def verdict(row: Mapping[str, Any]) -> List[str]:
 
 
 def _topologies(args: argparse.Namespace) -> List[Dict[str, Any]]:
-    from horotopo.generate import random_declared
+    from horotopo.generate import racks, random_declared
     from horotopo.topology import bundled
 
     docs = []
-    for name in args.topologies or (DEFAULT if not args.random else []):
+    for name in args.topologies or (DEFAULT if not (args.random or args.racks) else []):
         path = Path(name) if Path(name).exists() else bundled(name)
         docs.append(json.loads(path.read_text()))
+    for spec in args.racks:
+        docs.append(racks([int(v) for v in spec.split(",")]))
     for spec in args.random:
         n, seed = (int(v) for v in spec.split(":"))
         docs.append(random_declared(n, seed))
@@ -212,6 +214,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("topologies", nargs="*", help="declared topology files or bundled names")
     p.add_argument("--random", action="append", default=[], metavar="N:SEED",
                    help="add horotopo.generate.random_declared(N, SEED)")
+    p.add_argument("--racks", action="append", default=[], metavar="A,B,...",
+                   help="add horotopo.generate.racks([A, B, ...]) (1 gbps NICs, 0.25 uplinks)")
     p.add_argument("--quick", action="store_true", help="probe in quick mode")
     p.add_argument("--allreduce", metavar="SIZE",
                    help="also time both plans' allreduce of SIZE bytes (e.g. 8M)")
