@@ -108,7 +108,7 @@ class MPITransport(Transport):
                 raise TransportError(f"no MPI datatype for {recvbuf.dtype}")
             # MPI has no portable half type (MPIX_C_FLOAT16 is optional): reduce in float32 and
             # round once at the end, which is also the more accurate answer.
-            wide = np.asarray(sendbuf, dtype=np.float32)
+            wide = sendbuf.astype(np.float32)  # a copy, NumPy or CuPy alike
             self.comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=mop)
             recvbuf[...] = wide
             return
