@@ -25,6 +25,7 @@ from .algorithms import (DEFAULT_COST_MODEL, CostModel, MPIAllreduce, RingAllred
 from .algorithms.cost import fit_line
 from .buffers import (ScratchPool, array_module, contiguous_flat, copy_into, flat_view,
                       scale_into, synchronize)
+from .gpu.transport import staging_if_needed
 from .plan import Plan
 from .transport import Transport, as_transport
 
@@ -84,6 +85,12 @@ class Engine:
         try:
             self._agree("the engine's plan", [("plan digest", digest),
                                               ("chunk_bytes", self.chunk_bytes)], err)
+        except Exception:
+            self.close()
+            raise
+        try:
+            # Device buffers go through pinned host slots unless MPI takes device pointers.
+            self.transport = staging_if_needed(self.transport)
         except Exception:
             self.close()
             raise

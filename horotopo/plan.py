@@ -228,13 +228,15 @@ def _ring_time(plan: Plan, nbytes: int) -> float:
 
 
 def default_chunk_bytes(trees: Sequence[TreeRate], latency_s: float) -> int:
-    """Chunk size where per-message latency costs about 1/8 of a chunk's transfer time.
+    """Chunk size where per-message cost is about 1/8 of a chunk's transfer time.
 
-    Bigger chunks lengthen the pipeline fill; smaller ones pay latency (and Python overhead,
-    which is why the floor is 64 KiB). Rounded to a power of two.
+    Bigger chunks lengthen the pipeline fill; smaller ones pay latency and the engine's
+    per-message Python cost (about 60 us of wall time per message with 4 ranks on 2 cores,
+    ``benchmarks/engine_overhead.py``), which is the floor taken for the latency. Rounded up to
+    a power of two, between 64 KiB and 4 MiB.
     """
     fastest = max((t.rate for t in trees), default=0.0)
-    want = 8.0 * max(latency_s, 50e-6) * fastest
+    want = 8.0 * max(latency_s, 100e-6) * fastest
     chunk = MIN_CHUNK
     while chunk < want and chunk < MAX_CHUNK:
         chunk *= 2

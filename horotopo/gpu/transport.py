@@ -210,3 +210,25 @@ class StagingTransport(Transport):
         host_send = host_recv if sendbuf is recvbuf else self.copier.to_numpy(sendbuf)
         self.inner.allreduce(host_send, host_recv, op)
         self.copier.from_numpy(recvbuf, host_recv)
+
+
+def staging_if_needed(transport: Any) -> Any:
+    """``transport``, wrapped in :class:`StagingTransport` when device buffers need staging.
+
+    Collective over the transport's communicator. One tiny allreduce decides whether any rank
+    has a CUDA device; only then is CUDA-awareness asked (:func:`cuda_aware`, itself collective),
+    so CPU-only jobs pay one 4-byte allreduce and never import cupy where it is absent.
+    """
+    comm = getattr(transport, "comm", None)
+    if comm is None or isinstance(transport, StagingTransport):
+        return transport
+    from mpi4py import MPI
+
+    from ._env import device_status
+    from .awareness import cuda_aware
+
+    if not comm.allreduce(1 if device_status()[0] else 0, op=MPI.MAX):
+        return transport
+    if cuda_aware(comm):
+        return transport
+    return StagingTransport(transport)
