@@ -127,6 +127,10 @@ def main(argv: List[str] = None) -> int:
         if not args.json:
             print_rows("scaling", rows)
 
+    for part in ("time", "scaling"):
+        for r in out.get(part, []):
+            if r["gap"] > args.max_gap:
+                failures.append(f"gap {r['gap'] * 100:.2f}% on {r['name']} ({part})")
     out["failures"] = failures
     if args.json:
         print(json.dumps(out))

@@ -274,7 +274,7 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 
 
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
-              max_trees_per_root: int = 3, target_gap: float = 0.01,
+              max_trees_per_root: int = 4, target_gap: float = 0.01,
               progress: Optional[Any] = None) -> Plan:
     """Plan ``topology``: certified packing, pruned, never slower than ring on the model."""
     ring = ring_packing(topology)

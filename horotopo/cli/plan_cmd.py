@@ -32,9 +32,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="draw the trees over the topology (needs matplotlib)")
     p.add_argument("--chunk", type=_size, default=None,
                    help="chunk size of the pipeline (default: chosen from the model)")
-    p.add_argument("--max-trees-per-root", type=int, default=3, metavar="K",
+    p.add_argument("--max-trees-per-root", type=int, default=4, metavar="K",
                    help="pruning keeps at most K reduce and K broadcast trees per root "
-                        "(default 3)")
+                        "(default 4)")
     p.add_argument("--target-gap", type=float, default=0.01,
                    help="stop refining once the certified gap is below this (default 0.01)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")

@@ -134,7 +134,7 @@ def _unconstrained(n: int) -> Packing:
                    full_throughput=UNBOUNDED_BPS)
 
 
-def pack(topology: Topology, *, max_trees_per_root: int = 3, min_share: Optional[float] = None,
+def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional[float] = None,
          target_gap: float = 0.01, eps: float = 0.1, gk_iterations: Optional[int] = None,
          columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
          progress: Optional[Callable[[str], None]] = None) -> Packing:
