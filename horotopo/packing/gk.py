@@ -50,7 +50,7 @@ from scipy.optimize import linprog
 from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
 from .model import (ArcModel, Packing, TreeRate, ring_order_nearest, ring_parents,
-                    ring_parents_in_order)
+                    ring_parents_in_order, ring_rate)
 
 __all__ = ["pack", "dual_bound", "price", "pair_rates"]
 
@@ -258,7 +258,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
                    target_gap / 4, aware_ring)
     inward = np.array([h[0] for h in pool.halves])
     total = float(rates[inward].sum())
-    ring = _ring_rate(model, n)
+    ring = ring_rate(model)
     if total < ring * (1 - 1e-9):
         # Ring's chains, one per root, always fit the quota; they are pool entries 0..2n-1.
         rates = np.zeros(len(pool.halves))
@@ -383,8 +383,3 @@ def pair_rates(halves: Sequence[Half], rates: np.ndarray) -> Tuple[TreeRate, ...
             if downs[j][1] <= tiny:
                 j += 1
     return tuple(out)
-
-
-def _ring_rate(model: ArcModel, n: int) -> float:
-    load = sum(model.load(r, *ring_parents(n, r)) for r in range(n))
-    return n * model.max_rate(load)

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from ..topology import Topology
 
-__all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents",
+__all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "ring_rate",
            "ring_parents_in_order", "ring_order_nearest", "tree_depth", "validate_arborescence"]
 
 
@@ -169,16 +169,9 @@ class ArcModel:
         """``W[i, j] = sum of lengths over the route of i -> j`` (0 for same-host arcs)."""
         return (self.incidence @ lengths).reshape(self.n, self.n)
 
-    def arcs(self, root: int, reduce_parent: Sequence[int], bcast_parent: Sequence[int]) -> np.ndarray:
-        n = self.n
-        idx = [v * n + p for v, p in enumerate(reduce_parent) if p >= 0]
-        idx += [p * n + v for v, p in enumerate(bcast_parent) if p >= 0]
-        return np.asarray(idx, dtype=np.int64)
-
     def load(self, root: int, reduce_parent: Sequence[int], bcast_parent: Sequence[int]) -> np.ndarray:
-        """Resource load of one column at unit rate."""
-        counts = np.bincount(self.arcs(root, reduce_parent, bcast_parent), minlength=self.n * self.n)
-        return np.asarray(self.incidence_T @ counts, dtype=float).ravel()
+        """Resource load of one column (a reduce tree plus a broadcast tree) at unit rate."""
+        return self.half_load(reduce_parent, True) + self.half_load(bcast_parent, False)
 
     def half_load(self, parent: Sequence[int], inward: bool) -> np.ndarray:
         """Resource load at unit rate of one reduce tree (``inward``) or one broadcast tree."""
@@ -228,13 +221,20 @@ def ring_parents_in_order(order: Sequence[int], root: int) -> Tuple[Tuple[int, .
     return tuple(reduce_parent), tuple(bcast_parent)
 
 
+def ring_rate(model: ArcModel) -> float:
+    """Throughput ``R`` of ring allreduce in rank order: ``n`` chains at one common rate
+    (``inf`` when no resource constrains it)."""
+    n = model.n
+    load = sum((model.load(r, *ring_parents(n, r)) for r in range(n)),
+               np.zeros(len(model.capacity)))
+    return n * model.max_rate(load)
+
+
 def ring_packing(topology: Topology) -> Packing:
     """Ring allreduce in rank order on the model: n chain columns at one common rate."""
     n = topology.n
-    model = ArcModel(topology)
     cols = [(r, *ring_parents(n, r)) for r in range(n)]
-    load = sum(model.load(*c) for c in cols) if n > 1 else np.zeros(len(model.capacity))
-    x = model.max_rate(load)
+    x = ring_rate(ArcModel(topology)) / n
     if not np.isfinite(x):
         # Every arc is free (one host): any rate works; report a large finite figure.
         x = 1e15
