@@ -278,7 +278,7 @@ class Engine:
         ranks unless every rank passed the same values and none had an error."""
         vals = [int(v) for _, v in fields]
         vec = np.array(vals + [-v for v in vals] + [-(1 if err else 0)], dtype=np.int64)
-        self.transport.allreduce(vec, vec, "min")
+        self.transport.allreduce_control(vec, "min")
         k = len(vals)
         lo, hi, bad = vec[:k], -vec[k:2 * k], -vec[2 * k]
         if err is not None:

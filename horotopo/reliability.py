@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .transport.base import Transport
+from .transport.base import Transport, WrappedTransport, allreduce_point_to_point
 
 __all__ = ["ConfigError", "env_float", "env_int", "env_bool", "env_choice", "timeout_from_env",
            "install_excepthook", "uninstall_excepthook", "abort", "TrackedTransport",
@@ -39,6 +39,9 @@ __all__ = ["ConfigError", "env_float", "env_int", "env_bool", "env_choice", "tim
 
 DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_ENV = "HOROTOPO_TIMEOUT_S"
+# Up to this many ranks the engine's metadata check runs point to point (2 (n-1) tiny messages
+# per rank), so a stuck check names its peer; above it, one library allreduce.
+CONTROL_P2P_MAX_RANKS = 64
 ABORT_EXIT_CODE = 1
 # If MPI_Abort itself does not end the process (a runtime that never returns from it while
 # another thread holds its lock), the process exits on its own after this long.
@@ -246,7 +249,7 @@ class PeerFailure(RuntimeError):
         self.peers = list(peers)
 
 
-class TrackedTransport(Transport):
+class TrackedTransport(WrappedTransport):
     """A :class:`Transport` that remembers its outstanding requests and times its sends.
 
     It adds no messages. For each request it keeps ``(peer, kind, nbytes)`` until the request
@@ -265,11 +268,12 @@ class TrackedTransport(Transport):
 
     def __init__(self, inner: Transport, owns: bool = False,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.inner = inner
-        self._owns = owns
+        super().__init__(inner, owns)
         self._clock = clock
         self._pending: Dict[int, Tuple[int, str, int]] = {}
         self._in_collective = False
+        self._control = False       # inside allreduce_control: its sends are not link traffic
+        self._untimed: set = set()  # ids of pending control sends
         n = inner.size
         self.sent_bytes = [0] * n
         self.busy_s = [0.0] * n
@@ -279,19 +283,14 @@ class TrackedTransport(Transport):
         self.completed = 0
 
     # -- Transport ------------------------------------------------------------------------------
-    @property
-    def rank(self) -> int:
-        return self.inner.rank
-
-    @property
-    def size(self) -> int:
-        return self.inner.size
-
     def isend(self, buf: Any, dest: int, tag: int) -> Any:
         req = self.inner.isend(buf, dest, tag)
         nbytes = int(getattr(buf, "nbytes", 0))
         self._pending[id(req)] = (dest, "send", nbytes)
         self.posted += 1
+        if self._control:
+            self._untimed.add(id(req))
+            return req
         if self._out[dest] == 0:
             self._since[dest] = self._clock()
         self._out[dest] += 1
@@ -331,9 +330,6 @@ class TrackedTransport(Transport):
         for key in keys:
             self._finish(key, now)
 
-    def alloc_tags(self, count: int) -> int:
-        return self.inner.alloc_tags(count)
-
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: Any) -> None:
         self._in_collective = True
         try:
@@ -341,15 +337,17 @@ class TrackedTransport(Transport):
         finally:
             self._in_collective = False
 
-    def close(self) -> None:
-        if self._owns:
-            self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # extras of the inner transport (comm, barrier...) stay reachable
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    def allreduce_control(self, buf: Any, op: Any) -> None:
+        # Point to point up to CONTROL_P2P_MAX_RANKS, so that a rank stuck in the engine's
+        # metadata check can still name the peer it waits for (a library collective cannot).
+        if self.size <= CONTROL_P2P_MAX_RANKS:
+            self._control = True
+            try:
+                allreduce_point_to_point(self, buf, op)
+            finally:
+                self._control = False
+        else:
+            self.allreduce(buf, buf, op)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _failure(self, requests: Sequence[Any], exc: BaseException) -> "PeerFailure":
@@ -372,6 +370,7 @@ class TrackedTransport(Transport):
             if gone:
                 failed.add(info[0])
                 self._pending.pop(id(req), None)
+                self._untimed.discard(id(req))
         names = ", ".join(str(p) for p in sorted(failed)) or "unknown"
         return PeerFailure(sorted(failed),
                            f"rank {self.rank}: communication with rank(s) {names} failed "
@@ -383,7 +382,9 @@ class TrackedTransport(Transport):
             return
         self.completed += 1
         peer, kind, nbytes = info
-        if kind == "send":
+        if kind == "send" and key in self._untimed:
+            self._untimed.discard(key)
+        elif kind == "send":
             self.sent_bytes[peer] += nbytes
             self._out[peer] -= 1
             if self._out[peer] == 0:

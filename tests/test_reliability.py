@@ -12,13 +12,16 @@ ranks whose requests failed, and the excepthook aborts with that message.
 """
 import re
 import sys
+import threading
 import time
 
+import numpy as np
 import pytest
 
 from horotopo.reliability import (ConfigError, TrackedTransport, Watchdog, env_bool, env_choice,
                                   env_float, env_int, timeout_from_env)
-from horotopo.transport.base import Transport
+from horotopo.transport.base import Transport, allreduce_point_to_point
+from loop_transport import LoopWorld, run_ranks
 from mpi_launch import mpiexec_path, run_mpi
 
 WORKER = r'''
@@ -55,6 +58,8 @@ if r == victim:
 for i in range(200):
     if r == victim and mode == "raise" and i == 1:
         raise RuntimeError("injected failure")
+    if r == victim and mode == "stop-between" and i == 2:
+        os.kill(os.getpid(), signal.SIGSTOP)   # the others wait in the metadata check of #2
     if i == 1:
         started.set()
     with dog.guard(f"allreduce #{i}"):
@@ -112,9 +117,11 @@ def test_unhandled_exception_aborts_job_and_names_rank(tmp_path):
 
 
 @pytest.mark.mpi
-def test_watchdog_names_the_stopped_peer(tmp_path):
-    # SIGSTOP: the launcher sees nothing wrong, so only the watchdog can end the job
-    res, took = _job(tmp_path, "stop", timeout_s="4")
+@pytest.mark.parametrize("mode", ["stop", "stop-between"])
+def test_watchdog_names_the_stopped_peer(tmp_path, mode):
+    # SIGSTOP: the launcher sees nothing wrong, so only the watchdog can end the job. "stop"
+    # lands inside the data phase, "stop-between" before the next call's metadata check.
+    res, took = _job(tmp_path, mode, timeout_s="4")
     out = res.stdout
     assert res.returncode != 0, out[-3000:]
     assert took < 90
@@ -242,3 +249,68 @@ def test_tracked_transport_counts_and_names_peers():
     sent, busy = t.take_link_stats()
     assert sent == [0, 400, 0] and busy == [0.0, 1.0, 0.0]
     assert t.take_link_stats() == ([0, 0, 0], [0.0, 0.0, 0.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the point-to-point control allreduce
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+@pytest.mark.parametrize("op", ["sum", "min", "max", "product"])
+def test_allreduce_point_to_point_matches_numpy_on_every_rank(size, op):
+    rng = np.random.default_rng(size)
+    vecs = rng.integers(-3, 4, size=(size, 7)).astype(np.int64)
+    fold = {"sum": np.sum, "min": np.min, "max": np.max, "product": np.prod}[op]
+
+    def body(t):
+        buf = vecs[t.rank].copy()
+        allreduce_point_to_point(t, buf, op)
+        return buf
+
+    for got in run_ranks(size, body):
+        np.testing.assert_array_equal(got, fold(vecs, axis=0))
+
+
+def test_allreduce_point_to_point_floats_bitwise_identical():
+    vals = np.random.default_rng(0).standard_normal((4, 33))
+
+    def body(t):
+        buf = vals[t.rank].copy()
+        allreduce_point_to_point(t, buf, "sum")
+        return buf
+
+    res = run_ranks(4, body)
+    assert all(r.tobytes() == res[0].tobytes() for r in res)
+    np.testing.assert_allclose(res[0], vals.sum(axis=0), rtol=1e-12)
+
+
+def test_tracked_control_allreduce_names_the_missing_peer_and_is_not_link_traffic():
+    world = LoopWorld(3)
+    ts = [TrackedTransport(t) for t in world.transports()]
+    results = {}
+
+    def rank(t):
+        buf = np.full(3, t.rank, dtype=np.int64)
+        t.allreduce_control(buf, "min")
+        results[t.rank] = buf
+
+    early = [threading.Thread(target=rank, args=(t,), daemon=True) for t in ts[:2]]
+    late = threading.Thread(target=rank, args=(ts[2],), daemon=True)
+    for th in early:
+        th.start()
+    try:
+        deadline = time.monotonic() + 10
+        while 2 not in ts[0].waiting_on() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # rank 1's vector arrives; only rank 2's stays missing
+        assert ts[0].waiting_on()[2]["recv"] == 1, ts[0].describe_wait()
+        assert ts[0].waiting_on().get(1, {"recv": 0})["recv"] == 0, ts[0].describe_wait()
+        assert re.search(r"rank 2 \(1 receive", ts[0].describe_wait())
+    finally:
+        late.start()
+        for th in early + [late]:
+            th.join(timeout=10)
+    assert all(results[r].tolist() == [0, 0, 0] for r in range(3))
+    assert all(t.outstanding == 0 for t in ts)
+    # tiny control messages would skew the per-link rates the adaptivity detector reads
+    assert ts[0].take_link_stats() == ([0, 0, 0], [0.0, 0.0, 0.0])

@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ..transport.base import Transport
+from ..transport.base import WrappedTransport
 from .staging import CupyCopier
 
 
@@ -30,7 +30,7 @@ def _size_class(nbytes: int) -> int:
     return max(1 << 16, 1 << max(0, int(nbytes - 1).bit_length()))
 
 
-class StagingTransport(Transport):
+class StagingTransport(WrappedTransport):
     """A transport that stages device buffers through pinned host memory; host buffers pass.
 
     Wraps any :class:`horotopo.transport.Transport` (``inner``) for an MPI that is not
@@ -68,33 +68,13 @@ class StagingTransport(Transport):
                  is_device: Optional[Callable[[Any], bool]] = None) -> None:
         from ._env import is_device_array
 
-        self.inner = inner
+        super().__init__(inner, owns=True)
         self._copier = copier
         self._is_device = is_device or is_device_array
         self._free: dict = {}
         self._unloading: List[tuple] = []  # (event, slot) for host-to-device copies in flight
         self._deferred: List[_Staged] = []  # sends in posting order, waiting for their copy
         self.staged_bytes = 0
-
-    # -- delegation ---------------------------------------------------------------------------
-    @property
-    def rank(self) -> int:
-        return self.inner.rank
-
-    @property
-    def size(self) -> int:
-        return self.inner.size
-
-    def alloc_tags(self, count: int) -> int:
-        return self.inner.alloc_tags(count)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # barrier(), comm, ... of the inner transport
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     # -- pinned slots -------------------------------------------------------------------------
     @property

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from typing import Any, List, Literal, Sequence
 
-__all__ = ["Transport", "TransportError", "ReduceOp"]
+import numpy as np
+
+__all__ = ["Transport", "TransportError", "ReduceOp", "WrappedTransport",
+           "allreduce_point_to_point"]
 
 ReduceOp = Literal["sum", "min", "max", "product"]
 
@@ -61,8 +64,81 @@ class Transport:
         """Library allreduce (``sendbuf is recvbuf`` means in place). Optional."""
         raise TransportError(f"{type(self).__name__} has no library allreduce")
 
+    def allreduce_control(self, buf: Any, op: ReduceOp) -> None:
+        """In-place allreduce of a small host control vector (the engine's metadata check).
+
+        The library allreduce by default; a transport that must be able to say which peer a
+        stuck wait is waiting for (:class:`~horotopo.reliability.TrackedTransport`) overrides
+        it with :func:`allreduce_point_to_point`.
+        """
+        self.allreduce(buf, buf, op)
+
     def close(self) -> None:
         """Release the transport's resources; further calls fail."""
+
+
+class WrappedTransport(Transport):
+    """A transport that adds behaviour around ``inner`` and delegates the rest to it.
+
+    Subclasses override the message calls they change; rank, size, tags, the control
+    allreduce and the inner transport's extras (``comm``, ``barrier``...) pass through.
+    ``close`` closes ``inner`` only when the wrapper ``owns`` it.
+    """
+
+    def __init__(self, inner: Transport, owns: bool = True) -> None:
+        self.inner = inner
+        self._owns = owns
+
+    @property
+    def rank(self) -> int:
+        return self.inner.rank
+
+    @property
+    def size(self) -> int:
+        return self.inner.size
+
+    def alloc_tags(self, count: int) -> int:
+        return self.inner.alloc_tags(count)
+
+    def allreduce_control(self, buf: Any, op: ReduceOp) -> None:
+        self.inner.allreduce_control(buf, op)
+
+    def close(self) -> None:
+        if self._owns:
+            self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (during unpickling or a failed __init__)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
+
+
+def allreduce_point_to_point(transport: Transport, buf: np.ndarray, op: ReduceOp) -> None:
+    """Allreduce the small array ``buf`` in place by sending it to every other rank.
+
+    ``2 (size - 1)`` messages per rank, so only for control vectors on modest rank counts. Each
+    rank folds the vectors in rank order, so the result is bitwise identical everywhere.
+    """
+    n, me = transport.size, transport.rank
+    if n == 1:
+        return
+    tag = transport.alloc_tags(1)
+    mine = np.ascontiguousarray(buf).copy()
+    got = {p: np.empty_like(mine) for p in range(n) if p != me}
+    reqs = [transport.irecv(got[p], p, tag) for p in got]
+    reqs += [transport.isend(mine, p, tag) for p in got]
+    while reqs:  # waitsome, not waitall: what stays pending names the peers still missing
+        done = set(transport.waitsome(reqs))
+        reqs = [r for i, r in enumerate(reqs) if i not in done]
+    got[me] = mine
+    fold = _UFUNCS[op]
+    acc = got[0].copy()
+    for p in range(1, n):
+        fold(acc, got[p], out=acc)
+    buf[...] = acc
 
 
 class TagAllocator:
