@@ -1,13 +1,15 @@
 """The init wiring: where a job's Plan comes from.
 
-:func:`setup_plan` is what ``horotopo.init()`` runs, collectively:
+:func:`setup` is what ``horotopo.init()`` runs, collectively (:func:`setup_plan` is the same,
+returning only the Plan):
 
 1. every rank reads ``HOROTOPO_PROBE`` and ``HOROTOPO_TOPOLOGY``; the ranks compare what they
    read (a bad value, or ranks that disagree, is an error on every rank);
 2. the topology: loaded by rank 0 from ``HOROTOPO_TOPOLOGY=path`` if set, else probed by all
    ranks (``HOROTOPO_PROBE=quick``, the default, or ``full``), else (``off``) a uniform model;
 3. rank 0 plans it (:func:`horotopo.plan.make_plan`; ring for the uniform model of ``off``) and
-   broadcasts the Plan's JSON;
+   broadcasts the Plan's JSON with the topology's (the adaptive engine refreshes that model
+   when the network changes, and every rank must know which model it has);
 4. every rank rebuilds the Plan and the ranks compare its digest.
 
 Any failure on rank 0 (unreadable file, wrong rank count, planner error) is broadcast, so every
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from .plan import Plan, make_plan, ring_plan
@@ -24,7 +27,7 @@ from .probe import probe
 from .probe._mpi import ProbeError, allgather_json, bcast_json
 from .topology import Topology, TopologyError, from_dict, load, measured_document
 
-__all__ = ["setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
+__all__ = ["setup", "Setup", "setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
            "PROBE_MODES", "DEFAULT_PROBE"]
 
 PROBE_MODES = ("off", "quick", "full")
@@ -64,9 +67,33 @@ def uniform_document(n: int, gbps: float = 1.0) -> Dict[str, Any]:
                              bw)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What init() starts from: the Plan, the model it was planned on, and where that came from.
+
+    ``source`` is ``"file"`` (HOROTOPO_TOPOLOGY), ``"probe"`` or ``"uniform"``
+    (HOROTOPO_PROBE=off: a made-up model, nothing measured).
+    """
+
+    plan: Plan
+    topology: Topology
+    source: str
+
+    def describe(self) -> str:
+        return (f"{self.source} model {self.topology.name!r}: {self.topology.n} ranks; plan "
+                f"{self.plan.digest[:12]}, {len(self.plan.trees)} trees")
+
+
 def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
                log: Optional[Callable[[str], None]] = None,
                probe_options: Optional[Mapping[str, Any]] = None) -> Plan:
+    """:func:`setup`, returning only the Plan."""
+    return setup(comm, env=env, log=log, probe_options=probe_options).plan
+
+
+def setup(comm: Any, *, env: Mapping[str, str] = os.environ,
+          log: Optional[Callable[[str], None]] = None,
+          probe_options: Optional[Mapping[str, Any]] = None) -> Setup:
     """Probe or load the topology, plan on rank 0, broadcast and check the Plan; collective.
 
     Parameters
@@ -84,8 +111,8 @@ def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
 
     Returns
     -------
-    Plan
-        The same plan (same digest) on every rank.
+    Setup
+        The same plan (same digest) and topology on every rank.
 
     Raises
     ------
@@ -150,7 +177,7 @@ def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
             try:
                 assert topology is not None
                 plan = ring_plan(topology) if use_ring else make_plan(topology)
-                payload = {"plan": plan.to_json()}
+                payload = {"plan": plan.to_json(), "topology": topology.to_json()}
             except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
                 payload = {"error": f"planning {topology.name!r} failed: "
                                     f"{type(exc).__name__}: {exc}"}
@@ -160,6 +187,7 @@ def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
     if "error" in payload:
         raise BootstrapError(payload["error"])
     plan = Plan.from_json(payload["plan"])
+    model = from_dict(payload["topology"])
 
     # 4. every rank checks that it holds the same plan
     digests = allgather_json(comm, plan.digest, EXCHANGE_TIMEOUT_S, "init: comparing plans")
@@ -170,7 +198,8 @@ def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
     say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
         f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "
         f"{time.perf_counter() - start:.2f} s")
-    return plan
+    source = "file" if path is not None else ("uniform" if use_ring else "probe")
+    return Setup(plan, model, source)
 
 
 def _show(settings: Mapping[str, Any]) -> str:

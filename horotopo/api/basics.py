@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 from .errors import NOT_INITIALIZED
-from .runtime import Runtime
+from .runtime import RETUNE, RETUNE_MODES, Runtime
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
            "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled",
            "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
-           "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "runtime",
+           "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "runtime", "retune",
            "unnamed", "ProcessSet", "global_process_set", "add_process_set",
            "remove_process_set", "check_process_set", "PROCESS_SETS_UNSUPPORTED"]
 
@@ -45,6 +46,11 @@ def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None
     with _init_lock:
         if _runtime is not None and _runtime.alive:
             return
+        from horotopo.reliability import install_excepthook
+
+        # An exception that kills one rank's script must end the job, not leave the other
+        # ranks waiting for it in their next collective.
+        install_excepthook()
         rt = Runtime(comm)
         rt.start()
         _runtime = rt
@@ -62,6 +68,31 @@ def shutdown() -> None:
         rt, _runtime = _runtime, None
     if rt is not None:
         rt.stop()
+
+
+def retune(mode: str = "quick") -> Dict[str, Any]:
+    """Re-probe the links now and switch every rank to a plan for what was measured.
+
+    Collective, like ``barrier()``: every rank must call it (with the same ``mode``). The
+    runtime also re-plans on its own when its transfers stay slower than the plan; this is the
+    explicit form, for when the caller knows the network changed.
+
+    Parameters
+    ----------
+    mode : {"quick", "full"}
+        The probe to run (see ``HOROTOPO_PROBE``).
+
+    Returns
+    -------
+    dict
+        What happened: old and new plan digests, modelled throughputs (bytes/s), seconds.
+    """
+    if mode not in RETUNE_MODES:
+        raise ValueError(f"retune(mode={mode!r}): mode must be one of {', '.join(RETUNE_MODES)}")
+    rt = runtime()
+    event = rt.wait(rt.enqueue(RETUNE, [(unnamed("retune"), None, None)],
+                               root=RETUNE_MODES.index(mode)))[0]
+    return dataclasses.asdict(event)
 
 
 def _atexit() -> None:

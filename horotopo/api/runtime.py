@@ -27,8 +27,15 @@ Every cycle (``HOROVOD_CYCLE_TIME`` ms, default 1):
    way.
 
 This module is the *controller*, like Horovod's MPI controller: its control messages travel on
-its own ``Dup`` of the communicator. Tensor data only ever goes through
-:class:`horotopo.engine.Engine`.
+its own ``Dup`` of the communicator. Tensor data only ever goes through the engine, an
+:class:`horotopo.adapt.AdaptiveEngine`: it runs every collective under the dead-peer watchdog
+(``HOROTOPO_TIMEOUT_S``), watches its own transfers and re-plans when they stay slower than the
+plan (``HOROTOPO_ADAPT``). Re-plans happen between two engine calls, and every rank makes the
+same engine calls in the same order (the responses are), so every rank switches at the same
+call. ``retune()`` is a negotiated op like ``barrier()``: it runs on the background thread at
+the same point of every rank's response stream. The control waits of each cycle run under a
+watchdog of their own, so a rank whose background thread stops cycling (killed, stopped, stuck)
+ends the job within the timeout instead of hanging it.
 """
 from __future__ import annotations
 
@@ -48,12 +55,13 @@ import numpy as np
 from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
 from .ops import OP_NAMES, Average, horovod_dtype_name, shape_string
 
-__all__ = ["Runtime", "Handle", "ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER",
+__all__ = ["Runtime", "Handle", "ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE",
            "env_settings", "dtype_name", "SUPPORTED_DTYPES"]
 
 log = logging.getLogger("horotopo")
 
 ALLREDUCE = "ALLREDUCE"
+RETUNE = "RETUNE"
 ALLGATHER = "ALLGATHER"
 BROADCAST = "BROADCAST"
 BARRIER = "BARRIER"
@@ -76,6 +84,7 @@ def dtype_name(dtype: np.dtype) -> str:
     return name
 
 
+RETUNE_MODES = ("quick", "full")  # retune()'s mode travels as an index in the request
 _FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
 _FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
 
@@ -243,6 +252,10 @@ class Runtime:
         self._fusion: Dict[str, np.ndarray] = {}
         self._engine: Any = None
         self._ctrl: Any = None
+        self._ctrl_dog: Any = None
+        self._liveness: Any = None
+        self.setup: Any = None          # horotopo.bootstrap.Setup
+        self._events_seen = 0
         self.rank = self.size = -1
         self.local_rank = self.local_size = self.cross_rank = self.cross_size = -1
         self.hosts: Tuple[str, ...] = ()
@@ -299,7 +312,8 @@ class Runtime:
                     sig = (kind, dtype_name(array.dtype), tuple(map(int, array.shape)), int(op),
                            float(prescale), float(postscale), int(root), int(device))
                 else:
-                    sig = (kind, "uint8", (), int(op), 1.0, 1.0, 0, int(device))
+                    # root carries a data-less op's one parameter (retune's probe mode)
+                    sig = (kind, "uint8", (), int(op), 1.0, 1.0, int(root), int(device))
                 self._incoming.append(_Entry(name, sig, array, output, handle, index))
                 self._names.add(name)
             self._handles[hid] = handle
@@ -399,8 +413,23 @@ class Runtime:
                  if [q for q in range(self.size) if self.hosts[q] == self.hosts[r]].index(r)
                  == self.local_rank]
         self.cross_rank, self.cross_size = peers.index(self.rank), len(peers)
-        self.plan = _make_plan(base)
-        self._engine = _make_engine(base, self.plan)
+        from horotopo.reliability import Watchdog, env_bool, timeout_from_env
+
+        timeout = timeout_from_env()
+        self.setup = _make_setup(base)
+        self.plan = self.setup.plan
+        # A made-up model (HOROTOPO_PROBE=off) is not one to refresh by re-probing links.
+        adapt = env_bool("HOROTOPO_ADAPT", self.setup.source != "uniform")
+        self._engine = _make_engine(base, self.setup, adapt=adapt, timeout_s=timeout)
+        self._liveness = _liveness(base, self.thread_level)
+        self._ctrl_dog = Watchdog(timeout, describe=self._describe_control_wait)
+
+    def _describe_control_wait(self) -> str:
+        what = ("the runtime's control exchange with every rank (some rank's background "
+                "thread stopped cycling)")
+        if self._liveness is None:
+            return what + "; no liveness ping (MPI is not MPI_THREAD_MULTIPLE)"
+        return f"{what}; {self._liveness.describe()}"
 
     def _loop(self) -> None:
         from mpi4py import MPI
@@ -446,7 +475,8 @@ class Runtime:
             vec[1 + words:] = np.frombuffer((everything & ~invalid).to_bytes(nbytes, "little"),
                                             dtype="<u8")
 
-            self._wait(self._ctrl.Iallreduce(vec, out, op=MPI.BAND))
+            with self._ctrl_dog.guard(f"cycle {self.stats['cycles']}"):
+                self._wait(self._ctrl.Iallreduce(vec, out, op=MPI.BAND))
             self.stats["cycles"] += 1
             flags = int(out[0])
             if not flags & _FLAG_RUNNING:
@@ -463,7 +493,8 @@ class Runtime:
             self.stats["cache_hits"] += len(responses)
 
             if not flags & _FLAG_ALL_CACHED:
-                negotiated = self._negotiate(to_send)
+                with self._ctrl_dog.guard(f"negotiation in cycle {self.stats['cycles']}"):
+                    negotiated = self._negotiate(to_send)
                 self.stats["negotiations"] += 1
                 for resp in negotiated:
                     if resp[2] is None and resp[0] in (ALLREDUCE, BROADCAST):
@@ -514,56 +545,11 @@ class Runtime:
         first = sigs[0]
         kind = first[0]
         error = None
-        for s in sigs[1:]:
-            if s[1] != first[1]:
-                error = (f"Mismatched data types: One rank had type "
-                         f"{horovod_dtype_name(first[1])}, but another rank had type "
-                         f"{horovod_dtype_name(s[1])}.")
+        for check in _CHECKS:
+            error = check(kind, sigs)
+            if error is not None:
                 break
-        if error is None:
-            for s in sigs[1:]:
-                if s[0] != kind:
-                    error = (f"Mismatched operations: One rank did an {kind}, but another rank "
-                             f"did an {s[0]}.")
-                    break
-        if error is None and kind in (ALLREDUCE, BROADCAST):
-            for s in sigs[1:]:
-                if s[2] != first[2]:
-                    error = (f"Mismatched {kind} tensor shapes: One rank sent a tensor of shape "
-                             f"{shape_string(first[2])}, but another rank sent a tensor of shape "
-                             f"{shape_string(s[2])}.")
-                    break
-        if error is None and kind == ALLREDUCE:
-            for s in sigs[1:]:
-                if (s[4], s[5]) != (first[4], first[5]):
-                    error = (f"Mismatched prescale and/or postscale factors: One rank sent "
-                             f"factors ({first[4]:g}, {first[5]:g}), but another rank sent "
-                             f"factors ({s[4]:g}, {s[5]:g}).")
-                    break
-        if error is None and kind == ALLREDUCE:
-            for s in sigs[1:]:
-                if s[3] != first[3]:
-                    error = (f"Mismatched reduction operation: One rank sent reduction op "
-                             f"{first[3]}, but another rank sent reduction op {s[3]}.")
-                    break
-        extra = None
-        if error is None and kind == ALLGATHER:
-            error = _check_gather_shapes(kind, sigs)
-            extra = [s[2][0] for s in sigs] if error is None else None
-        if error is None and kind == BROADCAST:
-            for s in sigs[1:]:
-                if s[6] != first[6]:
-                    error = (f"Mismatched {kind} root ranks: One rank specified root rank "
-                             f"{first[6]}, but another rank specified root rank {s[6]}.")
-                    break
-        if error is None:
-            for s in sigs[1:]:
-                if (s[7] < 0) != (first[7] < 0):
-                    cpu = lambda d: "CPU" if d < 0 else "GPU"  # noqa: E731
-                    error = (f"Mismatched {kind} CPU/GPU device selection: One rank specified "
-                             f"device {cpu(first[7])}, but another rank specified device "
-                             f"{cpu(s[7])}.")
-                    break
+        extra = [s[2][0] for s in sigs] if error is None and kind == ALLGATHER else None
         return (kind, name, error, first, extra)
 
     def _check_stalls(self) -> None:
@@ -645,6 +631,14 @@ class Runtime:
                 self._finish([entry], error=error)
             elif kind == BARRIER:
                 self._finish([entry], [None])
+            elif kind == RETUNE:
+                try:
+                    event = self._engine.retune(RETUNE_MODES[sig[6]])
+                except Exception as exc:
+                    self._finish([entry], error=f"{type(exc).__name__}: {exc}")
+                else:
+                    self._note_replans()
+                    self._finish([entry], [event])
             elif kind == ALLGATHER:
                 try:
                     value = self._allgather(entry, extra)
@@ -673,13 +667,28 @@ class Runtime:
             e = entries[0]
             self._engine.allreduce(e.array, e.output, op=OP_NAMES[op],
                                    prescale_factor=prescale, postscale_factor=postscale)
+            self._note_replans()
             return [e.output]
         buf = self._buffer(work, sum(e.array.size for e in entries))
         _pack(buf, [e.array for e in entries], into_buffer=True)
         self._engine.allreduce(buf, buf, op=OP_NAMES[op], prescale_factor=prescale,
                                postscale_factor=postscale)
         _pack(buf, [e.output for e in entries], into_buffer=False)
+        self._note_replans()
         return [e.output for e in entries]
+
+    def _note_replans(self) -> None:
+        """Take up the plan the adaptive engine switched to, and say so on rank 0."""
+        events = getattr(self._engine, "events", ())
+        for event in events[self._events_seen:]:
+            if self.rank == 0:
+                log.warning("horotopo: re-planned at engine call %d (%s): plan %s -> %s, "
+                            "modelled %.1f -> %.1f MB/s, %.2f s%s", event.step, event.reason,
+                            event.old_digest[:8], event.new_digest[:8],
+                            event.old_model_Bps / 1e6, event.new_model_Bps / 1e6,
+                            event.seconds, f" ({event.note})" if event.note else "")
+        self._events_seen = len(events)
+        self.plan = getattr(self._engine, "plan", self.plan)
 
     def _broadcast(self, entries: List[_Entry], root: int) -> List[np.ndarray]:
         # Bytes are bytes: broadcasts of any dtypes from one root share a uint8 buffer.
@@ -726,12 +735,58 @@ class Runtime:
         self._pending.clear()
         self._finish(leftovers, error=reason)
         for closer in (getattr(self._engine, "close", None),
-                       getattr(self._ctrl, "Free", None)):
+                       getattr(self._ctrl, "Free", None),
+                       getattr(self._ctrl_dog, "close", None),
+                       getattr(self._liveness, "close", None)):
             if closer is not None:
                 try:
                     closer()
                 except Exception as exc:  # best effort: shutdown must never raise or hang
                     log.debug("horotopo teardown: %s", exc)
+
+
+def _field_check(kinds: Optional[Sequence[str]], field: Any, message: Any) -> Any:
+    """A check that every rank's ``field(sig)`` equals rank 0's, for requests of ``kinds``."""
+    def check(kind: str, sigs: List[tuple]) -> Optional[str]:
+        if kinds is not None and kind not in kinds:
+            return None
+        mine = field(sigs[0])
+        return next((message(kind, mine, field(s)) for s in sigs[1:] if field(s) != mine),
+                    None)
+    return check
+
+
+def _device_kind(on_cpu: bool) -> str:
+    return "CPU" if on_cpu else "GPU"
+
+
+# Horovod's checks, in its order, with its messages
+_CHECKS: List[Any] = [
+    _field_check(None, lambda s: s[1], lambda k, a, b: (
+        f"Mismatched data types: One rank had type {horovod_dtype_name(a)}, but another rank "
+        f"had type {horovod_dtype_name(b)}.")),
+    _field_check(None, lambda s: s[0], lambda k, a, b: (
+        f"Mismatched operations: One rank did an {a}, but another rank did an {b}.")),
+    _field_check((ALLREDUCE, BROADCAST), lambda s: s[2], lambda k, a, b: (
+        f"Mismatched {k} tensor shapes: One rank sent a tensor of shape {shape_string(a)}, "
+        f"but another rank sent a tensor of shape {shape_string(b)}.")),
+    _field_check((ALLREDUCE,), lambda s: (s[4], s[5]), lambda k, a, b: (
+        f"Mismatched prescale and/or postscale factors: One rank sent factors ({a[0]:g}, "
+        f"{a[1]:g}), but another rank sent factors ({b[0]:g}, {b[1]:g}).")),
+    _field_check((ALLREDUCE,), lambda s: s[3], lambda k, a, b: (
+        f"Mismatched reduction operation: One rank sent reduction op {a}, but another rank "
+        f"sent reduction op {b}.")),
+    lambda k, sigs: _check_gather_shapes(k, sigs) if k == ALLGATHER else None,
+    _field_check((BROADCAST,), lambda s: s[6], lambda k, a, b: (
+        f"Mismatched {k} root ranks: One rank specified root rank {a}, but another rank "
+        f"specified root rank {b}.")),
+    _field_check((RETUNE,), lambda s: s[6], lambda k, a, b: (
+        f"Mismatched retune modes: One rank asked for {RETUNE_MODES[a]}, but another rank "
+        f"asked for {RETUNE_MODES[b]}.")),
+    _field_check(None, lambda s: s[7] < 0, lambda k, a, b: (
+        f"Mismatched {k} CPU/GPU device selection: One rank specified device "
+        f"{_device_kind(a)}, but another rank specified device {_device_kind(b)}.")),
+]
 
 
 def _pack(buf: np.ndarray, arrays: List[np.ndarray], into_buffer: bool) -> None:
@@ -764,14 +819,27 @@ def _check_gather_shapes(kind: str, sigs: List[tuple]) -> Optional[str]:
     return None
 
 
-def _make_plan(comm: Any) -> Any:
-    """The plan from the bootstrap: probed links or HOROTOPO_TOPOLOGY, planned on rank 0."""
-    from horotopo.bootstrap import setup_plan
+def _make_setup(comm: Any) -> Any:
+    """Plan and model from the bootstrap: probed links or HOROTOPO_TOPOLOGY, planned on rank 0."""
+    from horotopo.bootstrap import setup
 
-    return setup_plan(comm)
+    return setup(comm, log=_say)
 
 
-def _make_engine(comm: Any, plan: Any) -> Any:
-    from horotopo.engine import Engine
+def _say(message: str) -> None:
+    log.info("%s", message)
 
-    return Engine(comm, plan)
+
+def _liveness(comm: Any, thread_level: int) -> Any:
+    """A liveness responder where MPI allows one (it pings from the watchdog's thread)."""
+    from mpi4py import MPI
+
+    from horotopo.reliability import LivenessResponder
+
+    return LivenessResponder(comm) if thread_level >= MPI.THREAD_MULTIPLE else None
+
+
+def _make_engine(comm: Any, setup: Any, *, adapt: bool, timeout_s: float) -> Any:
+    from horotopo.adapt import AdaptiveEngine
+
+    return AdaptiveEngine(comm, setup.plan, setup.topology, adapt=adapt, timeout_s=timeout_s)

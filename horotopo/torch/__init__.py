@@ -7,7 +7,8 @@ from ..api.basics import (ProcessSet, add_process_set, ccl_built, cross_rank, cr
                           cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled,
                           is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                           mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                          remove_process_set, rocm_built, size, start_timeline, stop_timeline)
+                          remove_process_set, retune, rocm_built, size, start_timeline,
+                          stop_timeline)
 from ..api import basics as _basics
 from ..api.errors import HorotopoInternalError, HorovodInternalError, HostsUpdatedInterrupt
 from ..api.ops import (Adasum, Average, Max, Min, Product, Sum,
@@ -41,7 +42,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled",
     "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
-    "cuda_built", "rocm_built", "start_timeline", "stop_timeline",
+    "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "retune",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "handle_average_backwards_compatibility",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
