@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from horotopo.buffers import scale_into
 from horotopo.engine import Engine
-from horotopo.ops import ALLREDUCE_DTYPES, OPS
+from horotopo.ops import ALLREDUCE_DTYPES, OPS, check_dtype
 from horotopo.packing import ring_parents
 from horotopo.plan import Plan, parse_size, plan_from_trees
 
@@ -36,7 +36,8 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations (default 20)")
     p.add_argument("-w", "--warmup_iters", type=int, default=5, help="warm-up iterations")
     p.add_argument("-c", "--check", type=int, default=1, help="1: count wrong elements")
-    p.add_argument("-d", "--datatype", default="float32", choices=ALLREDUCE_DTYPES)
+    p.add_argument("-d", "--datatype", default="float32", choices=ALLREDUCE_DTYPES,
+                   help="element type (bfloat16 needs ml-dtypes)")
     p.add_argument("-o", "--op", default="sum", choices=OPS)
     p.add_argument("-a", "--algorithm", default="auto", choices=["auto", "tree", "ring", "mpi"],
                    help="horotopo algorithm (auto: the cost model picks per size)")
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     chunk = parse_size(args.chunk_bytes) if args.chunk_bytes else None
     extra = {"window": args.window} if args.window else {}
     eng = Engine(comm, plan, chunk_bytes=chunk, **extra)
-    dtype = np.dtype(args.datatype)
+    dtype = check_dtype(args.datatype)  # not np.dtype: "bfloat16" needs ml_dtypes loaded
     n = comm.size
     if args.calibrate:
         model = eng.calibrate()
@@ -181,14 +182,15 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
         x, expect = _inputs(count, dtype, args.op, comm.rank, n)
         out = np.empty_like(x)
         out2 = np.empty_like(x)
-        if dtype == np.float16:  # MPI has no half type: the engine's MPI path (float32 inside)
+        if dtype.itemsize == 2:  # float16, bfloat16: MPI has no such type, so the baseline
+            # is the engine's MPI path (float32 inside)
             mpi_fn = lambda: eng.allreduce(x, out2, op=args.op, algorithm="mpi")  # noqa: E731
         else:
             mop = _MPI_OPS[args.op]
             mpi_fn = lambda: comm.Allreduce(x, out2, op=mop)  # noqa: E731
         t, tm = _time_pair(lambda: eng.allreduce(x, out, op=args.op, algorithm=alg), mpi_fn,
                            args.iters, args.warmup_iters, comm)
-        used = alg or eng.choose(nbytes)  # not last_algorithm: the fp16 baseline uses the engine
+        used = alg or eng.choose(nbytes)  # not last_algorithm: 16-bit baselines use the engine
         wrong = 0
         if args.check:
             out[...] = 0

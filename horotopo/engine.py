@@ -23,8 +23,8 @@ from . import ops as _ops
 from .algorithms import (DEFAULT_COST_MODEL, CostModel, MPIAllreduce, RingAllreduce,
                          TreeAllreduce, TreeBroadcast)
 from .algorithms.cost import fit_line
-from .buffers import (ScratchPool, array_module, contiguous_flat, copy_into, flat_view,
-                      scale_into, synchronize)
+from .buffers import (ScratchPool, array_module, as_array, contiguous_flat, copy_into,
+                      device_scope, flat_view, is_torch_tensor, scale_into, synchronize)
 from .gpu.transport import staging_if_needed
 from .plan import Plan
 from .transport import Transport, as_transport
@@ -121,7 +121,8 @@ class Engine:
         Parameters
         ----------
         sendbuf : array
-            NumPy or CuPy array of float16, float32, float64, int32 or int64, any shape.
+            NumPy or CuPy array of float16, bfloat16 (ml_dtypes), float32, float64, int32 or
+            int64, any shape.
         recvbuf : array, optional
             Output of the same size and dtype, C-contiguous. None returns a new array of
             ``sendbuf``'s shape; ``recvbuf is sendbuf`` reduces in place.
@@ -147,9 +148,15 @@ class Engine:
         """
         err: Optional[Exception] = None
         count = dcode = ocode = acode = 0
+        result = recvbuf  # what the caller gets back: a torch tensor stays a torch tensor
         try:
             if not hasattr(sendbuf, "dtype"):
                 sendbuf = np.asarray(sendbuf)
+            if recvbuf is None and is_torch_tensor(sendbuf):
+                result = recvbuf = sendbuf.new_empty(tuple(sendbuf.shape))
+            same = recvbuf is sendbuf
+            sendbuf = as_array(sendbuf)
+            recvbuf = sendbuf if same else as_array(recvbuf)
             opn = _ops.normalize_op(op)
             dtype = _ops.check_dtype(sendbuf.dtype)
             if algorithm is not None and algorithm not in ALGORITHMS:
@@ -165,17 +172,21 @@ class Engine:
         self._agree("allreduce", [("element count", count), ("dtype", dcode), ("op", ocode),
                                   ("algorithm", acode)], err)
         if recvbuf is None:
-            recvbuf = array_module(sendbuf).empty(sendbuf.shape, dtype=sendbuf.dtype)
+            with device_scope(sendbuf):
+                result = recvbuf = array_module(sendbuf).empty(sendbuf.shape,
+                                                               dtype=sendbuf.dtype)
         out = flat_view(recvbuf)
         src = out if in_place else contiguous_flat(sendbuf)
         self.last_algorithm = alg
         self.last_messages = 0
         if count == 0:
-            return recvbuf
+            return result
         if pre != 1.0:
             scale_into(out, src, pre)
-            synchronize(out)
             src = out
+        # MPI reads device memory outside any stream: the kernels that wrote src (the caller's
+        # or the prescale) must be done. A no-op for host arrays.
+        synchronize(src)
         base = _ops.reduction_of(opn)
         if self.size == 1:
             if src is not out:
@@ -190,12 +201,13 @@ class Engine:
             self._mpi.run(src, out, base)
         if post != 1.0:
             scale_into(out, out, post)
-        return recvbuf
+        return result
 
     def broadcast(self, buf: Any, root: int) -> Any:
         """Broadcast ``buf`` from rank ``root`` to every rank, in place; returns ``buf``.
 
-        ``buf`` is a C-contiguous NumPy or CuPy array of uint8 or any allreduce dtype.
+        ``buf`` is a C-contiguous NumPy or CuPy array (or torch tensor) of uint8 or any
+        allreduce dtype.
 
         Raises
         ------
@@ -206,7 +218,9 @@ class Engine:
         err: Optional[Exception] = None
         count = dcode = 0
         r = -1
+        result = buf
         try:
+            buf = as_array(buf)
             dtype = _ops.check_dtype(buf.dtype, broadcast=True)
             flat = flat_view(buf)
             r = _check_root(root, self.size)
@@ -217,9 +231,11 @@ class Engine:
         self._agree("broadcast", [("element count", count), ("dtype", dcode), ("root", r)], err)
         self.last_algorithm = "tree"
         if count and self.size > 1:
+            if r == self.rank:
+                synchronize(flat)
             self._bcast.run(flat, r, self._chunk_elems(dtype))
         self.last_messages = self._bcast.last_messages
-        return buf
+        return result
 
     def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 3) -> CostModel:
         """Time the tree and MPI_Allreduce at ``sizes`` (bytes) and fit the cost model to it.

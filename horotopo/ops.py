@@ -8,27 +8,65 @@ Scaling follows Horovod's ``ScaleBuffer``: floating-point buffers are multiplied
 precision (float16 through float32, rounded back once); integer buffers are multiplied in float64
 and cast back, which truncates toward zero (so an int32 ``"average"`` of 3 and 4 over 2 ranks is
 3). Scaling is skipped entirely when the factor is exactly 1.
+
+bfloat16 is the NumPy dtype of the ml-dtypes package (``ml_dtypes.bfloat16``; CuPy arrays of it
+too). ml_dtypes is imported only when a bfloat16 request first comes (it takes a large part of a
+second to import), and a bfloat16 request without it raises ValueError saying to install it.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 import numpy as np
 
-__all__ = ["OPS", "REDUCTIONS", "ALLREDUCE_DTYPES", "BROADCAST_DTYPES", "normalize_op",
-           "reduction_of", "op_code", "dtype_code", "check_dtype", "effective_scales"]
+from .gpu.elementwise import bfloat16_dtype
+
+__all__ = ["OPS", "REDUCTIONS", "ALLREDUCE_DTYPES", "BROADCAST_DTYPES", "BFLOAT16_MISSING",
+           "normalize_op", "reduction_of", "op_code", "dtype_code", "check_dtype",
+           "effective_scales"]
 
 OPS: Tuple[str, ...] = ("sum", "average", "min", "max", "product")
 REDUCTIONS: Tuple[str, ...] = ("sum", "min", "max", "product")
-ALLREDUCE_DTYPES: Tuple[str, ...] = ("float16", "float32", "float64", "int32", "int64")
+ALLREDUCE_DTYPES: Tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int32",
+                                     "int64")
 BROADCAST_DTYPES: Tuple[str, ...] = ALLREDUCE_DTYPES + ("uint8",)
+BFLOAT16_MISSING = ("bfloat16 needs the ml-dtypes package for its NumPy dtype: "
+                    "pip install ml-dtypes")
 
 # Codes for the metadata exchange; stable, distinct and positive. Keyed by np.dtype objects
-# (hashable and cheap to look up; dtype.name is slow enough to show up per call).
+# (hashable and cheap to look up; dtype.name is slow enough to show up per call). NumPy's own
+# dtypes are known at import; bfloat16 gets its fixed code when ml_dtypes is first needed.
+_NUMPY_DTYPES = tuple(name for name in BROADCAST_DTYPES if name != "bfloat16")
 _DTYPE_CODES: Dict[np.dtype, int] = {np.dtype(name): k + 1
-                                     for k, name in enumerate(BROADCAST_DTYPES)}
-_ALLREDUCE_SET = frozenset(np.dtype(name) for name in ALLREDUCE_DTYPES)
+                                     for k, name in enumerate(_NUMPY_DTYPES)}
+_BFLOAT16_CODE = len(_NUMPY_DTYPES) + 1
+_ALLREDUCE_SET: Set[np.dtype] = {np.dtype(name) for name in ALLREDUCE_DTYPES
+                                 if name != "bfloat16"}
 _OP_CODES: Dict[str, int] = {name: k + 1 for k, name in enumerate(OPS)}
+_bf16: Optional[np.dtype] = None  # ml_dtypes' bfloat16 once registered by _bfloat16()
+
+
+def _is_bfloat16(dtype: object) -> bool:
+    """Whether ``dtype`` names bfloat16 (a string, a dtype, or ml_dtypes' scalar type), without
+    needing ml_dtypes to tell."""
+    if isinstance(dtype, str):
+        return dtype.strip().lower() == "bfloat16"
+    name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None)
+    return name == "bfloat16"
+
+
+def _bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16, registered in the dtype tables on first use (so later calls take
+    the fast set lookup); ValueError (which the engine shares with every rank) without it."""
+    global _bf16
+    if _bf16 is None:
+        dt = bfloat16_dtype()
+        if dt is None:
+            raise ValueError(BFLOAT16_MISSING)
+        _DTYPE_CODES[dt] = _BFLOAT16_CODE
+        _ALLREDUCE_SET.add(dt)
+        _bf16 = dt
+    return _bf16
 
 
 def normalize_op(op: str) -> str:
@@ -58,17 +96,32 @@ def op_code(op: str) -> int:
 
 
 def dtype_code(dtype: object) -> int:
-    """Positive code of a supported dtype, 0 for anything else."""
+    """Positive code of a supported dtype, 0 for anything else (bfloat16 without ml_dtypes)."""
     try:
-        return _DTYPE_CODES.get(np.dtype(dtype), 0)
+        code = _DTYPE_CODES.get(np.dtype(dtype), 0)
     except TypeError:
-        return 0
+        code = 0
+    if code == 0 and _is_bfloat16(dtype):
+        try:
+            return _DTYPE_CODES[_bfloat16()]
+        except ValueError:
+            return 0
+    return code
 
 
 def check_dtype(dtype: object, broadcast: bool = False) -> np.dtype:
-    """Return ``np.dtype(dtype)`` or raise ValueError naming the supported types."""
+    """Return ``np.dtype(dtype)`` or raise ValueError naming the supported types.
+
+    ``"bfloat16"`` (or ml_dtypes' bfloat16 dtype) gives ml_dtypes' dtype; without ml_dtypes
+    installed it raises ValueError saying to install ml-dtypes.
+    """
+    allowed = _DTYPE_CODES if broadcast else _ALLREDUCE_SET
+    if isinstance(dtype, np.dtype) and dtype in allowed:
+        return dtype  # the engine's per-call case: one set lookup
+    if _is_bfloat16(dtype):
+        return _bfloat16()
     dt = np.dtype(dtype)
-    if dt in (_DTYPE_CODES if broadcast else _ALLREDUCE_SET):
+    if dt in allowed:
         return dt
     allowed = BROADCAST_DTYPES if broadcast else ALLREDUCE_DTYPES
     what = "broadcast" if broadcast else "allreduce"

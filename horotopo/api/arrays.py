@@ -1,15 +1,17 @@
 """Collectives on NumPy and CuPy arrays: the ``horotopo`` top-level front end.
 
 Same names, signatures and defaults as ``horovod.torch``; arrays instead of tensors. CuPy
-arrays are staged through host memory here (the GPU path of the engine takes device buffers
-directly once it exists); the result comes back as a CuPy array on the same device.
+arrays go to the runtime as they are: the engine reduces them on their device, and MPI reads
+device memory directly where it is CUDA-aware (else through pinned host slots, chunk by chunk);
+results are CuPy arrays on the same device. Nothing is copied to the host here.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from ..buffers import array_module
 from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
 from .ops import check_op, handle_average_backwards_compatibility
@@ -40,22 +42,24 @@ def check_dtype(arr: np.ndarray, what: Optional[str] = None) -> None:
         raise ValueError(f"Tensor type {what or arr.dtype} is not supported.")
 
 
-def _stage(x: Any, inplace: bool) -> Tuple[np.ndarray, int, Callable[[np.ndarray], Any]]:
-    """Host array for ``x``, its device id (-1 = CPU) and how to turn a host result back."""
+class _Staged(NamedTuple):
+    """One array as the runtime takes it: the input it reads, the output it writes (the input
+    itself in place) and the device (-1: host)."""
+    array: Any
+    output: Any
+    device: int
+
+
+def _stage(x: Any, inplace: bool) -> _Staged:
+    """The runtime's view of ``x``: a NumPy or CuPy array (never a host copy of a device one)."""
     if _is_cupy(x):
-        import cupy
-
-        dev = int(x.device.id)
-        host = cupy.asnumpy(x)
-        check_dtype(host, str(x.dtype))
-
-        def back(res: np.ndarray) -> Any:
-            if inplace:
-                x.set(res)
-                return x
-            with cupy.cuda.Device(dev):
-                return cupy.asarray(res)
-        return host, dev, back
+        if inplace and not x.flags.c_contiguous:
+            raise ValueError("Tensor is required to be contiguous.")
+        check_dtype(x, str(x.dtype))
+        with x.device:
+            arr = x if x.flags.c_contiguous else x.copy()  # copy(): C order, on the device
+            out = arr if inplace else array_module(arr).empty_like(arr)
+        return _Staged(arr, out, int(x.device.id))
     if inplace:
         if not isinstance(x, np.ndarray):
             raise TypeError(f"in-place collectives need a NumPy or CuPy array, got "
@@ -64,28 +68,45 @@ def _stage(x: Any, inplace: bool) -> Tuple[np.ndarray, int, Callable[[np.ndarray
             raise ValueError("Tensor is required to be contiguous.")
     arr = x if (isinstance(x, np.ndarray) and x.flags.c_contiguous) else np.ascontiguousarray(x)
     check_dtype(arr)
-    return arr, -1, lambda res: res
+    return _Staged(arr, arr if inplace else np.empty_like(arr), -1)
+
+
+def call_device(devices: Sequence[int]) -> int:
+    """The one device of a call's tensors (-1: host); ValueError when they are on several."""
+    devices = set(devices)
+    if len(devices) > 1:
+        raise ValueError(f"the tensors of one call are on different devices "
+                         f"{sorted(devices)} (-1: CPU): a grouped call needs all on one")
+    return devices.pop() if devices else -1
+
+
+def ready_hook(device: int, last: Any) -> Optional[Callable[[], None]]:
+    """For device tensors, an event recorded now on the caller's stream (after the work that
+    writes them), which the runtime's thread waits on; None on the host."""
+    if device < 0:
+        return None
+    from .. import gpu
+
+    return gpu.record_ready(last)
 
 
 def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
             prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
     rt = runtime()
     staged = [_stage(t, inplace) for t in tensors]
+    dev = call_device([s.device for s in staged])
     if grouped:
         base = name or unnamed("grouped_allreduce")
         names = [f"{base}.{i}of{len(tensors)}" for i in range(len(tensors))]
     else:
         names = [name or unnamed("allreduce")]
-    items = []
-    for n, (host, dev, _) in zip(names, staged):
-        out = host if (inplace or dev >= 0) else np.empty_like(host)
-        items.append((n, host, out))
+    items = [(n, s.array, s.output) for n, s in zip(names, staged)]
     hid = rt.enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
-                     postscale=postscale_factor, device=staged[0][1] if staged else -1)
-    backs = [b for _, _, b in staged]
+                     postscale=postscale_factor, device=dev,
+                     ready=ready_hook(dev, staged[-1].array if staged else None))
     if grouped:
-        return handles.add(hid, lambda res: [b(r) for b, r in zip(backs, res)])
-    return handles.add(hid, lambda res: backs[0](res[0]))
+        return handles.add(hid, lambda res: list(res))
+    return handles.add(hid, lambda res: res[0])
 
 
 def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
@@ -170,10 +191,10 @@ def allgather_async(tensor: Any, name: Optional[str] = None,
                     process_set: Any = global_process_set) -> int:
     """Start concatenating every rank's ``tensor`` along dimension 0 (which may differ)."""
     check_process_set(process_set)
-    host, _dev, back = _stage(tensor, False)
-    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), host, None)],
-                            device=_dev)
-    return handles.add(hid, lambda res: back(res[0]))
+    s = _stage(tensor, False)
+    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), s.array, None)],
+                            device=s.device, ready=ready_hook(s.device, s.array))
+    return handles.add(hid, lambda res: res[0])
 
 
 def allgather(tensor: Any, name: Optional[str] = None,
@@ -183,11 +204,11 @@ def allgather(tensor: Any, name: Optional[str] = None,
 
 
 def _bcast(tensor: Any, root_rank: int, name: Optional[str], inplace: bool) -> int:
-    host, dev, back = _stage(tensor, inplace)
-    out = host if (inplace or dev >= 0) else np.empty_like(host)
-    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), host, out)],
-                            root=int(root_rank), device=dev)
-    return handles.add(hid, lambda res: back(res[0]))
+    s = _stage(tensor, inplace)
+    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), s.array, s.output)],
+                            root=int(root_rank), device=s.device,
+                            ready=ready_hook(s.device, s.array))
+    return handles.add(hid, lambda res: res[0])
 
 
 def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
@@ -253,14 +274,15 @@ def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
     from .basics import rank, size
 
     check_process_set(process_set)
-    host, _dev, back = _stage(tensor, False)
-    if host.ndim == 0:
+    s = _stage(tensor, False)
+    if s.array.ndim == 0:
         raise ValueError("alltoall needs a tensor of rank >= 1")
-    mine = _alltoall_splits(size(), host.shape[0], splits)
+    mine = _alltoall_splits(size(), s.array.shape[0], splits)
     base = name or unnamed("alltoall")
     rt = runtime()
     h_splits = rt.enqueue(ALLGATHER, [(f"{base}.splits", np.array(mine, np.int64), None)])
-    h_data = rt.enqueue(ALLGATHER, [(f"{base}.data", host, None)])
+    h_data = rt.enqueue(ALLGATHER, [(f"{base}.data", s.array, None)], device=s.device,
+                        ready=ready_hook(s.device, s.array))
     me, world = rank(), size()
 
     def finish(got_splits: List[Any], got_data: List[Any]) -> Any:
@@ -272,7 +294,7 @@ def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
             parts.append(data[offset:offset + int(every[r, me])])
             start += int(every[r].sum())
         received = every[:, me].astype(np.int32)
-        return back(np.concatenate(parts, axis=0)), received
+        return array_module(data).concatenate(parts, axis=0), received
 
     return handles.add(rt.next_id(), finish, waits=(h_splits, h_data))
 
@@ -297,17 +319,17 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = 0,
 
     check_process_set(process_set)
     op = check_op(op)
-    host, _dev, back = _stage(tensor, False)
-    if host.ndim == 0:
+    s = _stage(tensor, False)
+    if s.array.ndim == 0:
         raise ValueError("reducescatter needs a tensor of rank >= 1")
-    rows, world, me = host.shape[0], size(), rank()
+    rows, world, me = s.array.shape[0], size(), rank()
     counts = [rows // world + (1 if r < rows % world else 0) for r in range(world)]
     start = sum(counts[:me])
-    out = np.empty_like(host)
-    hid = runtime().enqueue(ALLREDUCE, [(name or unnamed("reducescatter"), host, out)], op=op,
-                            prescale=prescale_factor, postscale=postscale_factor)
-    return handles.add(hid, lambda res: back(np.ascontiguousarray(
-        res[0][start:start + counts[me]])))
+    hid = runtime().enqueue(ALLREDUCE, [(name or unnamed("reducescatter"), s.array, s.output)],
+                            op=op, prescale=prescale_factor, postscale=postscale_factor,
+                            device=s.device, ready=ready_hook(s.device, s.array))
+    # Rows [start, start + count) of a C-contiguous result are already contiguous.
+    return handles.add(hid, lambda res: res[0][start:start + counts[me]])
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, compression: Any = None,

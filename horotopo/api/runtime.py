@@ -48,10 +48,11 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..buffers import array_module, device_scope, synchronize
 from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
 from .ops import OP_NAMES, Average, horovod_dtype_name, shape_string
 
@@ -68,7 +69,8 @@ BARRIER = "BARRIER"
 
 # Dtypes the engine reduces natively; narrower integers and bool are widened to int64 for the
 # reduction and narrowed back (sum and product wrap exactly as native arithmetic would).
-_NATIVE = {"float16", "float32", "float64", "int32", "int64"}
+# bfloat16 arrays are ml_dtypes' (host) or CuPy's (device) and need ml-dtypes to exist at all.
+_NATIVE = {"float16", "bfloat16", "float32", "float64", "int32", "int64"}
 _WIDENED = {"int8", "uint8", "int16", "uint16", "bool"}
 SUPPORTED_DTYPES = _NATIVE | _WIDENED
 
@@ -139,11 +141,13 @@ class Handle:
 class _Entry:
     """One tensor of a request, as this rank holds it while it waits."""
 
-    __slots__ = ("name", "sig", "array", "output", "handle", "index", "t0", "sent")
+    __slots__ = ("name", "sig", "array", "output", "handle", "index", "t0", "sent", "ready")
 
     def __init__(self, name: str, sig: tuple, array: Optional[np.ndarray],
-                 output: Optional[np.ndarray], handle: Handle, index: int) -> None:
+                 output: Optional[np.ndarray], handle: Handle, index: int,
+                 ready: Optional[Callable[[], None]] = None) -> None:
         self.name = name
+        self.ready = ready      # waits for the caller's device stream to finish the input
         self.sig = sig          # (kind, dtype, shape, op, prescale, postscale, root, device)
         self.array = array
         self.output = output
@@ -215,7 +219,9 @@ def _bits_of(words: np.ndarray) -> List[int]:
 
 
 def _nbytes(sig: tuple) -> int:
-    return int(np.prod(sig[2], dtype=np.int64)) * np.dtype(sig[1]).itemsize
+    # Not np.dtype(name): "bfloat16" is a NumPy dtype name only once ml_dtypes is imported.
+    itemsize = 2 if sig[1] == "bfloat16" else np.dtype(sig[1]).itemsize
+    return int(np.prod(sig[2], dtype=np.int64)) * itemsize
 
 
 class Runtime:
@@ -249,7 +255,7 @@ class Runtime:
         self._pending: "OrderedDict[str, _Entry]" = OrderedDict()
         self._table: "OrderedDict[str, Dict[str, Any]]" = OrderedDict()  # rank 0 only
         self._last_stall_check = 0.0
-        self._fusion: Dict[str, np.ndarray] = {}
+        self._fusion: Dict[tuple, Any] = {}  # (module, device, dtype) -> fusion buffer
         self._engine: Any = None
         self._ctrl: Any = None
         self._ctrl_dog: Any = None
@@ -286,8 +292,14 @@ class Runtime:
     def enqueue(self, kind: str, items: Sequence[Tuple[str, Optional[np.ndarray],
                                                        Optional[np.ndarray]]],
                 op: int = Average, prescale: float = 1.0, postscale: float = 1.0,
-                root: int = 0, device: int = -1) -> int:
+                root: int = 0, device: int = -1,
+                ready: Optional[Callable[[], None]] = None) -> int:
         """Queue ``items`` (name, input, output) as one call; return its handle id.
+
+        Inputs and outputs are NumPy arrays, or CuPy arrays on ``device`` (>= 0), which the
+        engine then reduces on the device. ``ready`` (from :func:`horotopo.gpu.record_ready`)
+        blocks until the caller's stream has finished writing the inputs; the background
+        thread calls it before the data moves.
 
         Raises
         ------
@@ -314,7 +326,7 @@ class Runtime:
                 else:
                     # root carries a data-less op's one parameter (retune's probe mode)
                     sig = (kind, "uint8", (), int(op), 1.0, 1.0, int(root), int(device))
-                self._incoming.append(_Entry(name, sig, array, output, handle, index))
+                self._incoming.append(_Entry(name, sig, array, output, handle, index, ready))
                 self._names.add(name)
             self._handles[hid] = handle
         return hid
@@ -596,8 +608,10 @@ class Runtime:
         for resp in responses:
             kind, _, error, sig, _ = resp
             if error is None and kind in (ALLREDUCE, BROADCAST):
-                key = (kind, sig[1], sig[3], sig[4], sig[5]) if kind == ALLREDUCE \
-                    else (kind, sig[6])
+                # Host and device tensors never share a fusion buffer (sig[7]: the device, -1
+                # on the host; every rank agrees on the host/device side of each name).
+                key = (kind, sig[1], sig[3], sig[4], sig[5], sig[7] < 0) if kind == ALLREDUCE \
+                    else (kind, sig[6], sig[7] < 0)
                 groups = buckets.get(key)
                 size = _nbytes(sig)
                 if groups is None or groups[-1][1] + size > self.fusion_threshold:
@@ -616,10 +630,11 @@ class Runtime:
                 resps = item[0]
                 entries = [self._take(r[1]) for r in resps]
                 try:
-                    if resps[0][0] == ALLREDUCE:
-                        values = self._allreduce(entries, resps[0][3])
-                    else:
-                        values = self._broadcast(entries, resps[0][3][6])
+                    with _on_device(entries):
+                        if resps[0][0] == ALLREDUCE:
+                            values = self._allreduce(entries, resps[0][3])
+                        else:
+                            values = self._broadcast(entries, resps[0][3][6])
                 except Exception as exc:
                     self._finish(entries, error=f"{type(exc).__name__}: {exc}")
                 else:
@@ -641,21 +656,25 @@ class Runtime:
                     self._finish([entry], [event])
             elif kind == ALLGATHER:
                 try:
-                    value = self._allgather(entry, extra)
+                    with _on_device([entry]):
+                        value = self._allgather(entry, extra)
                 except Exception as exc:
                     self._finish([entry], error=f"{type(exc).__name__}: {exc}")
                 else:
                     self._finish([entry], [value])
 
-    def _buffer(self, dtype: np.dtype, count: int) -> np.ndarray:
-        buf = self._fusion.get(dtype.name)
+    def _buffer(self, dtype: np.dtype, count: int, like: Any) -> Any:
+        """A fusion buffer of ``count`` elements beside ``like`` (host, or ``like``'s device)."""
+        xp = array_module(like)
+        key = (xp.__name__, int(like.device.id) if xp is not np else -1, dtype.str)
+        buf = self._fusion.get(key)
         if buf is None or buf.size < count:
-            buf = np.empty(max(count, 1024), dtype=dtype)
-            self._fusion[dtype.name] = buf
+            buf = xp.empty(max(count, 1024), dtype=dtype)
+            self._fusion[key] = buf
         return buf[:count]
 
     def _allreduce(self, entries: List[_Entry], sig: tuple) -> List[np.ndarray]:
-        dtype = np.dtype(sig[1])
+        dtype = entries[0].array.dtype  # not np.dtype(sig[1]): see _nbytes
         op = sig[3]
         prescale, postscale = sig[4], sig[5]
         if op == Average:
@@ -669,7 +688,7 @@ class Runtime:
                                    prescale_factor=prescale, postscale_factor=postscale)
             self._note_replans()
             return [e.output]
-        buf = self._buffer(work, sum(e.array.size for e in entries))
+        buf = self._buffer(work, sum(e.array.size for e in entries), entries[0].array)
         _pack(buf, [e.array for e in entries], into_buffer=True)
         self._engine.allreduce(buf, buf, op=OP_NAMES[op], prescale_factor=prescale,
                                postscale_factor=postscale)
@@ -695,14 +714,14 @@ class Runtime:
         if self.rank == root:
             for e in entries:
                 if e.output is not e.array:
-                    np.copyto(e.output, e.array)
+                    array_module(e.output).copyto(e.output, e.array)
         if len(entries) == 1:
             out = entries[0].output
             if out.nbytes:
                 self._engine.broadcast(out.reshape(-1).view(np.uint8), root)
             return [out]
         total = sum(e.output.nbytes for e in entries)
-        buf = self._buffer(np.dtype(np.uint8), total)
+        buf = self._buffer(np.dtype(np.uint8), total, entries[0].output)
         views = [e.output.reshape(-1).view(np.uint8) for e in entries]
         if self.rank == root:
             _pack(buf, views, into_buffer=True)
@@ -715,13 +734,14 @@ class Runtime:
     def _allgather(self, entry: _Entry, firsts: List[int]) -> np.ndarray:
         arr = entry.array
         rest = arr.shape[1:]
-        out = np.empty((sum(firsts),) + rest, dtype=arr.dtype)
+        xp = array_module(arr)
+        out = xp.empty((sum(firsts),) + rest, dtype=arr.dtype)
         row = int(np.prod(rest, dtype=np.int64)) * arr.dtype.itemsize
         offset = 0
         for r, count in enumerate(firsts):
             part = out[offset:offset + count]
             if r == self.rank:
-                np.copyto(part, arr)
+                xp.copyto(part, arr)
             if count and row:
                 self._engine.broadcast(part.reshape(-1).view(np.uint8), r)
             offset += count
@@ -789,17 +809,58 @@ _CHECKS: List[Any] = [
 ]
 
 
-def _pack(buf: np.ndarray, arrays: List[np.ndarray], into_buffer: bool) -> None:
-    """Copy ``arrays`` back to back into ``buf`` (or out of it), casting where dtypes differ."""
+def _pack(buf: Any, arrays: List[Any], into_buffer: bool) -> None:
+    """Copy ``arrays`` back to back into ``buf`` (or out of it), casting where dtypes differ.
+    ``buf`` and ``arrays`` are all NumPy or all CuPy arrays (on one device)."""
+    copyto = array_module(buf).copyto
     offset = 0
     for arr in arrays:
         flat = arr.reshape(-1)
         part = buf[offset:offset + flat.size]
         if into_buffer:
-            np.copyto(part, flat, casting="unsafe")
+            copyto(part, flat, casting="unsafe")
         else:
-            np.copyto(flat, part, casting="unsafe")
+            copyto(flat, part, casting="unsafe")
         offset += flat.size
+
+
+class _on_device:
+    """Runs a fused group on its tensors' device: waits for the callers' streams first (their
+    ``ready`` events), makes the group's device current on this thread, and finishes the
+    device work before the handles resolve, so a caller sees complete results.
+
+    A no-op for host tensors. Every tensor of a group must be on one device: a process drives
+    one GPU, as with Horovod."""
+
+    def __init__(self, entries: List[_Entry]) -> None:
+        self.entries = entries
+        first = entries[0]
+        self.like = first.array if first.array is not None else first.output
+        self.scope: Any = None
+
+    def __enter__(self) -> "_on_device":
+        if self.entries[0].sig[7] < 0:
+            return self
+        devices = {e.sig[7] for e in self.entries}
+        if len(devices) > 1:
+            raise ValueError(f"tensors fused into one collective are on devices "
+                             f"{sorted(devices)}: use one GPU per process")
+        waited = set()
+        for e in self.entries:
+            if e.ready is not None and id(e.ready) not in waited:
+                waited.add(id(e.ready))
+                e.ready()
+        self.scope = device_scope(self.like)
+        self.scope.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.scope is not None:
+            try:
+                if exc[0] is None:
+                    synchronize(self.like)
+            finally:
+                self.scope.__exit__(*exc)
 
 
 def _check_gather_shapes(kind: str, sigs: List[tuple]) -> Optional[str]:

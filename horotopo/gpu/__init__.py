@@ -24,10 +24,16 @@ host_reduce_into(dst, src, op, ...)
     The same step for NumPy arrays, bfloat16 (ml_dtypes) included, bit-equal to the device.
 wire_view(array)
     The array as MPI can carry it (bfloat16 as uint16).
+as_cupy_array(x)
+    A CuPy array sharing a CUDA torch tensor's memory (what the engine and runtime work on).
+record_ready(x)
+    Mark the point on the producing stream after which ``x`` is complete; another thread
+    waits on the returned callable before MPI reads ``x`` (Horovod's ready event).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -39,7 +45,8 @@ from .elementwise import bfloat16_dtype, reduce_arrays, scale_array, wire_view
 from .kernels import backend_for, kernel_name, launch_reduce, launch_scale
 from .staging import Stager
 
-__all__ = ["OPS", "CUDA_AWARE_ENV", "Stager", "backend", "bfloat16_dtype", "cuda_aware",
+__all__ = ["OPS", "CUDA_AWARE_ENV", "Stager", "as_cupy_array", "backend", "bfloat16_dtype",
+           "cuda_aware", "cupy_bfloat16", "record_ready",
            "device_status", "host_reduce_into", "is_device_array", "kernel_name",
            "parse_override", "query_mpi_library", "reduce_into", "scale", "synchronize",
            "wire_view", "StagingTransport"]
@@ -66,6 +73,70 @@ def _as_cupy(x: Any, dtype: Optional[str]) -> Any:
         raise TypeError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__} "
                         "(host arrays go through host_reduce_into)")
     return arr, dtype or dtype_name(arr.dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def cupy_bfloat16() -> Optional[np.dtype]:
+    """ml_dtypes' bfloat16 when this CuPy can hold arrays of it (CuPy 14 with ml-dtypes), else
+    None: older CuPy raises on the dtype, and bfloat16 then travels as 16-bit words."""
+    bf16 = bfloat16_dtype()
+    if bf16 is None:
+        return None
+    try:
+        cupy_module().empty(0, dtype=bf16).view(np.uint16).view(bf16)
+    except Exception:  # TypeError or NotImplementedError, depending on the CuPy version
+        return None
+    return bf16
+
+
+def as_cupy_array(x: Any) -> Any:
+    """A CuPy array over the memory of a CuPy array or CUDA torch tensor, never a copy.
+
+    bfloat16 torch tensors become CuPy bfloat16 arrays where CuPy has the dtype
+    (:func:`cupy_bfloat16`).
+
+    Raises
+    ------
+    TypeError
+        For anything else, and for a bfloat16 tensor when CuPy lacks bfloat16 (the message
+        says what to install).
+    """
+    if is_cupy_array(x):
+        return x
+    if is_torch_cuda(x):
+        x = x.detach()  # a tensor that requires grad refuses __cuda_array_interface__
+    as_int16 = torch_bfloat16_as_int16(x)
+    if as_int16 is not None:
+        bf16 = cupy_bfloat16()
+        if bf16 is None:
+            raise TypeError("bfloat16 CUDA tensors need CuPy with bfloat16 (CuPy >= 14 and "
+                            "ml-dtypes: pip install 'cupy-cuda12x>=14' ml-dtypes)")
+        return cupy_module().asarray(as_int16).view(bf16)
+    if is_torch_cuda(x):
+        return cupy_module().asarray(x)  # zero-copy through __cuda_array_interface__
+    raise TypeError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__}")
+
+
+def record_ready(x: Any) -> Optional[Callable[[], None]]:
+    """Record an event on the stream that produces ``x`` now (torch's current stream for a
+    tensor, CuPy's for a CuPy array) and return its ``synchronize``; None for host arrays.
+
+    The runtime's thread calls it before the engine touches ``x``: the caller's stream is not
+    the runtime thread's, and CUDA-aware MPI reads memory outside any stream.
+    """
+    if is_torch_cuda(x):
+        import torch  # present: x is a torch tensor
+
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(x.device))
+        return event.synchronize
+    if is_cupy_array(x):
+        cp = cupy_module()
+        with x.device:
+            event = cp.cuda.Event(disable_timing=True)
+            event.record(cp.cuda.get_current_stream())
+        return event.synchronize
+    return None
 
 
 def _checked_pair(dst: Any, src: Any, dtype: Optional[str]):

@@ -1,9 +1,12 @@
 """Collectives on torch tensors, with the names, signatures and autograd of ``horovod.torch``.
 
-CPU tensors are handed to the runtime as NumPy views of their own memory, so in-place ops
-write straight into the tensor and out-of-place ops into a fresh tensor. bfloat16 (which NumPy
-lacks) is reduced through a float32 copy and moved bit-exactly (as int16) for broadcast and
-allgather. CUDA tensors are staged through host memory here.
+Tensors are handed to the runtime as views of their own memory, NumPy arrays for CPU tensors
+and CuPy arrays for CUDA ones (zero-copy, through ``__cuda_array_interface__``), so in-place ops
+write straight into the tensor and out-of-place ops into a fresh tensor; a CUDA tensor never
+passes through host memory here (the engine stages chunks through pinned memory only when MPI
+is not CUDA-aware). bfloat16 moves bit-exactly (as int16) for broadcast and allgather; it is
+reduced in bfloat16 on the device where CuPy has the dtype, and through a float32 copy (on the
+tensor's device) elsewhere.
 """
 from __future__ import annotations
 
@@ -45,52 +48,85 @@ def _check(t: Any) -> torch.Tensor:
     return t
 
 
-def _direct(t: torch.Tensor) -> bool:
-    """True when the runtime can work on ``t``'s own memory through NumPy."""
-    return t.device.type == "cpu" and t.dtype != torch.bfloat16
+def _shares_memory(t: torch.Tensor, reduced: bool) -> bool:
+    """True when the runtime's array for ``t`` (:func:`_host`) is a view of ``t`` itself."""
+    if t.dtype != torch.bfloat16:
+        return True
+    return t.is_cuda and reduced and _gpu().cupy_bfloat16() is not None
 
 
-def _host(t: torch.Tensor, reduced: bool) -> np.ndarray:
-    """A host NumPy copy (or view, for direct tensors) of ``t``'s data."""
+def _gpu() -> Any:
+    from .. import gpu
+
+    return gpu
+
+
+def _host(t: torch.Tensor, reduced: bool) -> Any:
+    """The array the runtime works on for ``t``: a NumPy (CPU) or CuPy (CUDA) view of its
+    data, or, for bfloat16 reductions without bfloat16 arrays, a float32 copy on its device.
+
+    Not a view only where :func:`_shares_memory` says so; such a copy is never the caller's
+    memory, since the runtime may write into its input.
+    """
     src = t.detach()
-    if _direct(src):
+    if t.is_cuda:
+        if src.dtype == torch.bfloat16 and not _shares_memory(t, reduced):
+            src = src.to(torch.float32) if reduced else src.view(torch.int16)
+        return _gpu().as_cupy_array(src.contiguous())
+    if _shares_memory(t, reduced):
         return src.contiguous().numpy()
-    src = src.to("cpu").contiguous()
-    if src.data_ptr() == t.data_ptr():
-        src = src.clone()     # the runtime may write into its input; never into the caller's
-    if src.dtype == torch.bfloat16:
-        src = src.to(torch.float32) if reduced else src.view(torch.int16)
+    src = src.contiguous()
+    src = src.to(torch.float32) if reduced else src.view(torch.int16).clone()
     return src.numpy()
 
 
-def _back(arr: np.ndarray, like: torch.Tensor, reduced: bool) -> torch.Tensor:
-    """A tensor of ``like``'s dtype and device holding ``arr``."""
-    out = torch.from_numpy(arr)
-    if like.dtype == torch.bfloat16:
-        out = out.to(torch.bfloat16) if reduced else out.view(torch.bfloat16)
-    return out if like.device.type == "cpu" else out.to(like.device)
+def _back(arr: Any, like: torch.Tensor, reduced: bool) -> torch.Tensor:
+    """A tensor of ``like``'s dtype and device holding ``arr`` (NumPy or CuPy)."""
+    if arr.dtype.name == "bfloat16":  # neither torch.from_numpy nor CAI knows ml_dtypes' type
+        arr = arr.view(np.int16)
+    if isinstance(arr, np.ndarray):
+        out = torch.from_numpy(arr)
+    else:
+        out = torch.as_tensor(arr, device=like.device)  # zero-copy from CuPy
+    if like.dtype == torch.bfloat16 and out.dtype != torch.bfloat16:
+        out = out.view(torch.bfloat16) if out.dtype == torch.int16 else out.to(torch.bfloat16)
+    return out if out.device == like.device else out.to(like.device)
 
 
 def _stage(t: torch.Tensor, inplace: bool, reduced: bool) \
-        -> Tuple[np.ndarray, np.ndarray, Callable[[np.ndarray], torch.Tensor]]:
+        -> Tuple[Any, Any, Callable[[Any], torch.Tensor]]:
     """Input, output and result-builder for an allreduce or broadcast of ``t``."""
     _check(t)
     if inplace and not t.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
-    if _direct(t):
-        inp = _host(t, reduced)
+    inp = _host(t, reduced)
+    if _shares_memory(t, reduced):
         if inplace:
             return inp, inp, lambda _res: t
-        result = torch.empty(t.shape, dtype=t.dtype)
-        return inp, result.numpy(), lambda _res: result
-    inp = _host(t, reduced)
+        result = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        return inp, _host(result, reduced), lambda _res: result
     if inplace:
-        def put_back(res: np.ndarray) -> torch.Tensor:
+        def put_back(res: Any) -> torch.Tensor:
             with torch.no_grad():
                 t.copy_(_back(res, t, reduced))
             return t
         return inp, inp, put_back
     return inp, inp, lambda res: _back(res, t, reduced)
+
+
+def _settled(arr: Any, t: torch.Tensor) -> Any:
+    """``arr`` once torch's stream has written it: the array front end that takes it records
+    its ready event on CuPy's stream, which need not be torch's."""
+    if t.is_cuda:
+        torch.cuda.current_stream(t.device).synchronize()
+    return arr
+
+
+def _ready(tensors: Sequence[torch.Tensor]) -> Tuple[int, Any]:
+    """The call's device and, for CUDA tensors, the event the runtime waits on (recorded on
+    torch's current stream after the staging copies above)."""
+    dev = _arrays.call_device([_device(t) for t in tensors])
+    return dev, _arrays.ready_hook(dev, tensors[-1] if tensors else None)
 
 
 def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optional[str],
@@ -104,9 +140,9 @@ def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optio
     else:
         names = [name or unnamed("allreduce")]
     items = [(n, inp, out) for n, (inp, out, _) in zip(names, staged)]
+    dev, ready = _ready(tensors)
     hid = runtime().enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
-                            postscale=postscale_factor,
-                            device=_device(tensors[0]) if tensors else -1)
+                            postscale=postscale_factor, device=dev, ready=ready)
     finish = [f for _, _, f in staged]
     if grouped:
         return _handles.add(hid, lambda res: [f(r) for f, r in zip(finish, res)])
@@ -279,8 +315,10 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
     check_process_set(process_set)
     _check(tensor)
-    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), _host(tensor, False),
-                                         None)], device=_device(tensor))
+    inp = _host(tensor, False)
+    dev, ready = _ready([tensor])
+    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), inp, None)],
+                            device=dev, ready=ready)
     return _handles.add(hid, lambda res: _back(res[0], tensor, False))
 
 
@@ -313,8 +351,9 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
 def _broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str],
                      inplace: bool) -> int:
     inp, out, finish = _stage(tensor, inplace, False)
+    dev, ready = _ready([tensor])
     hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), inp, out)],
-                            root=int(root_rank), device=_device(tensor))
+                            root=int(root_rank), device=dev, ready=ready)
     return _handles.add(hid, lambda res: finish(res[0]))
 
 
@@ -367,7 +406,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     _check(tensor)
     if isinstance(splits, torch.Tensor):
         splits = splits.tolist()
-    hid = _arrays.alltoall_async(_host(tensor, False), splits, name, process_set)
+    hid = _arrays.alltoall_async(_settled(_host(tensor, False), tensor), splits, name,
+                                 process_set)
     entry = _arrays.handles._entries.pop(hid)
 
     def finish(*results: List[Any]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -408,7 +448,8 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
                         postscale_factor: float = 1.0) -> int:
     """Start a reduce-scatter along dimension 0 (a full allreduce, then this rank's block)."""
     _check(tensor)
-    hid = _arrays.reducescatter_async(_host(tensor, True), name, op, process_set,
+    hid = _arrays.reducescatter_async(_settled(_host(tensor, True), tensor), name, op,
+                                      process_set,
                                       prescale_factor, postscale_factor)
     entry = _arrays.handles._entries.pop(hid)
     return _handles.add(hid, lambda *res: _back(entry[1](*res), tensor, True), waits=entry[0])

@@ -9,6 +9,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ..gpu.elementwise import wire_view
 from .base import ReduceOp, TagAllocator, Transport, TransportError
 
 __all__ = ["MPITransport", "as_transport"]
@@ -19,6 +20,13 @@ _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
     ("int64", MPI.INT64_T), ("uint8", MPI.UINT8_T), ("int8", MPI.INT8_T),
     ("uint32", MPI.UINT32_T), ("uint64", MPI.UINT64_T))}
 _HALF = np.dtype(np.float16)
+
+
+def _wire(buf: Any) -> Any:
+    """``buf`` as MPI can take it: mpi4py cannot always export ml_dtypes' bfloat16 through the
+    buffer protocol, so its raw 16-bit words travel as uint16. Testing the kind first keeps
+    the per-message cost at one attribute read; bfloat16 is the only 'V' dtype sent here."""
+    return wire_view(buf) if buf.dtype.kind == "V" else buf
 
 
 class MPITransport(Transport):
@@ -65,10 +73,10 @@ class MPITransport(Transport):
         return self._size
 
     def isend(self, buf: Any, dest: int, tag: int) -> Any:
-        return self.comm.Isend([buf, MPI.BYTE], dest, tag)
+        return self.comm.Isend([_wire(buf), MPI.BYTE], dest, tag)
 
     def irecv(self, buf: Any, source: int, tag: int) -> Any:
-        return self.comm.Irecv([buf, MPI.BYTE], source, tag)
+        return self.comm.Irecv([_wire(buf), MPI.BYTE], source, tag)
 
     def test(self, request: Any) -> bool:
         return bool(request.Test())
@@ -98,16 +106,19 @@ class MPITransport(Transport):
         return self._tags.alloc(count)
 
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: ReduceOp) -> None:
-        """MPI_Allreduce on flat arrays of one dtype; float16 is summed in float32 (see below)."""
+        """MPI_Allreduce on flat arrays of one dtype; float16 and bfloat16 are reduced in
+        float32 (see below)."""
         mop = _OPS.get(op)
         if mop is None:
             raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
         dtype = _TYPES.get(recvbuf.dtype)
         if dtype is None:
-            if recvbuf.dtype != _HALF:
+            if recvbuf.dtype != _HALF and recvbuf.dtype.name != "bfloat16":
                 raise TransportError(f"no MPI datatype for {recvbuf.dtype}")
-            # MPI has no portable half type (MPIX_C_FLOAT16 is optional): reduce in float32 and
-            # round once at the end, which is also the more accurate answer.
+            # MPI has no portable half or bfloat16 type (MPIX_C_FLOAT16 is optional, bfloat16
+            # has none): reduce in float32 (exact widening for both) and round once at the end,
+            # which is also the more accurate answer. MPI's float32 result is the same on every
+            # rank, so the rounded one is too.
             wide = sendbuf.astype(np.float32)  # a copy, NumPy or CuPy alike
             self.comm.Allreduce(MPI.IN_PLACE, [wide, MPI.FLOAT], op=mop)
             recvbuf[...] = wide
