@@ -138,3 +138,13 @@ def test_single_rank_engine_scales_bfloat16(bf16, alg):
         assert eng.allreduce(y, y, op="min", algorithm=alg) is y
         assert np.array_equal(y.view(np.uint16), x.reshape(-1).view(np.uint16))
         assert eng.allreduce(np.zeros(0, bf16), algorithm=alg).size == 0
+
+
+def test_engine_takes_torch_bfloat16_tensors_through_ml_dtypes(bf16):
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    t = torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16)
+    with Engine(MPI.COMM_SELF, _ring1()) as eng:
+        got = eng.allreduce(t, op="sum", prescale_factor=2.0)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
+        assert got.tolist() == [3.0, -4.0, 6.0] and t.tolist() == [1.5, -2.0, 3.0]
+        assert eng.allreduce(t, t, op="max") is t

@@ -342,3 +342,21 @@ def test_benchmark_rows_have_the_documented_keys_and_no_wrong(op, dtype, alg):
           f"rows {rows}")
     agree(all(r["wrong"] == 0 and r["type"] == dtype and r["redop"] == op for r in rows),
           f"rows {rows}")
+
+
+@pytest.mark.parametrize("alg", ["tree", "ring", "mpi"])
+def test_torch_cpu_tensors_in_and_out(alg):
+    """Engine calls on torch tensors work on the tensors' own memory and return tensors."""
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    with Engine(COMM, random_plan(5, 256) if alg == "tree" else ring_plan(256)) as eng:
+        x = inputs(1000, "float32", "sum", 3)
+        want = reference(x, "sum")
+        t = torch.from_numpy(x.copy()).reshape(10, 100)
+        got = eng.allreduce(t, op="sum", algorithm=alg)
+        agree(isinstance(got, torch.Tensor) and got.shape == (10, 100) and got is not t
+              and np.array_equal(got.numpy().reshape(-1), want), f"{alg}: out of place")
+        agree(np.array_equal(t.numpy().reshape(-1), x), f"{alg}: input modified")
+        got = eng.allreduce(t, t, op="sum", algorithm=alg)
+        agree(got is t and np.array_equal(t.numpy().reshape(-1), want), f"{alg}: in place")
+        b = torch.arange(7, dtype=torch.int64) * (RANK == 0)
+        agree(eng.broadcast(b, 0) is b and b.tolist() == list(range(7)), "broadcast")
