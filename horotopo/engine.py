@@ -121,11 +121,13 @@ class Engine:
         Parameters
         ----------
         sendbuf : array
-            NumPy or CuPy array of float16, bfloat16 (ml_dtypes), float32, float64, int32 or
-            int64, any shape.
+            NumPy or CuPy array, or torch tensor (CPU or CUDA, worked on in place of its own
+            memory, see :func:`horotopo.buffers.as_array`), of float16, bfloat16, float32,
+            float64, int32 or int64, any shape.
         recvbuf : array, optional
-            Output of the same size and dtype, C-contiguous. None returns a new array of
-            ``sendbuf``'s shape; ``recvbuf is sendbuf`` reduces in place.
+            Output of the same size and dtype, C-contiguous. None returns a new array (a new
+            tensor for a tensor) of ``sendbuf``'s shape; ``recvbuf is sendbuf`` reduces in
+            place.
         op : str
             ``"sum"``, ``"average"``, ``"min"``, ``"max"`` or ``"product"``.
         prescale_factor, postscale_factor : float

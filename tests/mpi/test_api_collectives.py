@@ -111,6 +111,22 @@ def test_grouped_allreduce():
     assert hvd.grouped_allreduce([]) == []
 
 
+def test_bfloat16_arrays_reduce_fuse_and_broadcast():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml-dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    n, r = hvd.size(), hvd.rank()
+    # Small integers: exact in bfloat16 (8 significant bits) for any order of summation.
+    xs = [(np.arange(k + 3) % 5 + r).astype(bf16) for k in range(3)]
+    got = hvd.grouped_allreduce(xs, op=hvd.Sum, name="bf16.group")
+    for k, g in enumerate(got):
+        want = sum(np.arange(k + 3) % 5 + q for q in range(n)).astype(np.float32)
+        assert g.dtype == bf16 and np.array_equal(g.astype(np.float32), want)
+    avg = hvd.allreduce(np.full(4, 2 * n, bf16), name="bf16.avg")
+    assert avg.dtype == bf16 and avg.astype(np.float32).tolist() == [2.0 * n] * 4
+    b = np.full(3, r + 1, bf16)
+    assert hvd.broadcast_(b, 0, name="bf16.b") is b and b.astype(np.float32).tolist() == [1] * 3
+
+
 def test_ops_are_matched_by_name_not_by_order():
     n, r = hvd.size(), hvd.rank()
     names = [f"order.{k}" for k in range(8)]
