@@ -49,7 +49,7 @@ def _check(t: Any) -> torch.Tensor:
 
 
 def _shares_memory(t: torch.Tensor, reduced: bool) -> bool:
-    """True when the runtime's array for ``t`` (:func:`_host`) is a view of ``t`` itself."""
+    """True when the runtime's array for ``t`` (:func:`_array_of`) is a view of ``t`` itself."""
     if t.dtype != torch.bfloat16:
         return True
     return t.is_cuda and reduced and _gpu().cupy_bfloat16() is not None
@@ -61,7 +61,7 @@ def _gpu() -> Any:
     return gpu
 
 
-def _host(t: torch.Tensor, reduced: bool) -> Any:
+def _array_of(t: torch.Tensor, reduced: bool) -> Any:
     """The array the runtime works on for ``t``: a NumPy (CPU) or CuPy (CUDA) view of its
     data, or, for bfloat16 reductions without bfloat16 arrays, a float32 copy on its device.
 
@@ -99,12 +99,12 @@ def _stage(t: torch.Tensor, inplace: bool, reduced: bool) \
     _check(t)
     if inplace and not t.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
-    inp = _host(t, reduced)
+    inp = _array_of(t, reduced)
     if _shares_memory(t, reduced):
         if inplace:
             return inp, inp, lambda _res: t
         result = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-        return inp, _host(result, reduced), lambda _res: result
+        return inp, _array_of(result, reduced), lambda _res: result
     if inplace:
         def put_back(res: Any) -> torch.Tensor:
             with torch.no_grad():
@@ -315,7 +315,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
     check_process_set(process_set)
     _check(tensor)
-    inp = _host(tensor, False)
+    inp = _array_of(tensor, False)
     dev, ready = _ready([tensor])
     hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), inp, None)],
                             device=dev, ready=ready)
@@ -406,7 +406,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     _check(tensor)
     if isinstance(splits, torch.Tensor):
         splits = splits.tolist()
-    hid = _arrays.alltoall_async(_settled(_host(tensor, False), tensor), splits, name,
+    hid = _arrays.alltoall_async(_settled(_array_of(tensor, False), tensor), splits, name,
                                  process_set)
     entry = _arrays.handles._entries.pop(hid)
 
@@ -448,7 +448,7 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
                         postscale_factor: float = 1.0) -> int:
     """Start a reduce-scatter along dimension 0 (a full allreduce, then this rank's block)."""
     _check(tensor)
-    hid = _arrays.reducescatter_async(_settled(_host(tensor, True), tensor), name, op,
+    hid = _arrays.reducescatter_async(_settled(_array_of(tensor, True), tensor), name, op,
                                       process_set,
                                       prescale_factor, postscale_factor)
     entry = _arrays.handles._entries.pop(hid)
