@@ -58,9 +58,22 @@ FAILED=0
 say() { echo "[gpu_check] $*" >&2; }
 record() { echo "$1: $2" | tee -a "$SUMMARY" >&2; }
 
+# The whole check fits in GPU_CHECK_BUDGET_S (default 570 s, under the 10 minutes a lent GPU
+# gives one command): each step gets its own limit or what is left of the budget, whichever
+# is less, and a step with under 15 s left is recorded as a failure without running.
+BUDGET_S="${GPU_CHECK_BUDGET_S:-570}"
+DEADLINE=$((SECONDS + BUDGET_S))
+
 # step NAME SECONDS CMD...: run with a hard timeout, log to $OUTDIR/NAME.log, record the verdict.
 step() {
     local name="$1" secs="$2"; shift 2
+    local left=$((DEADLINE - SECONDS - 10))
+    if [ "$left" -lt 15 ]; then
+        record "$name" "FAIL (not run: the ${BUDGET_S} s budget is spent)"
+        FAILED=1
+        return 0
+    fi
+    [ "$secs" -gt "$left" ] && secs="$left"
     say "== $name (limit ${secs}s): $*"
     local t0=$SECONDS rc=0
     timeout --kill-after=10 "$secs" "$@" > "$OUTDIR/$name.log" 2>&1 || rc=$?

@@ -87,3 +87,43 @@ def test_auto_falls_back_once_with_a_warning(monkeypatch, fresh_native):
         assert kernels.backend_for("float16", True) == "fallback"
     # Types without a native kernel take the fallback with no warning at all.
     assert kernels.backend_for("int64", True) == "fallback"
+
+
+def test_gpu_check_script_fails_without_a_device(tmp_path):
+    """benchmarks/gpu_check.sh must not pass on a machine where it cannot check anything."""
+    import os
+    from pathlib import Path
+
+    from horotopo.gpu import device_status
+
+    if device_status()[0]:
+        pytest.skip("a CUDA device is present: gpu_check.sh is run for real by its own step")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.sh"
+    env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=180,
+                          env=env)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert (tmp_path / "summary.txt").read_text().startswith("env: FAIL"), proc.stderr[-2000:]
+
+
+def test_gpu_check_budget_refuses_steps_once_spent(tmp_path):
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.sh"
+    text = script.read_text()
+    # Only the budget logic and the step function, on a 30 s budget: the first step is cut to
+    # the 20 s left (30 less a 10 s margin) and takes 6; then 14 s are left, under the 15 s floor.
+    head = text[text.index("say() {"):text.index('say "python:')]
+    probe = f"""set -uo pipefail
+OUTDIR={tmp_path}; SUMMARY={tmp_path}/summary.txt; FAILED=0; : > "$SUMMARY"
+GPU_CHECK_BUDGET_S=30
+{head}
+step quick 100 sleep 6
+step late 100 true
+echo "FAILED=$FAILED"
+"""
+    proc = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60)
+    summary = (tmp_path / "summary.txt").read_text().splitlines()
+    assert summary[0].startswith("quick: PASS"), summary
+    assert "(limit 20s)" in proc.stderr or "(limit 19s)" in proc.stderr, proc.stderr
+    assert "budget is spent" in summary[1] and "FAILED=1" in proc.stdout, (summary, proc.stdout)
