@@ -203,6 +203,8 @@ class Engine:
             self._mpi.run(src, out, base)
         if post != 1.0:
             scale_into(out, out, post)
+        if is_torch_tensor(result):
+            synchronize(out)  # torch's stream knows nothing of the engine's kernels
         return result
 
     def broadcast(self, buf: Any, root: int) -> Any:
@@ -236,6 +238,8 @@ class Engine:
             if r == self.rank:
                 synchronize(flat)
             self._bcast.run(flat, r, self._chunk_elems(dtype))
+            if is_torch_tensor(result):
+                synchronize(flat)  # staged receives end in copies on the engine's stream
         self.last_messages = self._bcast.last_messages
         return result
 

@@ -630,7 +630,7 @@ class Runtime:
                 resps = item[0]
                 entries = [self._take(r[1]) for r in resps]
                 try:
-                    with _on_device(entries):
+                    with _OnDevice(entries):
                         if resps[0][0] == ALLREDUCE:
                             values = self._allreduce(entries, resps[0][3])
                         else:
@@ -656,7 +656,7 @@ class Runtime:
                     self._finish([entry], [event])
             elif kind == ALLGATHER:
                 try:
-                    with _on_device([entry]):
+                    with _OnDevice([entry]):
                         value = self._allgather(entry, extra)
                 except Exception as exc:
                     self._finish([entry], error=f"{type(exc).__name__}: {exc}")
@@ -824,7 +824,7 @@ def _pack(buf: Any, arrays: List[Any], into_buffer: bool) -> None:
         offset += flat.size
 
 
-class _on_device:
+class _OnDevice:
     """Runs a fused group on its tensors' device: waits for the callers' streams first (their
     ``ready`` events), makes the group's device current on this thread, and finishes the
     device work before the handles resolve, so a caller sees complete results.
@@ -838,7 +838,7 @@ class _on_device:
         self.like = first.array if first.array is not None else first.output
         self.scope: Any = None
 
-    def __enter__(self) -> "_on_device":
+    def __enter__(self) -> "_OnDevice":
         if self.entries[0].sig[7] < 0:
             return self
         devices = {e.sig[7] for e in self.entries}
