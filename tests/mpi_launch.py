@@ -38,3 +38,19 @@ def run_mpi(n: int, argv: Sequence[str], timeout: float = 300.0,
         out, _ = proc.communicate()
         raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-4000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+def last_json(output: str, first_key: str) -> dict:
+    """The last JSON object in ``output`` that starts with ``{"first_key"``.
+
+    run_mpi merges stdout and stderr, and mpiexec forwards them in pieces: a rank's last
+    stderr line may lose its newline to the stdout JSON that follows it, so the object is
+    searched for, not taken from the start of a line.
+    """
+    import json
+
+    start = output.rfind('{"' + first_key + '"')
+    if start < 0:
+        raise AssertionError(f'no {{"{first_key}": ...}} object in the output:\n{output[-3000:]}')
+    value, _ = json.JSONDecoder().raw_decode(output, start)
+    return value

