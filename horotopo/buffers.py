@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["is_device_array", "is_torch_tensor", "as_array", "device_scope", "array_module", "flat_view", "contiguous_flat", "segment_bounds",
-           "chunk_bounds", "reduce_into", "combine_into", "scale_into", "copy_into",
-           "synchronize", "ScratchPool"]
+__all__ = ["is_device_array", "is_torch_tensor", "as_array", "device_scope", "array_module",
+           "flat_view", "contiguous_flat", "segment_bounds", "chunk_bounds", "reduce_into",
+           "combine_into", "scale_into", "copy_into", "synchronize", "ScratchPool"]
 
 # For host bfloat16 (ml_dtypes) these are ml_dtypes' own loops: each element is computed in
 # float32 and rounded to nearest even once, the same bits as horotopo.gpu.host_reduce_into
@@ -62,11 +62,11 @@ def as_array(buf: Any) -> Any:
     t = buf.detach()
     if t.dtype == torch.bfloat16:
         from .gpu.elementwise import bfloat16_dtype
+        from .ops import BFLOAT16_MISSING
 
         bf16 = bfloat16_dtype()
         if bf16 is None:
-            raise TypeError("bfloat16 tensors need the ml-dtypes package for their NumPy view: "
-                            "pip install ml-dtypes")
+            raise TypeError(BFLOAT16_MISSING)
         return t.view(torch.int16).numpy().view(bf16)
     return t.numpy()
 

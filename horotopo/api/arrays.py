@@ -11,7 +11,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ..buffers import array_module
+from ..buffers import array_module, is_device_array
 from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
 from .ops import check_op, handle_average_backwards_compatibility
@@ -33,10 +33,6 @@ JOIN_UNSUPPORTED = ("hvd.join() is not implemented in horotopo: ranks must submi
                     "of a 'has more data' flag)")
 
 
-def _is_cupy(x: Any) -> bool:
-    return type(x).__module__.split(".", 1)[0] == "cupy"
-
-
 def check_dtype(arr: np.ndarray, what: Optional[str] = None) -> None:
     if dtype_name(arr.dtype) not in SUPPORTED_DTYPES:
         raise ValueError(f"Tensor type {what or arr.dtype} is not supported.")
@@ -52,7 +48,7 @@ class _Staged(NamedTuple):
 
 def _stage(x: Any, inplace: bool) -> _Staged:
     """The runtime's view of ``x``: a NumPy or CuPy array (never a host copy of a device one)."""
-    if _is_cupy(x):
+    if is_device_array(x):
         if inplace and not x.flags.c_contiguous:
             raise ValueError("Tensor is required to be contiguous.")
         check_dtype(x, str(x.dtype))

@@ -63,15 +63,12 @@ def __getattr__(name: str) -> Any:
 def _as_cupy(x: Any, dtype: Optional[str]) -> Any:
     """(cupy array, dtype name) for a CuPy array or CUDA torch tensor, without copying."""
     as_int16 = torch_bfloat16_as_int16(x)
-    if as_int16 is not None:
+    if as_int16 is not None:  # the kernels take bfloat16 as 16-bit words, CuPy bf16 or not
         return cupy_module().asarray(as_int16), "bfloat16"
-    if is_cupy_array(x):
-        arr = x
-    elif is_torch_cuda(x):
-        arr = cupy_module().asarray(x)  # zero-copy through __cuda_array_interface__
-    else:
+    if not is_device_array(x):
         raise TypeError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__} "
                         "(host arrays go through host_reduce_into)")
+    arr = as_cupy_array(x)
     return arr, dtype or dtype_name(arr.dtype)
 
 
