@@ -72,14 +72,11 @@ def load_plan(args: argparse.Namespace, comm: "MPI.Comm") -> Plan:
                     doc = json.load(fh)
             elif args.topology:
                 from horotopo import topology as topo_mod
-                from horotopo.plan import make_plan, ring_plan
+                from horotopo.plan import make_plan
 
-                topo = topo_mod.load(args.topology)
-                try:
-                    doc = make_plan(topo).to_json()
-                except NotImplementedError as exc:
-                    note = f"make_plan is not available ({exc}); using ring_plan"
-                    doc = ring_plan(topo).to_json()
+                # No ring fallback: a planner error fails the run (below), it is not benchmarked
+                # as if it were the plan.
+                doc = make_plan(topo_mod.load(args.topology)).to_json()
             else:
                 n = comm.size
                 doc = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],

@@ -6,6 +6,7 @@ tests check the driver and not the engine.
 """
 import importlib.util
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -93,3 +94,44 @@ def test_fallback_to_local_ranks_says_so(tmp_path, monkeypatch, capsys):
 def test_missing_benchmark_is_reported(tmp_path, capsys):
     assert _driver().main(["--bench", str(tmp_path / "absent.py")]) == 1
     assert "does not exist yet" in capsys.readouterr().err
+
+
+def _planner_fails(*_args, **_kwargs):
+    raise ValueError("dual bound below the achieved rate (injected)")
+
+
+def test_planner_failure_fails_the_main_job(tmp_path, monkeypatch, capsys):
+    # Before issue 12 the driver fell back to a ring plan here and the job exited 0.
+    import horotopo.plan
+    bench = tmp_path / "allreduce_perf.py"
+    bench.write_text(STAND_IN)
+    monkeypatch.setattr(horotopo.plan, "make_plan", _planner_fails)
+    rc = _driver().main(["--bench", str(bench), "--local", "-e", "1M"])
+    out, err = capsys.readouterr()
+    assert rc == 1, out + err
+    assert "the planner failed on" in err and "ValueError: dual bound below" in err, err
+    assert "Traceback" in err and "allreduce on" not in out, out + err
+
+
+@pytest.mark.parametrize("error", [ValueError("dual bound below the achieved rate (injected)"),
+                                   NotImplementedError("no packing (injected)")])
+def test_allreduce_perf_fails_when_the_planner_fails(monkeypatch, error):
+    # Before issue 12 a NotImplementedError from make_plan was benchmarked as a ring plan.
+    import types
+
+    import horotopo.plan
+    spec = importlib.util.spec_from_file_location(
+        "allreduce_perf", ROOT / "benchmarks" / "allreduce_perf.py")
+    perf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(perf)
+
+    def make_plan(topo):
+        raise error
+
+    monkeypatch.setattr(horotopo.plan, "make_plan", make_plan)
+    # rank 0 of a one-rank job: bcast hands back what it is given
+    comm = types.SimpleNamespace(rank=0, size=1, bcast=lambda obj, root=0: obj)
+    args = perf._args(["--topology", str(bundled("racks-2x3"))])
+    with pytest.raises(SystemExit, match=f"cannot load the plan: {type(error).__name__}: "
+                                         f"{re.escape(str(error))}"):
+        perf.load_plan(args, comm)

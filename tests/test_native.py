@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,12 +50,24 @@ def test_nvcc_assembles_machine_code(tmp_path, arch):
     assert out.stat().st_size > 0
 
 
-def test_nvrtc_compiles_the_source_as_cupy_does():
+def _nvrtc() -> Any:
+    """CuPy's NVRTC bindings. Skips where CuPy is not installed or the NVRTC library cannot be
+    loaded (a CPU-only box); any other error from CuPy is a failure, not a skip."""
+    pytest.importorskip("cupy", reason="CuPy is not installed (the [cuda] extra)")
     try:
         from cupy.cuda import nvrtc
         nvrtc.getVersion()
-    except Exception as exc:  # no cupy, or cupy without an NVRTC library
-        pytest.skip(f"CuPy's NVRTC not available: {exc}")
+    except (ImportError, RuntimeError) as exc:
+        # CuPy < 13 fails the import (ImportError: libnvrtc.so...); CuPy >= 13 loads the library
+        # on first use (RuntimeError: CuPy failed to load libnvrtc.so...). Both name nvrtc.
+        if "nvrtc" not in str(exc).lower():
+            raise
+        pytest.skip(f"CuPy's NVRTC library is not available: {exc}")
+    return nvrtc
+
+
+def test_nvrtc_compiles_the_source_as_cupy_does():
+    nvrtc = _nvrtc()
     prog = nvrtc.createProgram(kernels.native_source(), "reduce.cu", [], [])
     # CuPy's RawModule adds these two itself; the rest are the loader's options.
     opts = [*kernels.COMPILE_OPTIONS, "-arch=compute_80", "--device-as-default-execution-space"]
@@ -100,3 +113,29 @@ def test_native_dir_override(monkeypatch, tmp_path):
         kernels.native_source()
     (tmp_path / "reduce.cu").write_text("// x\n")
     assert kernels.native_source() == "// x\n"
+
+
+def _fake_cupy(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    """A stand-in cupy whose nvrtc.getVersion() raises ``error``."""
+    import sys
+    import types
+
+    def get_version() -> None:
+        raise error
+
+    nvrtc = types.SimpleNamespace(getVersion=get_version)
+    cuda = types.SimpleNamespace(nvrtc=nvrtc)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nvrtc", nvrtc)
+
+
+def test_nvrtc_skip_is_only_for_a_missing_library(monkeypatch):
+    # The one condition the skip means: CuPy cannot load libnvrtc.
+    _fake_cupy(monkeypatch, RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: no file"))
+    with pytest.raises(pytest.skip.Exception, match="NVRTC library is not available"):
+        _nvrtc()
+    # Anything else CuPy raises is a real failure, not a skip.
+    _fake_cupy(monkeypatch, RuntimeError("CUDA driver version is insufficient"))
+    with pytest.raises(RuntimeError, match="driver version"):
+        _nvrtc()
