@@ -15,11 +15,11 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from .packing import Packing, TreeRate, pack, ring_packing, tree_depth, validate_arborescence
+from .packing import Packing, TreeRate, pack, ring_packing, validate_arborescence
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
-           "parse_size", "format_size"]
+           "parse_size", "format_size", "children", "depth"]
 
 PLAN_VERSION = 1
 MIN_CHUNK = 64 << 10
@@ -45,23 +45,49 @@ class Tree:
     share: float
 
     def reduce_children(self) -> Tuple[Tuple[int, ...], ...]:
-        return _children(self.reduce_parent)
+        return children(self.reduce_parent)
 
     def bcast_children(self) -> Tuple[Tuple[int, ...], ...]:
-        return _children(self.bcast_parent)
+        return children(self.bcast_parent)
 
     @property
     def depth(self) -> int:
         """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf."""
-        return tree_depth(self.reduce_parent) + tree_depth(self.bcast_parent)
+        return depth(self.reduce_parent) + depth(self.bcast_parent)
 
 
-def _children(parent: Sequence[int]) -> Tuple[Tuple[int, ...], ...]:
+# The package's one copy of the arborescence helpers: the step tables (horotopo.schedule) and
+# the plan's own depth use these; the engine computes no tree structure itself.
+def children(parent: Sequence[int]) -> Tuple[Tuple[int, ...], ...]:
+    """Children of every rank in the parent array ``parent``, in increasing rank order.
+
+    The order is fixed so that every reduction combines its children's parts in the same order
+    on every run (bitwise-identical results whatever order the messages arrive in).
+    """
     kids: list = [[] for _ in parent]
     for v, p in enumerate(parent):
         if p >= 0:
             kids[p].append(v)
     return tuple(tuple(k) for k in kids)
+
+
+def depth(parent: Sequence[int]) -> int:
+    """Largest number of hops from any rank to the root of the parent array ``parent``."""
+    n = len(parent)
+    hops = [-1] * n
+    best = 0
+    for v in range(n):
+        path = []
+        u = v
+        while u >= 0 and hops[u] < 0:
+            path.append(u)
+            u = parent[u]
+        d = hops[u] if u >= 0 else -1
+        for w in reversed(path):
+            d += 1
+            hops[w] = d
+        best = max(best, hops[v])
+    return best
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,23 @@
-"""Pipelined tree allreduce and tree broadcast along the Plan's trees.
+"""Pipelined tree allreduce and tree broadcast: the engine's walk of a rank's step table.
 
-Each tree ``t`` carries the segment ``[lo_t, hi_t)`` of the buffer (``share_t`` of it), cut into
-chunks. At rank ``v``, chunk ``k`` of a tree goes through these steps:
+The tables come from :mod:`horotopo.schedule`, which holds all the tree logic (children in the
+fixed reduction order, depths, the broadcast trees re-rooted for a broadcast root, segments,
+chunk offsets, scratch layout, tag streams); this module only moves the messages a table lists,
+pipelined. At rank ``v``, chunk ``k`` of a tree goes through these steps:
 
-1. receive chunk ``k`` from every reduce child (into scratch) and reduce them, in the fixed
-   child order so results do not depend on arrival order;
-2. a non-root sends the partial result to its reduce parent; the root has the final value;
-3. a non-root receives the final chunk from its broadcast parent into the output;
-4. every rank forwards the final chunk to its broadcast children.
+1. ``recv_child``: receive chunk ``k`` from every reduce child (into scratch) and reduce them,
+   in the table's child order, so results do not depend on arrival order;
+2. ``send_parent``: a non-root sends the partial result up; the root has the final value;
+3. ``recv_parent``: a non-root receives the final chunk from its broadcast parent into the
+   output;
+4. ``send_child``: every rank forwards the final chunk to its broadcast children.
 
 The root broadcasts chunk ``k`` as soon as it is reduced, so the reduce and broadcast stages of
-one tree overlap, and every tree of the plan runs in the same nonblocking progress loop. Only
+one tree overlap, and every tree of the table runs in the same nonblocking progress loop. Only
 ``window`` chunks per tree and reduce child may hold scratch at once (that bounds memory;
-by default 2 MiB, see :func:`window_for`), and at most
-``window + 2 * depth + 2`` chunks per tree are in flight (that bounds outstanding messages).
-Every rank ends with the root's bits, so results are bitwise identical across ranks.
+by default 2 MiB, see :func:`horotopo.schedule.window_for`), and at most the table's
+``in_flight`` chunks per tree are in flight (that bounds outstanding messages). Every rank ends
+with the root's bits, so results are bitwise identical across ranks.
 
 MPI matches the messages of one (peer, tag) stream in the order they are posted but may report
 completions in any order, so each stream (receives from a child, the send up, the receive down,
@@ -23,81 +26,68 @@ the sends down) is posted strictly in chunk order, whatever order the completion
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional
 
-from ..buffers import (ScratchPool, chunk_bounds, combine_into, reduce_into, segment_bounds,
-                       synchronize)
+from .. import timeline as _timeline
+from ..buffers import ScratchPool, combine_into, reduce_into, synchronize
 from ..plan import Plan
+from ..schedule import DEFAULT_WINDOW, WINDOW_BYTES, ScheduleCache, TreeTable, window_for
 from ..transport.base import Transport
 from .progress import Progress
 
 __all__ = ["TreeAllreduce", "TreeBroadcast", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW"]
 
-# Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
-# chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
-# (on racks-2x3, emulated, 64 KiB chunks: 16 chunks ran 1.2-1.5x faster than 4); big chunks
-# need few (4 x 1 MiB is as fast as MPI allows over shared memory).
-WINDOW_BYTES = 2 << 20
-
-
-# The smallest automatic window (what 1 MiB and larger chunks get); the actual window for a
-# chunk size is window_for(chunk_bytes).
-DEFAULT_WINDOW = 4
-
-
-def window_for(chunk_bytes: int) -> int:
-    """The automatic window (chunks of scratch per reduce child) for ``chunk_bytes``."""
-    return max(DEFAULT_WINDOW, min(32, WINDOW_BYTES // max(1, chunk_bytes)))
-
-
-def _children(parent: Sequence[int]) -> List[Tuple[int, ...]]:
-    kids: List[List[int]] = [[] for _ in parent]
-    for v, p in enumerate(parent):
-        if p >= 0:
-            kids[p].append(v)
-    return [tuple(k) for k in kids]
-
-
-def _depth(parent: Sequence[int]) -> int:
-    best = 0
-    for v in range(len(parent)):
-        d, u = 0, v
-        while parent[u] >= 0:
-            u = parent[u]
-            d += 1
-        best = max(best, d)
-    return best
-
 
 class _TreeRun:
-    """One tree's segment at this rank: per-chunk state and the step callbacks."""
+    """One tree's segment at this rank: per-chunk state and the step callbacks.
 
-    def __init__(self, prog: Progress, chunks: List[Tuple[int, int]], out: Any, src: Any,
-                 op: str, reduce_children: Tuple[int, ...], reduce_parent: int,
-                 bcast_children: Tuple[int, ...], bcast_parent: int, tag_up: int,
-                 tag_down: int, scratch: Optional[Any], window: int, in_flight: int,
-                 allreduce: bool) -> None:
+    Parameters
+    ----------
+    prog : Progress
+        The loop every tree of the call shares.
+    table : TreeTable
+        The tree's peers, chunk offsets, stream offsets and in-flight bound at this rank.
+    out, src : array
+        Flat output and input (the same object in place, and for a broadcast).
+    op : str
+        Reduction for ``recv_child`` chunks.
+    tag_base : int
+        First of the call's tags; the table's stream offsets index from it.
+    scratch : array, optional
+        ``window * len(recv_children)`` rows of one chunk each (None without reduce children).
+    window : int
+        Chunks of scratch per reduce child.
+    allreduce : bool
+        False for a broadcast: chunks start final at the root and are only passed down.
+    """
+
+    def __init__(self, prog: Progress, table: TreeTable, out: Any, src: Any, op: str,
+                 tag_base: int, scratch: Optional[Any], window: int, allreduce: bool) -> None:
         self.prog = prog
-        self.chunks = chunks
+        self.chunks = table.chunks
         self.out = out
         self.src = src
         self.op = op
-        self.rc = reduce_children if allreduce else ()
-        self.rp = reduce_parent
-        self.bc = bcast_children
-        self.bp = bcast_parent
-        self.tag_up = tag_up
-        self.tag_down = tag_down
+        self.rc = table.recv_children
+        self.rp = table.send_parent
+        self.bc = table.send_children
+        self.bp = table.recv_parent
+        self.tag_up = tag_base + table.stream_up
+        self.tag_down = tag_base + table.stream_down
         self.scratch = scratch
         self.window = window
-        self.in_flight = in_flight
+        self.in_flight = table.in_flight
         self.allreduce = allreduce
-        self.is_root = bcast_parent < 0
+        self.is_root = table.is_root
+        self.table = table
+        # The timeline's record of this call's tree phases at this rank, set by _run when a
+        # timeline is being written (rank 0); None otherwise, and each hook is one check.
+        self.phases: Optional[_timeline.TreePhases] = None
         # A leaf that reads its own data from a separate send buffer can receive the result
         # into the output while its own send is in flight; otherwise the output is the send
         # buffer and the receive must wait for the send to complete.
         self.prepost = allreduce and not self.is_root and not self.rc and src is not out
-        n = len(chunks)
+        n = len(self.chunks)
         self.left = [0] * n
         self.arrived = [0] * n
         self.nred = [0] * n
@@ -111,11 +101,14 @@ class _TreeRun:
         self.red_low = 0
         self.fin_low = 0
         self._filling = False
+        # Completion events a chunk waits for before its slot frees: the sends down, plus
+        # (allreduce) the reduction ready and, off the root, the send up and the receive down;
+        # (broadcast) the chunk ready at the root or its receive elsewhere.
         steps = len(self.bc)
         if allreduce:
-            steps += 1 if self.is_root else 3  # ready (+ up-send, down-receive)
+            steps += 1 if self.is_root else 3
         else:
-            steps += 1  # ready at the root, down-receive elsewhere
+            steps += 1
         self.steps = steps
 
     @property
@@ -187,6 +180,8 @@ class _TreeRun:
                 a, b = self.chunks[j]
                 buf = self.out[a:b] if (self.rc or self.src is self.out) else self.src[a:b]
                 self.prog.isend(buf, self.rp, self.tag_up, partial(self._up_sent, j))
+        if self.phases is not None and self.red_low == len(self.chunks):
+            self.phases.reduced(self.table.tree)
         self._step(k)
 
     def _up_sent(self, k: int) -> None:
@@ -207,6 +202,8 @@ class _TreeRun:
 
     def _final(self, k: int) -> None:
         """Chunk ``k`` is final here; forward final chunks down in chunk order."""
+        if self.phases is not None:
+            self.phases.final(self.table.tree)
         self.final[k] = True
         while self.down_low < len(self.chunks) and self.final[self.down_low]:
             j = self.down_low
@@ -221,11 +218,13 @@ class _TreeRun:
             self.fin[k] = True
             while self.fin_low < len(self.chunks) and self.fin[self.fin_low]:
                 self.fin_low += 1
+            if self.phases is not None and self.fin_low == len(self.chunks):
+                self.phases.done(self.table.tree)
         self.fill()
 
 
 class _TreeAlgorithm:
-    """Shared set-up: the plan's trees as child lists at this rank."""
+    """Shared set-up: this rank's step tables of the plan, compiled once per buffer shape."""
 
     def __init__(self, transport: Transport, plan: Plan, window: Optional[int] = None,
                  pool: Optional[ScratchPool] = None) -> None:
@@ -238,29 +237,24 @@ class _TreeAlgorithm:
         self.plan = plan
         self.window = window
         self.pool = pool or ScratchPool()
-        self.shares = [t.share for t in plan.trees]
-        v = transport.rank
-        self._trees = []
-        for t in plan.trees:
-            self._trees.append((_children(t.reduce_parent)[v], t.reduce_parent[v],
-                                _children(t.bcast_parent)[v], t.bcast_parent[v],
-                                _depth(t.reduce_parent) + _depth(t.bcast_parent)))
+        self.schedules = ScheduleCache(plan, transport.rank, window)
         self.last_messages = 0
 
-    def _window(self, chunk_elems: int, itemsize: int) -> int:
-        return self.window or window_for(chunk_elems * itemsize)
-
-    @staticmethod
-    def _in_flight(window: int, depth: int) -> int:
-        return window + 2 * depth + 2
-
     def _run(self, runs: List[_TreeRun], prog: Progress) -> None:
+        phases = _timeline.tree_phases(runs[0].allreduce) if runs else None
+        if phases is not None:
+            for run in runs:
+                run.phases = phases
+                phases.add(run.table.tree, root=run.table.root, chunks=len(run.chunks),
+                           elements=run.chunks[-1][1] - run.chunks[0][0])
         for run in runs:
             run.fill()
         prog.run()
         self.last_messages = prog.messages
         if not all(run.done for run in runs):
             raise RuntimeError("tree schedule ended with chunks unfinished (an engine bug)")
+        if phases is not None:
+            phases.emit()
 
 
 class TreeAllreduce(_TreeAlgorithm):
@@ -274,7 +268,7 @@ class TreeAllreduce(_TreeAlgorithm):
         The trees, their shares and the default chunk size.
     window : int, optional
         Chunks per tree and reduce child that may hold receive scratch at once; None picks
-        :func:`window_for` the chunk size.
+        :func:`~horotopo.schedule.window_for` the chunk size.
     pool : ScratchPool, optional
         Where the scratch comes from (the engine shares one across calls).
     """
@@ -284,66 +278,31 @@ class TreeAllreduce(_TreeAlgorithm):
 
         ``op`` is one of sum, min, max, product; ``chunk_elems`` is the elements per message.
         """
-        count = out.size
-        window = self._window(chunk_elems, out.itemsize)
+        table = self.schedules.allreduce(out.size, out.dtype, chunk_elems)
         prog = Progress(self.transport)
-        base = self.transport.alloc_tags(2 * len(self._trees))
-        segs = segment_bounds(count, self.shares)
-        sizes = []
-        for (rc, _, _, _, _), (lo, hi) in zip(self._trees, segs):
-            width = min(chunk_elems, hi - lo)
-            sizes.append((len(rc) * window, width))
-        total = sum(r * w for r, w in sizes)
-        block = self.pool.get(total, out) if total else None
+        base = self.transport.alloc_tags(table.tags)
+        block = self.pool.get(table.scratch_elems, out) if table.scratch_elems else None
         runs = []
-        at = 0
-        for k, ((rc, rp, bc, bp, depth), (lo, hi), (rows, width)) in enumerate(
-                zip(self._trees, segs, sizes)):
-            if hi <= lo:
-                continue
+        for t in table.trees:
             scratch = None
-            if rows and width:
-                scratch = block[at:at + rows * width].reshape(rows, width)
-                at += rows * width
-            runs.append(_TreeRun(prog, chunk_bounds(lo, hi, chunk_elems), out, src, op, rc, rp,
-                                 bc, bp, base + 2 * k, base + 2 * k + 1, scratch, window,
-                                 self._in_flight(window, depth), allreduce=True))
+            if t.scratch_rows and t.scratch_width:
+                at = t.scratch_offset
+                scratch = block[at:at + t.scratch_rows * t.scratch_width].reshape(
+                    t.scratch_rows, t.scratch_width)
+            runs.append(_TreeRun(prog, t, out, src, op, base, scratch, table.window,
+                                 allreduce=True))
         self._run(runs, prog)
 
 
 class TreeBroadcast(_TreeAlgorithm):
-    """Broadcast from any root along the Plan's broadcast trees.
-
-    Tree ``t`` carries ``share_t`` of the buffer. When the broadcast root ``q`` is not the
-    tree's root ``r``, ``q`` first sends the segment to ``r`` (one extra hop), ``r`` sends it
-    down ``bcast_parent`` as usual, and nobody sends it back to ``q``: ``q``'s own children
-    in the tree get it from ``q`` directly. Buffers no bigger than one chunk go down a single
-    tree (the one with the largest share), since splitting them only adds messages.
-    """
+    """Broadcast from any root along the Plan's broadcast trees, re-rooted at the broadcast
+    root by the step table (:func:`horotopo.schedule.compile_broadcast`)."""
 
     def run(self, buf: Any, root: int, chunk_elems: int) -> None:
         """Broadcast flat ``buf`` from ``root`` in place; ``chunk_elems`` per message."""
-        count = buf.size
-        window = self._window(chunk_elems, buf.itemsize)
+        table = self.schedules.broadcast(buf.size, buf.dtype, chunk_elems, root)
         prog = Progress(self.transport)
-        base = self.transport.alloc_tags(len(self.plan.trees))
-        if count <= chunk_elems:
-            best = max(range(len(self.shares)), key=lambda k: (self.shares[k], -k))
-            shares = [1.0 if k == best else 0.0 for k in range(len(self.shares))]
-        else:
-            shares = self.shares
-        segs = segment_bounds(count, shares)
-        v = self.transport.rank
-        runs = []
-        for k, (t, (lo, hi)) in enumerate(zip(self.plan.trees, segs)):
-            if hi <= lo:
-                continue
-            parent = list(t.bcast_parent)
-            parent[root] = -1
-            if t.root != root:
-                parent[t.root] = root
-            kids = _children(parent)
-            runs.append(_TreeRun(prog, chunk_bounds(lo, hi, chunk_elems), buf, buf, "sum", (),
-                                 -1, kids[v], parent[v], base + k, base + k, None, window,
-                                 self._in_flight(window, _depth(parent)), allreduce=False))
+        base = self.transport.alloc_tags(table.tags)
+        runs = [_TreeRun(prog, t, buf, buf, "sum", base, None, table.window, allreduce=False)
+                for t in table.trees]
         self._run(runs, prog)

@@ -4,9 +4,8 @@ Modules: ``model`` (columns, loads, the ring baseline), ``arborescence`` (the fa
 arborescence oracle), ``gk`` (Garg-Konemann multiplicative weights, the dual bound, and the exact
 LP re-solve of the kept trees).
 """
-from .model import (ArcModel, Packing, TreeRate, ring_packing, ring_parents, tree_depth,
-                    validate_arborescence)
+from .model import ArcModel, Packing, TreeRate, ring_packing, ring_parents, validate_arborescence
 from .gk import pack
 
 __all__ = ["ArcModel", "Packing", "TreeRate", "pack", "ring_packing", "ring_parents",
-           "tree_depth", "validate_arborescence"]
+           "validate_arborescence"]

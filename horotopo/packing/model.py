@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from ..topology import Topology
 
 __all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "ring_rate",
-           "ring_parents_in_order", "ring_order_nearest", "tree_depth", "validate_arborescence"]
+           "ring_parents_in_order", "ring_order_nearest", "validate_arborescence"]
 
 
 @dataclass(frozen=True)
@@ -114,25 +114,6 @@ def validate_arborescence(parent: Sequence[int], root: int, n: int) -> Optional[
         for w in walk:
             state[w] = 2
     return None
-
-
-def tree_depth(parent: Sequence[int]) -> int:
-    """Largest number of hops from any rank to the root."""
-    n = len(parent)
-    depth = [-1] * n
-    best = 0
-    for v in range(n):
-        path = []
-        u = v
-        while u >= 0 and depth[u] < 0:
-            path.append(u)
-            u = parent[u]
-        d = depth[u] if u >= 0 else -1
-        for w in reversed(path):
-            d += 1
-            depth[w] = d
-        best = max(best, depth[v])
-    return best
 
 
 def ring_parents(n: int, root: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
