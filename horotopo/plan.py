@@ -15,7 +15,11 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from .packing import Packing, TreeRate, pack, ring_packing, validate_arborescence
+from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_percent, pack,
+                      ring_packing, start_bound, validate_arborescence)
+from .packing.certificate import RTOL
+from .packing.certificate import gap as certificate_gap
+from .packing.gk import PHASE_START
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
@@ -99,7 +103,7 @@ class Plan:
     chunk_bytes: int
     throughput_Bps: float
     ring_Bps: float
-    upper_bound_Bps: float
+    upper_bound_Bps: Optional[float]
     latency_s: float
     topology_name: str = ""
     topology_digest: str = ""
@@ -107,11 +111,13 @@ class Plan:
     planner: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
-    def gap(self) -> float:
-        """Certified optimality gap ``1 - R / upper_bound``."""
-        if self.upper_bound_Bps <= 0 or not math.isfinite(self.upper_bound_Bps):
-            return 0.0
-        return max(0.0, 1.0 - self.throughput_Bps / self.upper_bound_Bps)
+    def gap(self) -> Optional[float]:
+        """Certified optimality gap ``1 - R / upper_bound``, or None without a certificate.
+
+        Not floored: building or loading a plan rejects a bound below ``R`` beyond rounding
+        (``RTOL``), so the value is at least ``-RTOL``, and a tight bound may give ``-1e-16``.
+        """
+        return certificate_gap(self.throughput_Bps, self.upper_bound_Bps)
 
     @property
     def digest(self) -> str:
@@ -171,7 +177,8 @@ class Plan:
             plan = cls(n=int(doc["n"]), trees=trees, chunk_bytes=int(doc["chunk_bytes"]),
                        throughput_Bps=float(doc["throughput_Bps"]),
                        ring_Bps=float(doc["ring_Bps"]),
-                       upper_bound_Bps=float(doc["upper_bound_Bps"]),
+                       upper_bound_Bps=(None if doc["upper_bound_Bps"] is None
+                                        else float(doc["upper_bound_Bps"])),
                        latency_s=float(doc.get("latency_s", 0.0)),
                        topology_name=str(doc.get("topology_name", "")),
                        topology_digest=str(doc.get("topology_digest", "")),
@@ -208,6 +215,13 @@ class Plan:
         total = sum(t.share for t in self.trees)
         if abs(total - 1.0) > 1e-9:
             raise PlanError(f"trees: shares must sum to 1, got {total!r}")
+        bound = self.upper_bound_Bps
+        if bound is not None and not (math.isfinite(bound) and bound > 0):
+            raise PlanError(f"upper_bound_Bps: must be a positive finite number or null (no "
+                            f"certificate), got {bound!r}")
+        if bound is not None and bound < self.throughput_Bps * (1 - RTOL):
+            raise PlanError(f"upper_bound_Bps: {bound!r} is below throughput_Bps "
+                            f"{self.throughput_Bps!r}; the certificate is wrong")
 
     def with_chunk(self, chunk_bytes: int) -> "Plan":
         return replace(self, chunk_bytes=int(chunk_bytes))
@@ -219,8 +233,15 @@ class Plan:
         lines.append(f"  modelled throughput R   {self.throughput_Bps / 1e6:12.3f} MB/s")
         lines.append(f"  ring on the same model  {self.ring_Bps / 1e6:12.3f} MB/s "
                      f"({_ratio(self.throughput_Bps, self.ring_Bps)} ring)")
-        lines.append(f"  certified upper bound   {self.upper_bound_Bps / 1e6:12.3f} MB/s "
-                     f"(gap {self.gap * 100:.2f}%, pruning cost {self.pruning_loss * 100:.2f}%)")
+        gap = self.gap
+        if self.upper_bound_Bps is None or gap is None:
+            lines.append("  certified upper bound   none (no certificate: the optimality gap "
+                         "is unknown)")
+        else:
+            phase = self.planner.get("bound_phase")
+            lines.append(f"  certified upper bound   {self.upper_bound_Bps / 1e6:12.3f} MB/s "
+                         f"(gap {format_percent(gap)}, pruning cost "
+                         f"{self.pruning_loss * 100:.2f}%{', from the ' + phase if phase else ''})")
         for k, t in enumerate(self.trees):
             lines.append(f"  tree {k:<3} root {t.root:<3} rate {t.rate_Bps / 1e6:10.3f} MB/s "
                          f"share {t.share:6.3f} depth {t.depth}")
@@ -282,6 +303,11 @@ def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,
                   chunk_bytes: Optional[int]) -> Plan:
     total = sum(t.rate for t in packing.trees)
+    if packing.upper_bound is not None:
+        # pack() checked its own total; the plan re-sums the tree rates, and a bound handed in
+        # from elsewhere (ring_plan) is checked here for the first time.
+        check_certificate(packing.upper_bound, total, topology=topology.name,
+                          phase=packing.bound_phase or "packing", achieved_by="the plan's trees")
     shares = [t.rate / total for t in packing.trees]
     # Force an exact sum of 1 so that every rank splits buffers identically.
     shares[-1] = 1.0 - sum(shares[:-1])
@@ -292,7 +318,7 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
     plan = Plan(n=topology.n, trees=trees,
                 chunk_bytes=chunk_bytes or default_chunk_bytes(packing.trees, latency),
                 throughput_Bps=total, ring_Bps=ring.throughput,
-                upper_bound_Bps=max(packing.upper_bound, total), latency_s=latency,
+                upper_bound_Bps=packing.upper_bound, latency_s=latency,
                 topology_name=topology.name, topology_digest=topology.digest,
                 pruning_loss=packing.pruning_loss, planner=packing.stats())
     plan.validate()
@@ -310,21 +336,32 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
 
 
 def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None) -> Plan:
-    """Ring allreduce in rank order, expressed as a Plan of ``n`` chains."""
+    """Ring allreduce in rank order, expressed as a Plan of ``n`` chains.
+
+    Its certificate is the cheap dual bound at lengths ``1 / c``
+    (:func:`~horotopo.packing.start_bound`): exact on a uniform star, where ring is optimal,
+    and an honest (loose) bound elsewhere, so a non-uniform topology never shows "gap 0%".
+    """
     ring = ring_packing(topology)
-    return _from_packing(topology, ring, ring, chunk_bytes)
+    bound = start_bound(ArcModel(topology)) if topology.n > 1 else None
+    certified = replace(ring, upper_bound=bound if bound is not None and math.isfinite(bound)
+                        else None, bound_phase=PHASE_START)
+    return _from_packing(topology, certified, ring, chunk_bytes)
 
 
 def plan_from_trees(n: int, trees: Sequence[Tuple[int, Sequence[int], Sequence[int], float]],
                     chunk_bytes: int = 1 << 20, latency_s: float = 0.0) -> Plan:
-    """A Plan from explicit ``(root, reduce_parent, bcast_parent, rate)`` tuples (tests, tools)."""
+    """A Plan from explicit ``(root, reduce_parent, bcast_parent, rate)`` tuples (tests, tools).
+
+    No network is known here, so the plan carries no certificate (``upper_bound_Bps`` None).
+    """
     total = float(sum(t[3] for t in trees))
     shares = [t[3] / total for t in trees]
     shares[-1] = 1.0 - sum(shares[:-1])
     plan = Plan(n=n, trees=tuple(Tree(int(r), tuple(a), tuple(b), float(x), s)
                                  for (r, a, b, x), s in zip(trees, shares)),
                 chunk_bytes=chunk_bytes, throughput_Bps=total, ring_Bps=total,
-                upper_bound_Bps=total, latency_s=latency_s, topology_name="explicit")
+                upper_bound_Bps=None, latency_s=latency_s, topology_name="explicit")
     plan.validate()
     return plan
 

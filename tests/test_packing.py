@@ -6,7 +6,9 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from horotopo import generate
-from horotopo.packing import ArcModel, pack, ring_packing
+from horotopo.packing import ArcModel, CertificateError, check_certificate, pack, ring_packing, \
+    start_bound
+from horotopo.packing import gk
 from horotopo.packing.model import validate_arborescence
 from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
 
@@ -16,7 +18,10 @@ from test_arborescence import all_arborescences
 def check_invariants(topology, packing):
     n = topology.n
     model = ArcModel(topology)
+    # the raw bound: pack() no longer raises it to the throughput, so this can fail
+    assert packing.upper_bound is not None
     assert packing.upper_bound >= packing.throughput * (1 - 1e-9), "dual below primal"
+    assert packing.gap == 1 - packing.throughput / packing.upper_bound
     load = np.zeros(len(model.capacity))
     for t in packing.trees:
         assert t.rate > 0
@@ -70,6 +75,7 @@ def test_within_two_percent_of_exact_lp(doc):
     check_invariants(topology, packing)
     best = exact_optimum(topology)
     assert packing.upper_bound >= best * (1 - 1e-6), "the certified bound is below the optimum"
+    assert start_bound(ArcModel(topology)) >= best * (1 - 1e-9), "ring's bound is below the optimum"
     assert packing.throughput >= 0.98 * best
     assert packing.gap <= 0.02
 
@@ -130,3 +136,66 @@ def test_random_topologies_property(n, seed, measured):
     packing = pack(topology)
     check_invariants(topology, packing)
     assert packing.gap <= 0.02
+
+
+def test_bound_phase_is_recorded():
+    topology = load(bundled("racks-2x3"))
+    packing = pack(topology)
+    assert packing.upper_bound == pytest.approx(packing.throughput, rel=1e-6)
+    assert packing.bound_phase in (gk.PHASE_GK, gk.PHASE_COLUMNS)
+    assert packing.stats()["bound_phase"] == packing.bound_phase
+
+
+def test_wrong_garg_konemann_dual_is_an_error(monkeypatch):
+    real = gk.dual_bound
+    calls = []
+
+    def too_small_first(capacity, lengths, d1, d2):
+        calls.append(1)  # only the first bound, which multiplicative weights prices, is wrong
+        return real(capacity, lengths, d1, d2) * (0.01 if len(calls) == 1 else 1.0)
+
+    monkeypatch.setattr(gk, "dual_bound", too_small_first)
+    with pytest.raises(CertificateError, match="racks-2x3") as err:
+        pack(load(bundled("racks-2x3")))
+    assert err.value.phase == gk.PHASE_GK == "Garg-Konemann dual"
+    assert err.value.topology == "racks-2x3"
+    assert "Garg-Konemann dual" in str(err.value) and err.value.bound < err.value.achieved
+
+
+def test_wrong_column_generation_pricing_is_an_error(monkeypatch):
+    real = gk.price
+
+    def overpriced(model, lengths, root_price, inward, count=1, allowed_roots=None):
+        # a reduced cost too high makes d1 + d2 too large and the bound c.y / (d1 + d2) too small
+        return [(cost + 0.5, half) for cost, half in
+                real(model, lengths, root_price, inward, count, allowed_roots)]
+
+    monkeypatch.setattr(gk, "price", overpriced)
+    topology = from_dict(generate.racks([2, 3], uplink_gbps=0.3))
+    with pytest.raises(CertificateError) as err:
+        pack(topology, gk_iterations=0)
+    assert err.value.phase == "column generation pricing"
+    assert err.value.topology == topology.name
+    assert repr(topology.name) in str(err.value)
+
+
+def test_rounding_tolerance_and_unfloored_gap():
+    check_certificate(1.0, 1.0 + 1e-12, topology="t", phase="p")  # rounding: accepted
+    with pytest.raises(CertificateError, match="'t'.*from the p"):
+        check_certificate(1.0, 1.0 + 1e-7, topology="t", phase="p")
+    with pytest.raises(CertificateError):
+        check_certificate(float("nan"), 1.0, topology="t", phase="p")
+    tight = pack(from_dict(generate.uniform_star(4)))
+    # exactly 1 - R / bound, negative when the bound's rounding lands a hair below R
+    assert tight.gap == 1 - tight.throughput / tight.upper_bound
+    assert -1e-9 <= tight.gap <= 1e-9
+
+
+def test_ring_packing_claims_no_certificate_and_start_bound_is_exact_on_a_star():
+    topology = from_dict(generate.uniform_star(5, gbps=0.5))
+    ring = ring_packing(topology)
+    assert ring.upper_bound is None and ring.gap is None and "no certificate" in ring.describe()
+    assert start_bound(ArcModel(topology)) == pytest.approx(ring.throughput, rel=1e-12)
+    racks = load(bundled("racks-2x3"))
+    # a valid bound on racks-2x3 lies above the optimum (the uplink's 0.25 gbps)
+    assert start_bound(ArcModel(racks)) >= 0.25 * GBPS_TO_BPS

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from ..packing import format_percent
 from ..plan import Plan, format_size, make_plan, parse_size
 from ..topology import Topology, TopologyError, bundled, load
 
@@ -100,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(plan.describe(size=args.size))
         ratio = plan.throughput_Bps / plan.ring_Bps if plan.ring_Bps > 0 else float("inf")
+        gap = plan.gap
+        certified = ("no optimality certificate" if gap is None
+                     else f"certified within {format_percent(gap)} of optimal")
         print(f"verdict: {ratio:.2f}x ring on the model for {format_size(args.size)}, "
-              f"certified within {plan.gap * 100:.2f}% of optimal")
+              f"{certified}")
     return 0
 
 

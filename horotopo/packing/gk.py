@@ -32,8 +32,10 @@ Phases:
 Certificate: for lengths ``y >= 0`` and any ``pi``, with ``d1 = min_r (pi_r + in_r(y))`` and
 ``d2 = min_r (out_r(y) - pi_r)``, the point ``(y, pi + d2) / (d1 + d2)`` is dual feasible, so
 ``c.y / (d1 + d2)`` bounds the optimum from above. Every priced ``(y, pi)`` (the multiplicative
-weights with ``pi = 0``, and every LP dual) gives such a bound; the smallest is kept, and
-``gap = 1 - R / bound`` is certified.
+weights with ``pi = 0``, and every LP dual) gives such a bound; the smallest is kept, with the
+phase that produced it, and ``gap = 1 - R / bound`` is certified. The bound is never raised to
+``R``: one below the achieved rate (beyond rounding) raises
+:class:`~horotopo.packing.certificate.CertificateError` naming the topology and the phase.
 
 Symbols: ``x`` rate of a tree pair (the paper's flow on a tree), ``R = sum x`` throughput,
 ``c_l`` capacity, ``y_l`` length (dual price of resource ``l``), ``pi_r`` price of root balance.
@@ -49,10 +51,17 @@ from scipy.optimize import linprog
 
 from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
+from .certificate import check_certificate
 from .model import (ArcModel, Packing, TreeRate, ring_order_nearest, ring_parents,
                     ring_parents_in_order, ring_rate)
 
-__all__ = ["pack", "dual_bound", "price", "pair_rates"]
+__all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "PHASE_GK",
+           "PHASE_COLUMNS", "PHASE_START"]
+
+# Names of the steps that produce bounds, as CertificateError and Plan.planner report them.
+PHASE_GK = "Garg-Konemann dual"
+PHASE_COLUMNS = "column generation pricing"
+PHASE_START = "degree dual at lengths 1/c"
 
 UNBOUNDED_BPS = 1e15  # reported when no resource constrains anything (one rank, one host)
 Half = Tuple[bool, int, Tuple[int, ...]]  # (inward, root, parent)
@@ -85,6 +94,26 @@ def price(model: ArcModel, lengths: np.ndarray, root_price: np.ndarray, inward: 
         found.append((float(offsets[r] + cost), (inward, r, tuple(int(p) for p in parent))))
         offsets[r] = np.inf
     return found
+
+
+def start_bound(model: ArcModel) -> float:
+    """A certified bound in ``O(n^2)``, for plans that are not packed (ring).
+
+    Lengths ``y = 1 / c``, ``pi = 0``, and for ``d1``/``d2`` lower bounds instead of Edmonds
+    (which takes tens of seconds at 512 ranks): every rank but the root has exactly one arc
+    out of it in a reduce tree and one arc into it in a broadcast tree, so the cheapest such
+    arcs bound the cheapest tree from below. Smaller ``d1 + d2`` only raises ``c.y / (d1 + d2)``,
+    which stays dual feasible (module docstring). Exact on uniform networks, where ring is
+    optimal; loose elsewhere (``inf`` when no arc costs anything).
+    """
+    lengths = 1.0 / model.capacity
+    w = model.arc_costs(lengths).copy()
+    np.fill_diagonal(w, np.inf)
+    cheapest_out = w.min(axis=1)
+    cheapest_in = w.min(axis=0)
+    d1 = float(cheapest_out.sum() - cheapest_out.max())
+    d2 = float(cheapest_in.sum() - cheapest_in.max())
+    return dual_bound(model.capacity, lengths, d1, d2)
 
 
 class _Pool:
@@ -131,7 +160,7 @@ def _unconstrained(n: int) -> Packing:
     star = tuple(-1 if v == 0 else 0 for v in range(n))
     tree = TreeRate(0, star, star, UNBOUNDED_BPS)
     return Packing(trees=(tree,), throughput=UNBOUNDED_BPS, upper_bound=UNBOUNDED_BPS,
-                   full_throughput=UNBOUNDED_BPS)
+                   full_throughput=UNBOUNDED_BPS, bound_phase="no constrained resource")
 
 
 def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional[float] = None,
@@ -186,6 +215,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
             pool.add(half)
             aware_ring.append(pool.index[half])
     best_bound = np.inf
+    phase = "no dual point priced"  # which step produced best_bound (for CertificateError)
     history: List[Tuple[float, float]] = []
     iterations = 0
 
@@ -194,7 +224,9 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     for _ in range(gk_iterations if gk_iterations is not None else min(2 * n, 32)):
         (d1, (_, root, a)), = price(model, y, zeros, True)
         (d2, _), = price(model, y, zeros, False)
-        best_bound = min(best_bound, dual_bound(cap, y, d1, d2))
+        bound = dual_bound(cap, y, d1, d2)
+        if bound < best_bound:
+            best_bound, phase = bound, PHASE_GK
         b, _ = min_out_arborescence(model.arc_costs(y), root)
         b = tuple(int(p) for p in b)
         pool.add((True, root, a))
@@ -227,8 +259,11 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         d1, d2 = found_a[0][0], found_b[0][0]
         bound = dual_bound(cap, ys, d1, d2)
         if bound < best_bound:
-            best_bound = bound
+            best_bound, phase = bound, PHASE_COLUMNS
             center = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
+        # The pool's LP rate is feasible, so it can never exceed a true bound.
+        check_certificate(best_bound, r_pool, topology=topology.name, phase=phase,
+                          achieved_by="the column pool's LP")
         history.append((r_pool, best_bound))
         gap = 1.0 - r_pool / best_bound
         if rounds % 10 == 0:
@@ -268,10 +303,14 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     total = float(sum(t.rate for t in trees))
     say(f"pruned to {len(trees)} tree pairs: R {total / 1e6:.3f} MB/s "
         f"(before pruning {r_full / 1e6:.3f}), bound {best_bound / 1e6:.3f} MB/s")
-    return Packing(trees=trees, throughput=total, upper_bound=max(best_bound, total),
+    check_certificate(best_bound, total, topology=topology.name, phase=phase,
+                      achieved_by="the pruned trees")
+    # The raw bound (see module docstring); None if no dual point gave a finite one.
+    return Packing(trees=trees, throughput=total,
+                   upper_bound=float(best_bound) if np.isfinite(best_bound) else None,
                    full_throughput=max(r_full, total), iterations=iterations,
                    columns=len(pool.halves), seconds=time.perf_counter() - start,
-                   history=tuple(history))
+                   history=tuple(history), bound_phase=phase)
 
 
 def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_root: int,

@@ -20,6 +20,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..topology import Topology
+from .certificate import format_percent
+from .certificate import gap as certificate_gap
 
 __all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "ring_rate",
            "ring_parents_in_order", "ring_order_nearest", "validate_arborescence"]
@@ -40,24 +42,26 @@ class Packing:
     """Result of the packing: kept trees with rates, and the certificate.
 
     ``throughput`` is ``R = sum x`` of the kept trees; ``upper_bound`` is a dual-feasible bound
-    on the optimum; ``full_throughput`` is the LP optimum over every column generated, before
-    pruning, so ``pruning_loss = 1 - throughput / full_throughput``.
+    on the optimum exactly as computed (never raised to ``R``; None when no certificate was
+    computed, as for :func:`ring_packing`) and ``bound_phase`` names the step that produced it;
+    ``full_throughput`` is the LP optimum over every column generated, before pruning, so
+    ``pruning_loss = 1 - throughput / full_throughput``.
     """
 
     trees: Tuple[TreeRate, ...]
     throughput: float
-    upper_bound: float
+    upper_bound: Optional[float]
     full_throughput: float
     iterations: int = 0
     columns: int = 0
     seconds: float = 0.0
     history: Tuple[Tuple[float, float], ...] = field(default=(), compare=False)
+    bound_phase: str = ""
 
     @property
-    def gap(self) -> float:
-        if self.upper_bound <= 0:
-            return 0.0
-        return max(0.0, 1.0 - self.throughput / self.upper_bound)
+    def gap(self) -> Optional[float]:
+        """``1 - R / upper_bound`` unfloored (see :func:`.certificate.gap`); None if no bound."""
+        return certificate_gap(self.throughput, self.upper_bound)
 
     @property
     def pruning_loss(self) -> float:
@@ -67,7 +71,8 @@ class Packing:
 
     def stats(self) -> Dict[str, Any]:
         return {"iterations": self.iterations, "columns": self.columns,
-                "seconds": round(self.seconds, 4), "full_throughput_Bps": self.full_throughput}
+                "seconds": round(self.seconds, 4), "full_throughput_Bps": self.full_throughput,
+                "bound_phase": self.bound_phase}
 
     def to_json(self) -> Dict[str, Any]:
         return {"throughput_Bps": self.throughput, "upper_bound_Bps": self.upper_bound,
@@ -78,9 +83,11 @@ class Packing:
                           for t in self.trees]}
 
     def describe(self) -> str:
+        gap = self.gap
+        cert = ("no certificate" if self.upper_bound is None or gap is None else
+                f"bound {self.upper_bound / 1e6:.3f} MB/s, gap {format_percent(gap)}")
         return (f"packing: {len(self.trees)} trees, R {self.throughput / 1e6:.3f} MB/s, "
-                f"bound {self.upper_bound / 1e6:.3f} MB/s, gap {self.gap * 100:.2f}%, "
-                f"pruning loss {self.pruning_loss * 100:.2f}%, {self.iterations} iterations, "
+                f"{cert}, pruning loss {self.pruning_loss * 100:.2f}%, {self.iterations} iterations, "
                 f"{self.columns} columns, {self.seconds:.2f} s")
 
     def __str__(self) -> str:  # pragma: no cover - convenience
@@ -212,7 +219,11 @@ def ring_rate(model: ArcModel) -> float:
 
 
 def ring_packing(topology: Topology) -> Packing:
-    """Ring allreduce in rank order on the model: n chain columns at one common rate."""
+    """Ring allreduce in rank order on the model: n chain columns at one common rate.
+
+    It carries no certificate (``upper_bound`` None): ring's rate says nothing about the optimum
+    of a non-uniform network. :func:`horotopo.packing.gk.start_bound` gives one cheaply.
+    """
     n = topology.n
     cols = [(r, *ring_parents(n, r)) for r in range(n)]
     x = ring_rate(ArcModel(topology)) / n
@@ -221,4 +232,4 @@ def ring_packing(topology: Topology) -> Packing:
         x = 1e15
     trees = tuple(TreeRate(r, a, b, float(x)) for r, a, b in cols)
     total = float(x) * n
-    return Packing(trees=trees, throughput=total, upper_bound=total, full_throughput=total)
+    return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total)
