@@ -20,9 +20,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import ops as _ops
+from . import timeline as _timeline
 from .algorithms import (DEFAULT_COST_MODEL, CostModel, MPIAllreduce, RingAllreduce,
                          TreeAllreduce, TreeBroadcast)
-from .algorithms.cost import fit_line
+from .algorithms.cost import calibrated_model
 from .buffers import (ScratchPool, array_module, as_array, contiguous_flat, copy_into,
                       device_scope, flat_view, is_torch_tensor, scale_into, synchronize)
 from .gpu.transport import staging_if_needed
@@ -32,6 +33,9 @@ from .transport import Transport, as_transport
 __all__ = ["Engine", "MismatchError", "ALGORITHMS"]
 
 ALGORITHMS = ("tree", "mpi", "ring")
+#: Engine.calibrate()'s default ladder: small enough for a short init on a slow network (its
+#: budget stops it early there), large enough to show each algorithm's bandwidth.
+CALIBRATION_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
 _ALG_CODES = {name: k + 1 for k, name in enumerate(ALGORITHMS)}
 
 
@@ -75,6 +79,7 @@ class Engine:
         self.cost_model = cost_model or DEFAULT_COST_MODEL
         self.last_algorithm: Optional[str] = None
         self.last_messages = 0
+        self.calibration: Dict[str, List[Any]] = {}
         err: Optional[Exception] = None
         if plan.n != self.transport.size:
             err = ValueError(f"the plan is for {plan.n} ranks but the communicator has "
@@ -183,6 +188,8 @@ class Engine:
         self.last_messages = 0
         if count == 0:
             return result
+        tl = _timeline.active()
+        t_run = _timeline.clock() if tl is not None else 0.0
         if pre != 1.0:
             scale_into(out, src, pre)
             src = out
@@ -203,6 +210,13 @@ class Engine:
             self._mpi.run(src, out, base)
         if post != 1.0:
             scale_into(out, out, post)
+        if tl is not None:
+            # The op's execution span on the timeline, named by the algorithm that ran it
+            # (TREE_ALLREDUCE, MPI_ALLREDUCE, RING_ALLREDUCE), as Horovod names its own.
+            tl.activity(f"{alg.upper()}_ALLREDUCE", t_run, args={
+                "algorithm": alg, "chosen_by": "caller" if algorithm else "cost model",
+                "bytes": count * dtype.itemsize, "dtype": dtype.name,
+                "plan": self.plan.digest[:8]})
         if is_torch_tensor(result):
             synchronize(out)  # torch's stream knows nothing of the engine's kernels
         return result
@@ -235,29 +249,54 @@ class Engine:
         self._agree("broadcast", [("element count", count), ("dtype", dcode), ("root", r)], err)
         self.last_algorithm = "tree"
         if count and self.size > 1:
+            tl = _timeline.active()
+            t_run = _timeline.clock() if tl is not None else 0.0
             if r == self.rank:
                 synchronize(flat)
             self._bcast.run(flat, r, self._chunk_elems(dtype))
             if is_torch_tensor(result):
                 synchronize(flat)  # staged receives end in copies on the engine's stream
+            if tl is not None:
+                tl.activity("TREE_BROADCAST", t_run, args={
+                    "algorithm": "tree", "root": r, "bytes": int(flat.nbytes),
+                    "plan": self.plan.digest[:8]})
         self.last_messages = self._bcast.last_messages
         return result
 
-    def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 3) -> CostModel:
-        """Time the tree and MPI_Allreduce at ``sizes`` (bytes) and fit the cost model to it.
+    def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 2,
+                  budget_s: Optional[float] = None) -> CostModel:
+        """Time the tree and MPI_Allreduce on these ranks and fit the cost model to it.
 
-        Collective: every rank must call it. Times are the slowest rank's best of ``repeats``,
-        shared by an allreduce, so every rank ends with the same model and picks the same
-        algorithm. Returns the new model (also set as ``self.cost_model``).
+        Collective: every rank must call it. ``sizes`` (bytes, default 64 KiB .. 4 MiB) are
+        run smallest first, each once to warm up and ``repeats`` times timed; a size's time is
+        the slowest rank's best, agreed by one max-allreduce, so every rank fits the same model
+        (:func:`horotopo.algorithms.cost.calibrated_model`) and picks the same algorithm. With
+        ``budget_s``, the ladder stops before a size whose expected cost (the last size's
+        agreed times, scaled) would take the total past the budget; the decision uses agreed
+        numbers only, so all ranks stop at the same size. At least two sizes always run.
+        Returns the new model (also set as ``self.cost_model``).
         """
-        if sizes is None:
-            sizes = [1 << k for k in range(12, 25, 2)]  # 4 KiB .. 16 MiB
-        rows = self.time_algorithms(sizes, ("tree", "mpi"), repeats)
-        tree = fit_line([(s, rows["tree"][i]) for i, s in enumerate(sizes)])
-        mpi = fit_line([(s, rows["mpi"][i]) for i, s in enumerate(sizes)])
-        self.cost_model = self.cost_model.with_(
-            mpi_latency_s=mpi[0], mpi_Bps=mpi[1], tree_latency_s=tree[0], tree_Bps=tree[1],
-            source="calibrated")
+        ladder = sorted(int(s) for s in (sizes if sizes is not None else CALIBRATION_SIZES))
+        if not ladder:
+            raise ValueError("calibrate needs at least one size")
+        done: List[int] = []
+        tree: List[float] = []
+        mpi: List[float] = []
+        spent = 0.0
+        for size in ladder:
+            if budget_s is not None and len(done) >= 2:
+                grow = size / done[-1]
+                upcoming = (1 + repeats) * (tree[-1] + mpi[-1]) * grow
+                if spent + upcoming > budget_s:
+                    break
+            rows = self.time_algorithms([size], ("tree", "mpi"), repeats)
+            done.append(size)
+            tree.append(rows["tree"][0])
+            mpi.append(rows["mpi"][0])
+            spent += (1 + repeats) * (tree[-1] + mpi[-1])
+        self.cost_model = calibrated_model(self.plan, done, tree, mpi, self.chunk_bytes,
+                                           prior=self.cost_model)
+        self.calibration = {"sizes": done, "tree_s": tree, "mpi_s": mpi}
         return self.cost_model
 
     def time_algorithms(self, sizes: Sequence[int], algorithms: Sequence[str] = ("tree", "mpi"),

@@ -131,6 +131,13 @@ def test_non_contiguous_input_is_accepted(engine):
 
 
 def test_calibrate_fits_a_model(engine):
-    model = engine.calibrate(sizes=[1 << 10, 1 << 14], repeats=1)
-    assert model.source == "calibrated" and model.mpi_Bps > 0 and model.tree_Bps > 0
+    model = engine.calibrate(sizes=[1 << 14, 1 << 10], repeats=1)
+    assert model.source == "calibrated" and model.mpi_Bps > 0 and model.tree_scale > 0
+    assert model.per_message_s == 0.0  # the fit holds it; counting it again biases to MPI
+    assert engine.calibration["sizes"] == [1 << 10, 1 << 14]  # smallest first
     assert engine.choose(1 << 20) in ("tree", "mpi")
+
+
+def test_calibrate_budget_stops_the_ladder_after_two_sizes(engine):
+    engine.calibrate(sizes=[1 << 10, 1 << 12, 1 << 14, 1 << 16], repeats=1, budget_s=0.0)
+    assert engine.calibration["sizes"] == [1 << 10, 1 << 12]

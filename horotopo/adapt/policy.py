@@ -39,6 +39,19 @@ Pair = Tuple[int, int]
 class Detector:
     """Threshold-and-persistence detector of a lasting slowdown (see module docstring).
 
+    Noise on a shared machine (a descheduled rank, another job's burst) makes single calls, and
+    sometimes a few in a row, slow; a link that lost capacity makes every call slow for as long
+    as it lasts. So a re-plan needs all of:
+
+    - ``consecutive`` slow calls in a row (a normal call breaks the run);
+    - those calls lasting ``min_slow_s`` seconds together (a burst of noise is short);
+    - each call compared with the baseline of its own size (``key``, e.g. the power-of-two
+      bucket): a small call is less efficient than a large one without anything being wrong.
+
+    A re-plan that found nothing to change (:meth:`backoff`) doubles the run needed next time,
+    up to ``max_backoff`` times, so a noisy machine pays for fewer and fewer fruitless
+    re-probes; a real switch (:meth:`reset`) restores it.
+
     Parameters
     ----------
     threshold : float
@@ -47,19 +60,28 @@ class Detector:
     consecutive : int
         Slow calls in a row that trigger (>= 1).
     warmup : int
-        Calls after each :meth:`reset` that form the baseline (>= 1).
+        Calls after each :meth:`reset` that form a size's baseline (>= 1).
     min_seconds : float
         Calls shorter than this say nothing (latency-bound; their efficiency is noise) and
         neither count nor break a run of slow calls.
+    min_slow_s : float
+        Seconds the slow run must add up to before it triggers (0: no minimum).
+    max_backoff : int
+        Largest factor :meth:`backoff` multiplies ``consecutive`` and ``min_slow_s`` by.
     """
 
     threshold: float = 0.3
     consecutive: int = 3
     warmup: int = 3
     min_seconds: float = 0.005
-    baseline: Optional[float] = None
+    min_slow_s: float = 0.0
+    max_backoff: int = 8
     slow_run: int = 0
-    _warm: List[float] = field(default_factory=list)
+    slow_seconds: float = 0.0
+    factor: int = 1
+    baselines: Dict[int, float] = field(default_factory=dict)
+    _warm: Dict[int, List[float]] = field(default_factory=dict)
+    _last_key: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 1:
@@ -68,32 +90,62 @@ class Detector:
             raise ValueError(f"consecutive must be a positive integer, got {self.consecutive!r}")
         if int(self.warmup) != self.warmup or self.warmup < 1:
             raise ValueError(f"warmup must be a positive integer, got {self.warmup!r}")
+        if not self.min_slow_s >= 0:
+            raise ValueError(f"min_slow_s must be >= 0, got {self.min_slow_s!r}")
+        if int(self.max_backoff) != self.max_backoff or self.max_backoff < 1:
+            raise ValueError(f"max_backoff must be a positive integer, got {self.max_backoff!r}")
+
+    @property
+    def baseline(self) -> Optional[float]:
+        """The baseline of the size seen last (None while it warms up)."""
+        return self.baselines.get(self._last_key)
+
+    @property
+    def needed(self) -> int:
+        """Slow calls in a row that trigger now (``consecutive`` times the back-off)."""
+        return self.consecutive * self.factor
 
     def reset(self) -> None:
-        """Forget the baseline (after a plan switch)."""
-        self.baseline = None
+        """Forget the baselines and the back-off (after a plan switch)."""
+        self.baselines = {}
+        self._warm = {}
         self.slow_run = 0
-        self._warm = []
+        self.slow_seconds = 0.0
+        self.factor = 1
 
-    def update(self, predicted_s: float, measured_s: float) -> bool:
-        """Feed one call; True when this call completes a run of ``consecutive`` slow calls.
+    def backoff(self) -> None:
+        """A detection led to nothing (the links were fine): learn the current speed as the
+        new normal and ask for a longer slow run next time."""
+        factor = min(self.factor * 2, int(self.max_backoff))
+        self.reset()
+        self.factor = factor
+
+    def update(self, predicted_s: float, measured_s: float, key: int = 0) -> bool:
+        """Feed one call; True when this call completes a slow run long enough to trigger.
 
         Deterministic: ranks that feed the same numbers take the same decisions.
         """
         if not (measured_s > 0 and predicted_s > 0) or measured_s < self.min_seconds:
             return False
+        self._last_key = key
         eff = predicted_s / measured_s
-        if self.baseline is None:
-            self._warm.append(eff)
-            if len(self._warm) >= self.warmup:
-                self.baseline = float(median(self._warm))
+        base = self.baselines.get(key)
+        if base is None:
+            warm = self._warm.setdefault(key, [])
+            warm.append(eff)
+            if len(warm) >= self.warmup:
+                self.baselines[key] = float(median(warm))
             return False
-        if eff < (1.0 - self.threshold) * self.baseline:
+        if eff < (1.0 - self.threshold) * base:
             self.slow_run += 1
+            self.slow_seconds += measured_s
         else:
             self.slow_run = 0
-        if self.slow_run >= self.consecutive:
+            self.slow_seconds = 0.0
+        if (self.slow_run >= self.needed
+                and self.slow_seconds >= self.min_slow_s * self.factor):
             self.slow_run = 0
+            self.slow_seconds = 0.0
             return True
         return False
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..algorithms.cost import Selector, agree_max, size_bucket
 from ..engine import Engine
 from ..plan import Plan, make_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
@@ -37,7 +38,12 @@ from .policy import (Detector, plan_arcs, refresh_capacities, suspects,
                      topology_with_capacities)
 from .reprobe import probe_pairs
 
-__all__ = ["AdaptiveEngine", "ReplanEvent", "retune"]
+__all__ = ["AdaptiveEngine", "ReplanEvent", "retune", "RUNTIME_DEFAULTS"]
+
+#: What the hvd runtime adds to the AdaptiveEngine's defaults: a slow run must also last a
+#: second before it re-plans (a burst of scheduling noise on a busy machine rarely does; a
+#: degraded link stays degraded), so noise does not buy a re-probe inside a user's call.
+RUNTIME_DEFAULTS: Dict[str, Any] = {"min_slow_s": 1.0}
 
 
 @dataclass
@@ -80,6 +86,19 @@ class AdaptiveEngine:
         current plan's chunk size).
     adapt : bool
         False monitors only (never re-plans on its own; :meth:`replan` still works).
+    calibrate_s : float
+        Seconds the start may spend timing the tree and MPI_Allreduce on these ranks
+        (:meth:`horotopo.engine.Engine.calibrate`, collective); 0 starts the choice from the
+        engine's cost model as given.
+    min_slow_s : float
+        Seconds a slow run must last before it triggers a re-plan
+        (:class:`~horotopo.adapt.policy.Detector`).
+
+    Calls that leave ``algorithm`` to the engine get it from a
+    :class:`~horotopo.algorithms.cost.Selector`: the calibrated model, refined per size from the
+    agreed times of the job's own calls. Every input of the Selector is agreed (the call's size
+    by the engine's metadata check, its time by a max-allreduce), so every rank chooses the
+    same algorithm at the same call without sending the choice.
     """
 
     def __init__(self, comm: Any, plan: Plan, topology: Optional[Topology] = None, *,
@@ -87,13 +106,14 @@ class AdaptiveEngine:
                  min_seconds: float = 0.005, max_suspects: Optional[int] = None,
                  timeout_s: Optional[float] = None,
                  planner: Optional[Callable[[Topology], Plan]] = None,
-                 adapt: bool = True, **engine_kwargs: Any) -> None:
+                 adapt: bool = True, calibrate_s: float = 0.0, min_slow_s: float = 0.0,
+                 **engine_kwargs: Any) -> None:
         self.comm = comm.Dup()
         self.rank, self.size = self.comm.rank, self.comm.size
         self.tracked = TrackedTransport(as_transport(comm), owns=True)
         self.topology = topology
         self.detector = Detector(threshold=threshold, consecutive=consecutive, warmup=warmup,
-                                 min_seconds=min_seconds)
+                                 min_seconds=min_seconds, min_slow_s=min_slow_s)
         self.max_suspects = int(max_suspects or self.size)
         self.planner = planner
         self.adapt = adapt
@@ -104,10 +124,19 @@ class AdaptiveEngine:
         timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
         self.watchdog = (Watchdog(timeout, describe=self.tracked.describe_wait)
                          if timeout > 0 else None)
-        self._vec = np.zeros(1, dtype=np.float64)
         self._reset_windows()
         self.engine = self._guarded("the adaptive engine's start",
                                     lambda: Engine(self.tracked, plan, **engine_kwargs))
+        if calibrate_s > 0 and self.size > 1:
+            self._guarded("the engine's calibration",
+                          lambda: self.engine.calibrate(budget_s=float(calibrate_s)))
+        self.selector = Selector(model=self.engine.cost_model)
+        self.algorithms: Dict[str, int] = {}  # calls per algorithm run
+
+    @property
+    def cost_model(self) -> Any:
+        """The model the selector starts from (calibrated when ``calibrate_s`` was given)."""
+        return self.selector.model
 
     # -------------------------------------------------------------------------------------
     @property
@@ -116,11 +145,23 @@ class AdaptiveEngine:
 
     def allreduce(self, sendbuf: Any, recvbuf: Any = None, **kwargs: Any) -> Any:
         """:meth:`horotopo.engine.Engine.allreduce`, monitored; may switch plans *after* it."""
-        nbytes = int(getattr(sendbuf, "nbytes", 0))
+        nbytes = _nbytes(sendbuf)
+        saved = None
+        if kwargs.get("algorithm") is None and self.size > 1:
+            saved = self.selector.snapshot()
+            kwargs["algorithm"] = self.selector.choose(self.plan, nbytes,
+                                                       self.engine.chunk_bytes)
         t0 = time.perf_counter()
-        out = self._guarded(f"allreduce #{self.step} ({nbytes} bytes, plan "
-                            f"{self.plan.digest[:8]})",
-                            lambda: self.engine.allreduce(sendbuf, recvbuf, **kwargs))
+        try:
+            out = self._guarded(f"allreduce #{self.step} ({nbytes} bytes, plan "
+                                f"{self.plan.digest[:8]})",
+                                lambda: self.engine.allreduce(sendbuf, recvbuf, **kwargs))
+        except Exception:
+            if saved is not None:
+                # The call raised on every rank (the metadata check): take the choice back so
+                # the selectors stay equal even if ranks passed different sizes.
+                self.selector.restore(saved)
+            raise
         elapsed = time.perf_counter() - t0
         self._after(nbytes, elapsed)
         return out
@@ -164,23 +205,36 @@ class AdaptiveEngine:
         self.step += 1
         sent, busy = self.tracked.take_link_stats()
         row = (np.asarray(sent, dtype=float), np.asarray(busy, dtype=float))
-        if self.engine.last_algorithm not in ("tree", "ring") or self.size == 1:
+        alg = self.engine.last_algorithm or "?"
+        self.algorithms[alg] = self.algorithms.get(alg, 0) + 1
+        if self.size == 1:
+            return
+        # Tree and ring calls feed the detector; MPI calls only the selector, and only when
+        # large enough to say something about bandwidth (the decision is agreed, so every rank
+        # makes the same number of these allreduces).
+        if alg not in ("tree", "ring") and not (alg == "mpi" and self.selector.wants(nbytes)):
+            return
+        self.last_seconds = agree_max(
+            [elapsed], lambda v: self._guarded(
+                f"the time agreement after allreduce #{self.step - 1}",
+                lambda: self.tracked.inner.allreduce(v, v, "max")))[0]
+        self.selector.update(self.plan, nbytes, alg, self.last_seconds,
+                             self.engine.chunk_bytes)
+        if alg == "mpi":
             return  # MPI's own algorithm: the plan predicts nothing about it
         if self.detector.baseline is None:
             self._base_bytes += row[0]
             self._base_busy += row[1]
         self._recent.append(row)
-        self._vec[0] = elapsed
-        self._guarded(f"the time agreement after allreduce #{self.step - 1}",
-                      lambda: self.tracked.inner.allreduce(self._vec, self._vec, "max"))
-        self.last_seconds = float(self._vec[0])
-        if self.engine.last_algorithm == "tree":
+        if alg == "tree":
             predicted = self.plan.predict_time(nbytes, self.engine.chunk_bytes)
         else:
             predicted = nbytes / self.plan.ring_Bps if self.plan.ring_Bps else 0.0
-        if self.detector.update(predicted, float(self._vec[0])) and self.adapt:
-            self.replan("slower than the plan for "
-                        f"{self.detector.consecutive} calls in a row")
+        if self.detector.update(predicted, self.last_seconds, size_bucket(nbytes)) \
+                and self.adapt:
+            self.replan(f"slower than the plan for {self.detector.needed} calls "
+                        f"({self.detector.min_slow_s * self.detector.factor:g} s or more) "
+                        f"in a row")
 
     def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
         """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""
@@ -189,6 +243,7 @@ class AdaptiveEngine:
         old.close()
         self.topology = topology
         self.detector.reset()
+        self.selector.forget("tree")  # another plan: its tree timings are still to be made
         self._reset_windows()
 
     def _plan_on_root(self, topo: Optional[Topology]) -> Tuple[Optional[dict], Optional[dict],
@@ -242,7 +297,7 @@ class AdaptiveEngine:
                             old_model_Bps=old.throughput_Bps, new_model_Bps=old.throughput_Bps)
         if not sus:
             event.note = "no link to re-probe (one rank); re-baselined, plan kept"
-            self.detector.reset()
+            self.detector.backoff()
             self._reset_windows()
         else:
             probed = probe_pairs(self.comm, sus)
@@ -262,9 +317,11 @@ class AdaptiveEngine:
                 event.switched = True
             else:
                 # Slower, but not the links (a busy CPU, a late rank): the new normal.
-                event.note = "the re-probe found the suspects at their modelled rates"
-                self.detector.reset()
+                self.detector.backoff()
                 self._reset_windows()
+                event.note = ("the re-probe found the suspects at their modelled rates; "
+                              f"the next re-plan needs {self.detector.needed} slow calls in "
+                              f"a row")
         event.seconds = time.perf_counter() - t0
         self.events.append(event)
         return event
@@ -296,3 +353,13 @@ def retune(engine: AdaptiveEngine, mode: str = "quick") -> ReplanEvent:
     """Explicit re-probe and re-plan of ``engine`` (collective); see
     :meth:`AdaptiveEngine.retune`."""
     return engine.retune(mode)
+
+
+def _nbytes(buf: Any) -> int:
+    """Bytes of an array or tensor (the same on every rank whenever the call is valid)."""
+    n = getattr(buf, "nbytes", None)
+    if n is None and hasattr(buf, "element_size") and hasattr(buf, "numel"):
+        n = int(buf.numel()) * int(buf.element_size())
+    if n is None:
+        n = np.asarray(buf).nbytes
+    return int(n)

@@ -1,20 +1,31 @@
-"""Cost model: predicted seconds of the tree allreduce and of MPI_Allreduce for a message size.
+"""Cost model and the per-call choice between the tree engine and MPI_Allreduce.
 
-Each algorithm costs ``latency + bytes / bandwidth``; the tree adds a per-message cost (the
-Python progress loop's overhead per chunk message) to the plan's own prediction
-(:meth:`horotopo.plan.Plan.predict_time`), unless a calibration has measured its bandwidth
-directly. ``Engine.calibrate()`` times both algorithms at a ladder of sizes on the real ranks and
-fits these numbers, so the cut-over comes from measurements, not from a guess.
+Each algorithm costs ``latency + bytes / bandwidth``; the tree's transfer time is the plan's
+own prediction (:meth:`horotopo.plan.Plan.predict_time`, plus a per-message cost) times a
+measured factor ``tree_scale``, so a calibration made on one plan still applies to the next
+one after a re-plan. :data:`DEFAULT_COST_MODEL` is only a prior: ``Engine.calibrate()`` times
+both algorithms on the job's own ranks at init (:func:`calibrated_model`), and a
+:class:`Selector` refines the choice per size from the timings of real calls, Horovod-autotune
+style, with hysteresis so that scheduling noise does not flip it back and forth.
+
+Every input to these functions must be the same on all ranks (times agreed by a max-allreduce,
+:func:`agree_max`), so that every rank takes the same decision at the same call: the engine's
+per-call metadata check would raise otherwise, on every rank, instead of mixing algorithms.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Optional, Sequence, Tuple
+from collections import deque
+from dataclasses import dataclass, field, replace
+from statistics import median
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from ..plan import Plan
 
-__all__ = ["CostModel", "DEFAULT_COST_MODEL", "fit_line", "messages_per_rank"]
+__all__ = ["CostModel", "DEFAULT_COST_MODEL", "fit_line", "fit_affine", "messages_per_rank",
+           "calibrated_model", "Selector", "agree_max", "size_bucket"]
 
 
 def messages_per_rank(plan: Plan, nbytes: int, chunk_bytes: int) -> float:
@@ -39,15 +50,15 @@ def messages_per_rank(plan: Plan, nbytes: int, chunk_bytes: int) -> float:
     return worst
 
 
-def fit_line(points: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
-    """Fit ``time = a + bytes / bw`` to ``(bytes, seconds)`` points; returns ``(a, bw)``.
+def fit_affine(points: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
+    """Fit ``y = a + slope * x`` to ``(x, y)`` points; returns ``(a, slope)``.
 
-    The fit minimises *relative* squared error (weights ``1 / time**2``), so that on a
-    geometric ladder of sizes the small sizes pin the latency and the large ones the bandwidth.
-    ``a`` is clamped at 0 and ``bw`` kept finite, so a noisy fit never makes an algorithm free.
+    Minimises *relative* squared error (weights ``1 / y**2``), so that on a geometric ladder
+    of sizes the small ones pin ``a`` and the large ones the slope. ``a`` is clamped at 0 and
+    the slope kept positive, so a noisy fit never makes an algorithm free.
     """
     if len(points) < 2:
-        raise ValueError("need at least two (bytes, seconds) points to fit")
+        raise ValueError("need at least two (x, y) points to fit")
     sw = swx = swy = swxx = swxy = 0.0
     for x, y in points:
         if y <= 0:
@@ -62,7 +73,19 @@ def fit_line(points: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
     slope = (sw * swxy - swx * swy) / det if det > 0 else 0.0
     slope = max(slope, 1e-15)
     a = (swy - slope * swx) / sw
-    return max(0.0, a), 1.0 / slope
+    if a < 0:
+        # A negative intercept is noise; refit the slope through the origin instead of keeping
+        # a slope that was steepened to reach below zero.
+        a = 0.0
+        slope = max(swxy / swxx if swxx > 0 else 0.0, 1e-15)
+    return a, slope
+
+
+def fit_line(points: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
+    """Fit ``time = a + bytes / bw`` to ``(bytes, seconds)`` points; returns ``(a, bw)``
+    (:func:`fit_affine` with the slope read as seconds per byte)."""
+    a, slope = fit_affine(points)
+    return a, 1.0 / slope
 
 
 @dataclass(frozen=True)
@@ -72,15 +95,20 @@ class CostModel:
     Attributes
     ----------
     mpi_latency_s, mpi_Bps
-        MPI_Allreduce's fixed cost and algorithm bandwidth; ``mpi_Bps=None`` means the plan's
-        ring rate (``plan.ring_Bps``), which is what MPI's large-message algorithms reach on
-        the modelled network.
+        MPI_Allreduce's fixed cost and algorithm bandwidth; ``mpi_Bps=None`` (the uncalibrated
+        prior only) means the plan's ring rate (``plan.ring_Bps``). A real MPI_Allreduce is
+        often far from that (it does not know the topology), which is why the runtime always
+        measures it (:func:`calibrated_model`).
     tree_latency_s
         The tree engine's fixed cost per call (metadata exchange, set-up).
     per_message_s
-        Python overhead per chunk message in the progress loop.
+        Python overhead per chunk message in the progress loop (0 once calibrated: the fitted
+        ``tree_scale`` holds it).
     tree_Bps
-        Measured tree bandwidth; ``None`` means the plan's prediction.
+        Measured tree bandwidth; ``None`` means the plan's prediction times ``tree_scale``.
+    tree_scale
+        Measured tree time over the plan's predicted time (1: the plan's rate is reached). A
+        factor, not a rate, so that it carries over to the next plan after a re-plan.
     """
 
     mpi_latency_s: float
@@ -89,21 +117,32 @@ class CostModel:
     per_message_s: float
     tree_Bps: Optional[float] = None
     source: str = "default"
+    tree_scale: float = 1.0
 
     def tree_time(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
         chunk = chunk_bytes or plan.chunk_bytes
         if nbytes <= 0:
             return self.tree_latency_s
-        msgs = messages_per_rank(plan, nbytes, chunk) * self.per_message_s
+        msgs = (messages_per_rank(plan, nbytes, chunk) * self.per_message_s
+                if self.per_message_s else 0.0)
         if self.tree_Bps:
             return self.tree_latency_s + msgs + nbytes / self.tree_Bps
-        return self.tree_latency_s + msgs + plan.predict_time(nbytes, chunk)
+        return self.tree_latency_s + self.tree_scale * (msgs + plan.predict_time(nbytes, chunk))
 
     def mpi_time(self, plan: Plan, nbytes: int) -> float:
         bw = self.mpi_Bps or plan.ring_Bps
         if nbytes <= 0 or plan.n == 1:
             return self.mpi_latency_s
         return self.mpi_latency_s + nbytes / bw
+
+    def time(self, algorithm: str, plan: Plan, nbytes: int,
+             chunk_bytes: Optional[int] = None) -> float:
+        """:meth:`tree_time` for ``"tree"``, :meth:`mpi_time` for ``"mpi"``."""
+        if algorithm == "tree":
+            return self.tree_time(plan, nbytes, chunk_bytes)
+        if algorithm == "mpi":
+            return self.mpi_time(plan, nbytes)
+        raise ValueError(f"the cost model knows 'tree' and 'mpi', not {algorithm!r}")
 
     def choose(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> str:
         """``"tree"`` when its predicted time is strictly lower, else ``"mpi"``."""
@@ -125,13 +164,193 @@ class CostModel:
     def with_(self, **changes: object) -> "CostModel":
         return replace(self, **changes)
 
+    def describe(self) -> str:
+        mpi = (f"{self.mpi_Bps / 1e6:.1f} MB/s" if self.mpi_Bps else "the plan's ring rate")
+        tree = (f"{self.tree_Bps / 1e6:.1f} MB/s" if self.tree_Bps
+                else f"{self.tree_scale:.2f} x the plan's time")
+        return (f"{self.source} cost model: MPI {self.mpi_latency_s * 1e6:.0f} us + bytes at "
+                f"{mpi}; tree {self.tree_latency_s * 1e6:.0f} us + {tree}")
 
-# Measured on the development box (2 cores shared with other jobs, load 13-16, MPICH 5 over
-# shared memory, 4 ranks) with `mpiexec -n 4 python benchmarks/engine_overhead.py`: the
-# engine's 8-byte MPI path (100 us), 8-byte tree allreduce (6.6 ms: six hops, each waiting for
-# a descheduled rank) and the wall time per chunk message (34 us). With these, a plan that is
-# no faster than ring on its model always goes to MPI_Allreduce, and a plan much faster than
-# ring goes to the tree above a few tens of KiB. Engine.calibrate() replaces them with
-# measurements on the real ranks (and then a measured tree bandwidth replaces the model's).
+
+# Only the prior of an Engine that nobody calibrated (a library user's; the hvd runtime always
+# calibrates at init and then learns from its own calls, see Selector). Measured on the
+# development box (2 cores shared with other jobs, MPICH 5 over shared memory, 4 ranks) with
+# `mpiexec -n 4 python benchmarks/engine_overhead.py`: the engine's 8-byte MPI path (100 us),
+# 8-byte tree allreduce (6.6 ms: six hops, each waiting for a descheduled rank) and the wall
+# time per chunk message (34 us). These constants describe that machine, not a job's network:
+# nothing the runtime decides rests on them alone.
 DEFAULT_COST_MODEL = CostModel(mpi_latency_s=100e-6, mpi_Bps=None, tree_latency_s=6.6e-3,
                                per_message_s=34e-6)
+
+
+def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
+                     mpi_s: Sequence[float], chunk_bytes: Optional[int] = None,
+                     prior: CostModel = DEFAULT_COST_MODEL) -> CostModel:
+    """The cost model fitted to agreed calibration timings (pure; every rank gets the same).
+
+    MPI_Allreduce: ``latency + bytes / bandwidth`` (:func:`fit_line`). The tree:
+    ``latency + tree_scale * plan.predict_time(bytes)`` (:func:`fit_affine` against the plan's
+    prediction), so its extrapolation to larger sizes keeps the plan's pipeline shape, and the
+    scale carries over to a new plan. With a single size, the latencies stay the prior's and
+    only the rates are fitted.
+    """
+    if not (len(sizes) == len(tree_s) == len(mpi_s)) or not sizes:
+        raise ValueError("calibrated_model needs one tree and one MPI time per size")
+    chunk = chunk_bytes or plan.chunk_bytes
+    pred = [plan.predict_time(int(s), chunk) for s in sizes]
+    if len(sizes) == 1:
+        mpi_lat = min(prior.mpi_latency_s, 0.5 * mpi_s[0])
+        tree_lat = min(prior.tree_latency_s, 0.5 * tree_s[0])
+        mpi_bw = sizes[0] / max(mpi_s[0] - mpi_lat, 1e-12)
+        scale = (tree_s[0] - tree_lat) / pred[0] if pred[0] > 0 else 1.0
+    else:
+        mpi_lat, mpi_bw = fit_line(list(zip([float(s) for s in sizes], mpi_s)))
+        if all(p > 0 for p in pred):
+            tree_lat, scale = fit_affine(list(zip(pred, tree_s)))
+        else:  # one rank: the plan predicts nothing; the tree is never chosen then
+            tree_lat, scale = min(tree_s), 1.0
+    return prior.with_(mpi_latency_s=mpi_lat, mpi_Bps=mpi_bw, tree_latency_s=tree_lat,
+                       tree_Bps=None, tree_scale=max(scale, 1e-6), per_message_s=0.0,
+                       source="calibrated")
+
+
+def size_bucket(nbytes: int) -> int:
+    """The power-of-two bucket of ``nbytes``: sizes in ``(2**(k-1), 2**k]`` share bucket ``k``
+    (and their measurements, scaled by the model to each call's size)."""
+    return max(0, int(nbytes) - 1).bit_length()
+
+
+def agree_max(values: Sequence[float], allreduce_max: Callable[[np.ndarray], None]
+              ) -> List[float]:
+    """Rank-local timings -> the same list on every rank: the maximum over ranks of each.
+
+    ``allreduce_max(vec)`` is an in-place max-allreduce over the ranks (the engine's transport
+    or :func:`horotopo.transport.p2p.allreduce_point_to_point`). A collective's time is its
+    slowest rank's, and a value every rank holds bit for bit is what lets each rank run the
+    same :class:`Selector` and reach the same choice without sending the choice itself.
+    """
+    vec = np.array([float(v) for v in values], dtype=np.float64)
+    allreduce_max(vec)
+    return [float(v) for v in vec]
+
+
+@dataclass
+class Selector:
+    """Tree or MPI_Allreduce per call, from the cost model refined by agreed call timings.
+
+    For each power-of-two size bucket and algorithm it keeps the last ``window`` ratios of
+    measured over modelled time; an algorithm's estimate for a call is the model's time scaled
+    by the median of those ratios (the model alone when the bucket has none). Then:
+
+    - the first call of a bucket takes the algorithm with the lower estimate;
+    - afterwards the bucket keeps its algorithm until the other's estimate is lower by more
+      than ``margin`` (hysteresis): a median over a window, plus a margin, so one descheduled
+      rank's slow call moves nothing;
+    - once the chosen algorithm has been measured in a bucket of at least ``explore_min_bytes``,
+      an algorithm never measured there is tried once if the model puts it within
+      ``explore_ratio`` of the chosen one: the model extrapolates from a short calibration, and
+      one measured call settles what it cannot (Horovod's autotuner samples the same way).
+
+    Deterministic: fed the same agreed timings (:func:`agree_max`) in the same order, every
+    rank holds the same state and returns the same choice at the same call.
+    """
+
+    model: CostModel = DEFAULT_COST_MODEL
+    margin: float = 0.1
+    window: int = 5
+    explore_ratio: float = 2.0
+    explore_min_bytes: int = 1 << 20
+    sample_min_bytes: int = 64 << 10
+    _ratios: Dict[Tuple[int, str], Deque[float]] = field(default_factory=dict)
+    _current: Dict[int, str] = field(default_factory=dict)
+    _explored: Dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"margin must be in [0, 1), got {self.margin!r}")
+        if int(self.window) != self.window or self.window < 1:
+            raise ValueError(f"window must be a positive integer, got {self.window!r}")
+        if self.explore_ratio < 1:
+            raise ValueError(f"explore_ratio must be >= 1, got {self.explore_ratio!r}")
+
+    # -------------------------------------------------------------------------------------
+    def estimate(self, algorithm: str, plan: Plan, nbytes: int,
+                 chunk_bytes: Optional[int] = None) -> float:
+        """Seconds the selector expects ``algorithm`` to take for ``nbytes``."""
+        base = self.model.time(algorithm, plan, nbytes, chunk_bytes)
+        got = self._ratios.get((size_bucket(nbytes), algorithm))
+        return base * median(got) if got else base
+
+    def samples(self, algorithm: str, nbytes: int) -> int:
+        """How many measurements of ``algorithm`` the bucket of ``nbytes`` holds."""
+        return len(self._ratios.get((size_bucket(nbytes), algorithm), ()))
+
+    def current(self, nbytes: int) -> Optional[str]:
+        """The bucket's settled algorithm (None before its first call)."""
+        return self._current.get(size_bucket(nbytes))
+
+    def choose(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> str:
+        """The algorithm for this call (may be a one-off exploration of the other one)."""
+        if plan.n == 1 or nbytes <= 0:
+            return "mpi"
+        b = size_bucket(nbytes)
+        est = {a: self.estimate(a, plan, nbytes, chunk_bytes) for a in ("tree", "mpi")}
+        cur = self._current.get(b)
+        if cur is None:
+            cur = "tree" if est["tree"] < est["mpi"] else "mpi"
+        else:
+            other = "mpi" if cur == "tree" else "tree"
+            if est[other] < (1.0 - self.margin) * est[cur]:
+                cur = other
+        self._current[b] = cur
+        other = "mpi" if cur == "tree" else "tree"
+        if (nbytes >= self.explore_min_bytes and b not in self._explored
+                and self.samples(cur, nbytes) > 0 and self.samples(other, nbytes) == 0
+                and est[other] < self.explore_ratio * est[cur]):
+            self._explored[b] = other
+            return other
+        return cur
+
+    def wants(self, nbytes: int) -> bool:
+        """Whether a call of ``nbytes`` is worth a timing agreement (smaller calls are latency
+        noise for a bandwidth decision, and the calibrated latencies decide them)."""
+        return nbytes >= self.sample_min_bytes
+
+    def update(self, plan: Plan, nbytes: int, algorithm: str, seconds: float,
+               chunk_bytes: Optional[int] = None) -> None:
+        """Feed one call's agreed (slowest rank's) time; calls too small or of another
+        algorithm (ring, an explicit choice) are ignored."""
+        if algorithm not in ("tree", "mpi") or not self.wants(nbytes) or not seconds > 0:
+            return
+        base = self.model.time(algorithm, plan, nbytes, chunk_bytes)
+        if not base > 0:
+            return
+        key = (size_bucket(nbytes), algorithm)
+        got = self._ratios.get(key)
+        if got is None:
+            got = self._ratios[key] = deque(maxlen=int(self.window))
+        got.append(seconds / base)
+
+    def forget(self, algorithm: str) -> None:
+        """Drop ``algorithm``'s measurements and every bucket's settled choice (after a
+        re-plan the tree is another tree; MPI_Allreduce's figures stay valid)."""
+        for key in [k for k in self._ratios if k[1] == algorithm]:
+            del self._ratios[key]
+        self._current.clear()
+        self._explored.clear()
+
+    def snapshot(self) -> Tuple[Dict[int, str], Dict[int, str]]:
+        """The choice state :meth:`choose` changes (for :meth:`restore` after a failed call)."""
+        return dict(self._current), dict(self._explored)
+
+    def restore(self, saved: Tuple[Dict[int, str], Dict[int, str]]) -> None:
+        self._current, self._explored = dict(saved[0]), dict(saved[1])
+
+    def state(self) -> Dict[str, Any]:
+        """A plain summary (for logs and tests): per bucket, the choice and the median ratios."""
+        out: Dict[str, Any] = {}
+        for (b, alg), got in sorted(self._ratios.items()):
+            out.setdefault(str(b), {})[alg] = round(median(got), 4)
+        for b, alg in sorted(self._current.items()):
+            out.setdefault(str(b), {})["choice"] = alg
+        return out

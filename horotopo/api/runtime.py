@@ -901,6 +901,11 @@ def _liveness(comm: Any, thread_level: int) -> Any:
 
 
 def _make_engine(comm: Any, setup: Any, *, adapt: bool, timeout_s: float) -> Any:
+    from horotopo import config
     from horotopo.adapt import AdaptiveEngine
+    from horotopo.adapt.runtime import RUNTIME_DEFAULTS
 
-    return AdaptiveEngine(comm, setup.plan, setup.topology, adapt=adapt, timeout_s=timeout_s)
+    # The tree-or-MPI choice starts from timings of this job's ranks (a short calibration),
+    # not from constants of some other machine; the engine then learns from its own calls.
+    return AdaptiveEngine(comm, setup.plan, setup.topology, adapt=adapt, timeout_s=timeout_s,
+                          calibrate_s=config.get("HOROTOPO_CALIBRATE_S"), **RUNTIME_DEFAULTS)

@@ -121,3 +121,46 @@ def test_explicit_replan_and_retune_are_collective():
             agree(check_result(eng.allreduce(inputs(5000, step), algorithm="tree"), step))
     finally:
         eng.close()
+
+
+def test_a_short_burst_of_slow_calls_does_not_replan():
+    """Scheduling noise (the last rank late for three calls in a row) with the hvd runtime's
+    settings: the detector wants a slow run that also lasts a second, so no re-plan."""
+    from horotopo.adapt.runtime import RUNTIME_DEFAULTS
+
+    topo = from_dict(uniform_document(N, 1000.0))
+    eng = AdaptiveEngine(COMM, make_plan(topo, chunk_bytes=256 << 10), topo, min_seconds=0.0,
+                         timeout_s=120, **RUNTIME_DEFAULTS)
+    try:
+        for step in range(14):
+            if N > 1 and RANK == N - 1 and 6 <= step < 9:
+                time.sleep(0.1)   # every call waits 0.1 s for the late rank: 3 slow calls
+            agree(check_result(eng.allreduce(inputs(1 << 16, step), algorithm="tree"), step))
+        events = [(e.step, e.reason) for e in eng.events]
+        same_everywhere(events, "the events")
+        agree(not events, f"scheduling noise re-planned: {events}")
+    finally:
+        eng.close()
+
+
+def test_automatic_choice_is_the_same_on_every_rank():
+    """algorithm=None: the calibrated selector picks per call from agreed timings, so ranks
+    that see different local times (the last rank is late now and then) still run the same
+    algorithm at every call, and the results are right."""
+    topo = from_dict(uniform_document(N, 1000.0))
+    eng = AdaptiveEngine(COMM, make_plan(topo, chunk_bytes=256 << 10), topo, adapt=False,
+                         timeout_s=120, calibrate_s=0.5)
+    try:
+        same_everywhere(eng.cost_model, "the calibrated cost model")
+        ok, algs = True, []
+        for step in range(16):
+            if N > 1 and RANK == N - 1 and step % 5 == 2:
+                time.sleep(0.05)
+            count = (1 << 18) if step % 2 else (1 << 20)
+            ok &= check_result(eng.allreduce(inputs(count, step)), step)
+            algs.append(eng.engine.last_algorithm)
+        agree(ok, "a wrong result")
+        same_everywhere(algs, "the algorithm of each call")
+        same_everywhere(eng.selector.state(), "the selector's state")
+    finally:
+        eng.close()
