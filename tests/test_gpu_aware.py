@@ -42,14 +42,16 @@ def _fresh(monkeypatch):
 
 
 @pytest.mark.parametrize("value,expected", [(None, None), ("", None), ("0", False),
-                                            ("1", True), (" 1\n", True)])
+                                            ("1", True), (" 1\n", True), ("TRUE", True),
+                                            ("off", False), ("yes", True)])
 def test_parse_override(value, expected):
     assert awareness.parse_override(value) is expected
 
 
-@pytest.mark.parametrize("value", ["yes", "true", "2", "on", "-1"])
+@pytest.mark.parametrize("value", ["2", "-1", "maybe", "y"])
 def test_bad_override_names_the_variable(value, monkeypatch):
-    with pytest.raises(ValueError, match="HOROTOPO_CUDA_AWARE must be 0 or 1"):
+    with pytest.raises(ValueError, match=f"HOROTOPO_CUDA_AWARE={value!r}: must be one of 1, "
+                                         f"true, yes, on, 0, false, no, off"):
         awareness.parse_override(value)
     monkeypatch.setenv(awareness.ENV, value)
     with pytest.raises(ValueError, match="HOROTOPO_CUDA_AWARE"):

@@ -7,7 +7,7 @@ import pytest
 from horotopo import gpu
 from horotopo.gpu import elementwise as ew
 from horotopo.gpu import kernels
-from horotopo.gpu.testing import require_device
+from gpu_support import require_device
 
 OPS = ["sum", "min", "max", "product"]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]

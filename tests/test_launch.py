@@ -3,6 +3,8 @@
 The detection is faked by building MPI values, or by pointing HOROTOPO_MPIEXEC at a script that
 prints another MPI's version banner.
 """
+import json
+import logging
 import os
 import re
 import stat
@@ -284,3 +286,145 @@ def test_console_script_runs_a_real_job():
                           timeout=120)
     assert proc.returncode == 0, proc.stdout
     assert sorted(re.findall(r"<rank (\d+) of (\d+)>", proc.stdout)) == [("0", "2"), ("1", "2")]
+
+
+# ---------------------------------------------------------------------------------------------
+# flags that act (issue 12 §3): each sets a variable that the ranks read through horotopo.config
+
+
+ACTING_FLAGS = ["--no-stall-check", "--stall-check-warning-time-seconds", "7",
+                "--stall-check-shutdown-time-seconds", "30", "--timeline-mark-cycles",
+                "--disable-cache", "--timeline-filename", "t.json", "--log-level", "info",
+                "--start-timeout", "9", "--cycle-time-ms", "2.5", "--fusion-threshold-mb", "1"]
+
+
+def test_acting_flags_set_their_variables_and_do_not_warn(capsys):
+    o = cli.parse(ACTING_FLAGS + ["-np", "2", "x"])
+    assert "no effect" not in capsys.readouterr().err
+    assert o.env["HOROVOD_STALL_CHECK_DISABLE"] == "1"
+    assert o.env["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "7"
+    assert o.env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] == "30"
+    assert o.env["HOROVOD_TIMELINE_MARK_CYCLES"] == "1"
+    assert o.env["HOROVOD_CACHE_CAPACITY"] == o.env["HOROTOPO_CACHE_CAPACITY"] == "0"
+    assert o.env["HOROVOD_TIMELINE"] == o.env["HOROTOPO_TIMELINE"] == "t.json"
+    with pytest.raises(SystemExit):
+        cli.parse(["--disable-cache", "--cache-capacity", "4", "-np", "2", "x"])
+
+
+def test_every_variable_the_launcher_sets_is_declared_and_read_by_the_runtime():
+    from horotopo import config
+    from horotopo.api.runtime import env_settings
+
+    o = cli.parse(ACTING_FLAGS + ["-np", "2", "x"])
+    for name in o.env:
+        assert name in config.SETTINGS, f"the launcher sets {name}, which nothing declares"
+    # Each alias alone carries the value to the ranks, and the pair agrees (no ConfigError).
+    for name, value in o.env.items():
+        assert config.get(name, env={name: value}) == config.get(name, env=o.env)
+    got = env_settings(o.env)
+    assert got["cycle_time_s"] == pytest.approx(0.0025)
+    assert got["fusion_threshold"] == 1 << 20 and got["cache_capacity"] == 0
+    assert got["stall_check"] == 0.0 and got["stall_check_s"] == 7.0
+    assert got["stall_shutdown_s"] == 30.0
+    assert config.get("HOROVOD_START_TIMEOUT", env=o.env) == 9.0
+    assert config.get("HOROVOD_LOG_LEVEL", env=o.env) == "info"
+    assert config.get("HOROVOD_TIMELINE", env=o.env) == "t.json"
+    assert config.get("HOROVOD_TIMELINE_MARK_CYCLES", env=o.env) is True
+
+
+@pytest.mark.parametrize("flag", sorted(cli.UNSUPPORTED))
+def test_each_unsupported_flag_warns_once_naming_itself(flag, capsys):
+    argv = [flag] + (["v"] if cli.UNSUPPORTED[flag] else []) + ["-np", "2", "x"]
+    cli.parse(argv)
+    err = capsys.readouterr().err
+    assert err.count(f"warning: {flag} is accepted") == 1, err
+    assert err.count("warning:") == 1, err
+
+
+def test_no_flag_is_accepted_silently():
+    """Every option of the parser either sets something the job uses or warns."""
+    parser = cli.build_parser()
+    acting = {"-h", "--help", "-v", "--version", "-np", "--num-proc", "-H", "--hosts",
+              "-hostfile", "--hostfile", "--mpi", "--gloo", "-p", "--ssh-port", "--verbose",
+              "--network-interface", "--network-interfaces", "--fusion-threshold-mb",
+              "--cycle-time-ms", "--cache-capacity", "--disable-cache", "--timeline-filename",
+              "--timeline-mark-cycles", "--log-level", "--start-timeout", "--no-stall-check",
+              "--stall-check-warning-time-seconds", "--stall-check-shutdown-time-seconds",
+              "-x", "--mpi-args", "--dry-run", "--emulate", "--check", "--emulate-prefix",
+              "--check-seconds"}
+    flags = {s for a in parser._actions for s in a.option_strings}
+    assert flags - acting == set(cli.UNSUPPORTED)
+
+
+def _launcher() -> list:
+    from horotopo_launch.mpi import find_mpiexec
+    if find_mpiexec() is None:
+        pytest.skip("no mpiexec installed next to the interpreter or on PATH")
+    exe = Path(sys.executable).parent / "horotopo-run"
+    return [str(exe)] if exe.exists() else [sys.executable, "-c",
+                                           "import sys; from horotopo_launch.cli import main; "
+                                           "sys.exit(main())"]
+
+
+JOB_SETTINGS = """
+import json, logging
+import horotopo as hvd
+from horotopo.api import basics
+hvd.init()
+rt = basics._runtime
+print("<" + json.dumps({"rank": hvd.rank(), "stall_check": rt.stall_check,
+                        "cycle_time_s": rt.cycle_time_s, "cache": rt._cache.capacity,
+                        "level": logging.getLogger("horotopo").level}) + ">", flush=True)
+hvd.shutdown()
+"""
+
+
+def test_launched_ranks_apply_log_level_stall_check_and_aliases(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB_SETTINGS)
+    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off", "--log-level",
+                                         "INFO", "--no-stall-check", "--cycle-time-ms", "3",
+                                         "--disable-cache", sys.executable, str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout
+    rows = sorted((json.loads(m) for m in re.findall(r"<(\{.*?\})>", proc.stdout)),
+                  key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1], proc.stdout
+    for r in rows:
+        assert r["stall_check"] is False and r["cache"] == 0
+        assert r["cycle_time_s"] == pytest.approx(0.003)
+        assert r["level"] == logging.INFO
+    # INFO messages of the 'horotopo' logger now reach stderr (Python's default shows warnings
+    # only): rank 0's set-up line.
+    assert "ring plan over a uniform model" in proc.stdout
+
+
+JOB_LATE_RANK = """
+import sys, time
+from mpi4py import MPI
+import horotopo as hvd
+if MPI.COMM_WORLD.rank == 1:
+    time.sleep(8)   # never calls init within rank 0's --start-timeout
+    sys.exit(0)
+t0 = time.monotonic()
+try:
+    hvd.init()
+except Exception as exc:
+    print(f"<init failed after {time.monotonic() - t0:.1f} s: {exc}>", flush=True)
+"""
+
+
+def test_start_timeout_bounds_init_and_names_the_missing_rank(tmp_path):
+    script = tmp_path / "late.py"
+    script.write_text(JOB_LATE_RANK)
+    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off",
+                                         "--start-timeout", "2", sys.executable, str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout
+    m = re.search(r"<init failed after ([\d.]+) s: (.*)>", proc.stdout)
+    assert m, proc.stdout
+    assert 1.9 <= float(m.group(1)) < 7.5, m.group(0)
+    assert ("init: rank(s) 1 did not reach init within 2 s (HOROVOD_START_TIMEOUT, "
+            "horotopo-run --start-timeout)") in m.group(2)

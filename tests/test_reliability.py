@@ -18,8 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from horotopo.reliability import (ConfigError, TrackedTransport, Watchdog, env_bool, env_choice,
-                                  env_float, env_int, timeout_from_env)
+from horotopo.reliability import ConfigError, TrackedTransport, Watchdog, timeout_from_env
 from horotopo.transport.base import Transport, allreduce_point_to_point
 from loop_transport import LoopWorld, run_ranks
 from mpi_launch import mpiexec_path, run_mpi
@@ -180,31 +179,6 @@ def test_hvd_job_aborts_on_an_unhandled_exception(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # pure parts
-
-
-def test_env_helpers():
-    env = {"A": "2.5", "B": " 7 ", "C": "yes", "D": "Quick", "E": "", "BAD": "abc", "NEG": "-1",
-           "NAN": "nan", "F": "1.5"}
-    assert env_float("A", 1.0, env=env) == 2.5
-    assert env_float("MISSING", 1.0, env=env) == 1.0
-    assert env_float("E", 3.0, env=env) == 3.0
-    assert env_int("B", 0, env=env) == 7
-    assert env_bool("C", False, env=env) is True
-    assert env_choice("D", "off", ["off", "quick"], env=env) == "quick"
-    with pytest.raises(ConfigError, match=r"BAD='abc': must be a number"):
-        env_float("BAD", 1.0, env=env)
-    with pytest.raises(ConfigError, match=r"NEG='-1': must be > 0"):
-        env_float("NEG", 1.0, lo=0.0, lo_open=True, env=env)
-    with pytest.raises(ConfigError, match="finite"):
-        env_float("NAN", 1.0, env=env)
-    with pytest.raises(ConfigError, match="whole number"):
-        env_int("F", 1, env=env)
-    with pytest.raises(ConfigError, match="must be one of"):
-        env_bool("BAD", True, env=env)
-    with pytest.raises(ConfigError, match=r"D='Quick': must be one of off, full"):
-        env_choice("D", "off", ["off", "full"], env=env)
-    with pytest.raises(ConfigError, match="<= 5"):
-        env_int("B", 0, hi=5, env=env)
 
 
 def test_timeout_from_env():

@@ -43,15 +43,15 @@ import heapq
 import itertools
 import logging
 import math
-import os
 import socket
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import config
 from ..buffers import array_module, device_scope, synchronize
 from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
 from .ops import OP_NAMES, Average, horovod_dtype_name, shape_string
@@ -91,27 +91,40 @@ _FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
 _FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
+def env_settings(env: Optional[Mapping[str, str]] = None) -> Dict[str, float]:
+    """The Horovod environment knobs this runtime honours (read through horotopo.config)."""
+    def get(name: str) -> Any:
+        return config.get(name, env=env)
 
-
-def env_settings() -> Dict[str, float]:
-    """The Horovod environment knobs this runtime honours, with Horovod's defaults."""
     return {
-        "cycle_time_s": _env_float("HOROVOD_CYCLE_TIME", 1.0) / 1000.0,
-        "fusion_threshold": int(_env_float("HOROVOD_FUSION_THRESHOLD", 128 * 1024 * 1024)),
-        "cache_capacity": int(_env_float("HOROVOD_CACHE_CAPACITY", 1024)),
-        "stall_check_s": _env_float("HOROVOD_STALL_CHECK_TIME_SECONDS", 60.0),
-        "stall_check": 0.0 if os.environ.get("HOROVOD_STALL_CHECK_DISABLE", "0")
-        not in ("", "0") else 1.0,
-        "shutdown_timeout_s": _env_float("HOROTOPO_SHUTDOWN_TIMEOUT", 15.0),
+        "cycle_time_s": get("HOROVOD_CYCLE_TIME") / 1000.0,
+        "fusion_threshold": get("HOROVOD_FUSION_THRESHOLD"),
+        "cache_capacity": get("HOROVOD_CACHE_CAPACITY"),
+        "stall_check_s": get("HOROVOD_STALL_CHECK_TIME_SECONDS"),
+        "stall_check": 0.0 if get("HOROVOD_STALL_CHECK_DISABLE") else 1.0,
+        "stall_shutdown_s": get("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"),
+        "shutdown_timeout_s": get("HOROTOPO_SHUTDOWN_TIMEOUT"),
     }
+
+
+_LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
+               "warning": logging.WARNING, "error": logging.ERROR, "fatal": logging.CRITICAL}
+
+
+def apply_log_level(level: Optional[str]) -> None:
+    """Set the ``horotopo`` logger to ``level`` (HOROVOD_LOG_LEVEL; None leaves it alone).
+
+    Without any handler configured (neither on this logger nor on the root), Python prints only
+    warnings and worse; a level asked for explicitly must show its messages, so a stderr handler
+    is added then (once).
+    """
+    if level is None:
+        return
+    log.setLevel(_LOG_LEVELS[level])
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+        log.addHandler(handler)
 
 
 class Handle:
@@ -234,7 +247,33 @@ class Runtime:
         self.fusion_threshold = max(0, int(cfg["fusion_threshold"]))
         self.stall_check_s = float(cfg["stall_check_s"])
         self.stall_check = bool(cfg["stall_check"]) and self.stall_check_s > 0
+        # Horovod's stall shutdown: 0 never; else rank 0 ends the job when a tensor has waited
+        # this long for the other ranks (it runs with the stall check, as in Horovod).
+        self.stall_shutdown_s = float(cfg["stall_shutdown_s"])
+        self._stall_reason: Optional[str] = None
         self.shutdown_timeout_s = float(cfg["shutdown_timeout_s"])
+        apply_log_level(config.get("HOROVOD_LOG_LEVEL"))
+        # A cached request that waits this long is re-routed through rank 0 so that its
+        # stall can be reported with the names of the missing ranks.
+        self._reroute_s = min(5.0, self.stall_check_s / 2) if self.stall_check else math.inf
+        self._cache = _ResponseCache(int(cfg["cache_capacity"]))
+        self._words = max(1, (self._cache.capacity + 63) // 64)
+        self._user_comm = comm
+
+        self._lock = threading.Lock()
+        self._done_cv = threading.Condition(threading.Lock())
+        self._incoming: List[_Entry] = []
+        self._names: set = set()            # names pending on this rank (duplicate check)
+        self._handles: Dict[int, Handle] = {}
+        self._ids = itertools.count()
+        self._stop_requested = False
+        self._dead: Optional[str] = None    # reason, once the loop has ended
+        self._ready = threading.Event()
+        self._init_error: Optional[BaseException] = None
+        self._pending: "OrderedDict[str, _Entry]" = OrderedDict()
+        self._table: "OrderedDict[str, Dict[str, Any]]" = OrderedDict()  # rank 0 only
+        self._last_stall_check = 0.0
+        self._fusion: Dict[tuple, Any] = {}  # (module, device, dtype) -> fusion buffer
         # A cached request that waits this long is re-routed through rank 0 so that its
         # stall can be reported with the names of the missing ranks.
         self._reroute_s = min(5.0, self.stall_check_s / 2) if self.stall_check else math.inf
@@ -389,7 +428,7 @@ class Runtime:
             log.error("horotopo background thread failed: %s: %s", type(exc).__name__, exc)
             reason = f"{SHUT_DOWN} (background thread failed: {type(exc).__name__}: {exc})"
         finally:
-            self._teardown(reason)
+            self._teardown(self._stall_reason or reason)
 
     def _setup(self) -> None:
         from mpi4py import MPI
@@ -403,18 +442,22 @@ class Runtime:
         base = self._user_comm
         if base is None:
             base = MPI.COMM_WORLD
+            _wait_for_ranks(base, None)
         elif isinstance(base, (list, tuple, range)):
             ranks = [int(r) for r in base]
             world = MPI.COMM_WORLD
             if world.Get_rank() not in ranks:
                 raise ValueError(f"init(comm={ranks}): this process (world rank "
                                  f"{world.Get_rank()}) is not in the list")
+            _wait_for_ranks(world, ranks)
             group = world.Get_group().Incl(ranks)
             base = world.Create_group(group)
             group.Free()
         elif not isinstance(base, MPI.Comm):
             raise TypeError(f"init(comm=...) takes an mpi4py communicator or a list of ranks, "
                             f"got {type(base).__name__}")
+        else:
+            _wait_for_ranks(base, None)
         self._ctrl = base.Dup()
         self.rank, self.size = self._ctrl.Get_rank(), self._ctrl.Get_size()
         self.hosts = tuple(self._ctrl.allgather(socket.gethostname()))
@@ -425,13 +468,15 @@ class Runtime:
                  if [q for q in range(self.size) if self.hosts[q] == self.hosts[r]].index(r)
                  == self.local_rank]
         self.cross_rank, self.cross_size = peers.index(self.rank), len(peers)
-        from horotopo.reliability import Watchdog, env_bool, timeout_from_env
+        from horotopo.reliability import Watchdog, timeout_from_env
 
         timeout = timeout_from_env()
         self.setup = _make_setup(base)
         self.plan = self.setup.plan
-        # A made-up model (HOROTOPO_PROBE=off) is not one to refresh by re-probing links.
-        adapt = env_bool("HOROTOPO_ADAPT", self.setup.source != "uniform")
+        adapt = config.get("HOROTOPO_ADAPT")
+        if adapt is None:
+            # A made-up model (HOROTOPO_PROBE=off) is not one to refresh by re-probing links.
+            adapt = self.setup.source != "uniform"
         self._engine = _make_engine(base, self.setup, adapt=adapt, timeout_s=timeout)
         self._liveness = _liveness(base, self.thread_level)
         self._ctrl_dog = Watchdog(timeout, describe=self._describe_control_wait)
@@ -584,6 +629,20 @@ class Runtime:
                         "trying to submit different tensors or that only subset of ranks is "
                         "submitting tensors, which will cause deadlock. \nMissing ranks:\n%s",
                         self.stall_check_s, "\n".join(lines))
+        if self.stall_shutdown_s > 0 and self._stall_reason is None:
+            late = {name: sorted(set(range(self.size)) - set(slot["reqs"]))
+                    for name, slot in self._table.items()
+                    if now - slot["t0"] > self.stall_shutdown_s}
+            if late:
+                what = "; ".join(f"{name} (missing ranks {', '.join(map(str, ranks))})"
+                                 for name, ranks in sorted(late.items()))
+                self._stall_reason = (f"{SHUT_DOWN} (stalled for more than "
+                                      f"{self.stall_shutdown_s:g} s, "
+                                      f"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: {what})")
+                log.error("horotopo: %s", self._stall_reason)
+                # Clearing the running flag in the next cycle stops every rank's loop.
+                with self._lock:
+                    self._stop_requested = True
 
     # ------------------------------------------------------------------ execution
 
@@ -878,6 +937,23 @@ def _check_gather_shapes(kind: str, sigs: List[tuple]) -> Optional[str]:
                         f"dimension {dim} equal to {first[dim]}, but another rank sent a tensor "
                         f"with dimension {dim} equal to {shape[dim]}.")
     return None
+
+
+def _wait_for_ranks(comm: Any, members: Optional[Sequence[int]]) -> None:
+    """Wait at most HOROVOD_START_TIMEOUT for every rank to reach init; else name the others.
+
+    This runs before init's first collective (the ``Dup``), which would otherwise wait forever
+    for a rank that never calls init.
+    """
+    from horotopo.bootstrap import BootstrapError
+    from horotopo.probe._mpi import missing_ranks
+
+    timeout_s = config.get("HOROVOD_START_TIMEOUT")
+    missing = missing_ranks(comm, timeout_s, members)
+    if missing:
+        raise BootstrapError(f"init: rank(s) {', '.join(map(str, missing))} did not reach "
+                             f"init within {timeout_s:g} s (HOROVOD_START_TIMEOUT, "
+                             f"horotopo-run --start-timeout)")
 
 
 def _make_setup(comm: Any) -> Any:

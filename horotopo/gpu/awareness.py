@@ -1,7 +1,7 @@
 """Is the MPI library CUDA-aware (can it take device pointers)? Decided once per communicator.
 
 Order of evidence:
-1. ``HOROTOPO_CUDA_AWARE=0|1`` overrides everything.
+1. ``HOROTOPO_CUDA_AWARE`` (a boolean: 1/0, true/false, ...) overrides everything.
 2. The MPI library's own query, where it has one: ``MPIX_Query_cuda_support()`` (Open MPI and
    MPICH), else MPICH's ``MPIX_GPU_query_support(CUDA, &flag)``. mpi4py does not wrap these, so
    they are looked up with ctypes in the libmpi this process has already loaded.
@@ -22,6 +22,7 @@ import os
 import warnings
 from typing import Any, Dict, List, Optional
 
+from .. import config
 from ._env import cupy_module, device_status
 
 ENV = "HOROTOPO_CUDA_AWARE"
@@ -30,21 +31,15 @@ _cache: Dict[Any, bool] = {}
 
 
 def parse_override(value: Optional[str]) -> Optional[bool]:
-    """Read ``HOROTOPO_CUDA_AWARE``: "1" -> True, "0" -> False, unset or empty -> None.
+    """Read ``HOROTOPO_CUDA_AWARE`` as horotopo.config does: a strict boolean (1/true/yes/on,
+    0/false/no/off, any case); unset or empty -> None (detect).
 
     Raises
     ------
     ValueError
-        For any other value, naming the variable.
+        (:class:`horotopo.config.ConfigError`) for any other value, naming the variable.
     """
-    if value is None or value.strip() == "":
-        return None
-    v = value.strip()
-    if v == "1":
-        return True
-    if v == "0":
-        return False
-    raise ValueError(f"{ENV} must be 0 or 1 (or unset to detect), got {value!r}")
+    return config.parse(ENV, value)
 
 
 def _loaded_mpi_libraries() -> List[str]:
@@ -151,14 +146,15 @@ def cuda_aware(comm: Any, *, refresh: bool = False) -> bool:
     from mpi4py import MPI
 
     try:
-        override = parse_override(os.environ.get(ENV))
+        override = config.get(ENV)
         bad: Optional[ValueError] = None
     except ValueError as exc:
         override, bad = None, exc
     # A bad value on one rank must raise on every rank: the others would wait in the
     # allreduces below for a rank that has left.
     if comm.allreduce(1 if bad else 0, op=MPI.MAX):
-        raise bad or ValueError(f"{ENV} has an invalid value on another rank (expected 0 or 1)")
+        raise bad or ValueError(f"{ENV} has an invalid value on another rank (expected a "
+                                 f"boolean: {config.lookup(ENV).allowed()})")
     # Without a device the question is moot: no self-test, no warning, and the override
     # (often exported cluster-wide) is not an error on CPU-only ranks.
     has_device = device_status()[0]

@@ -11,7 +11,6 @@ the same bits; a warning says so once.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import warnings
@@ -20,6 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from .. import config
 from ._env import OPS, check_op, cupy_module
 
 #: Reduction op (engine spelling) -> kernel op suffix.
@@ -34,7 +34,6 @@ VECTOR_BYTES = 16
 BLOCK = 256
 KERNELS_ENV = "HOROTOPO_GPU_KERNELS"
 NATIVE_DIR_ENV = "HOROTOPO_NATIVE_DIR"
-_MODES = ("auto", "native", "fallback")
 
 
 def kernel_name(op: str, dtype: str, vector: bool = False) -> str:
@@ -72,7 +71,7 @@ def native_source_path() -> Path:
     ``$HOROTOPO_NATIVE_DIR`` when set; else the repository's native/ (editable installs), else
     ``<prefix>/share/horotopo/native`` (where a wheel's data_files would put it).
     """
-    base = os.environ.get(NATIVE_DIR_ENV)
+    base = config.get(NATIVE_DIR_ENV)
     if base:
         return Path(base) / "reduce.cu"
     repo = Path(__file__).resolve().parents[2] / "native" / "reduce.cu"
@@ -102,11 +101,10 @@ def kernel_mode() -> str:
     Raises
     ------
     ValueError
-        For a value other than auto, native or fallback.
+        (:class:`horotopo.config.ConfigError`) for a value other than auto, native or
+        fallback.
     """
-    mode = os.environ.get(KERNELS_ENV, "").strip() or "auto"
-    if mode not in _MODES:
-        raise ValueError(f"{KERNELS_ENV} must be one of {', '.join(_MODES)}, got {mode!r}")
+    mode: str = config.get(KERNELS_ENV)
     return mode
 
 

@@ -14,11 +14,15 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 import numpy as np
 
-__all__ = ["ProbeError", "wait_all", "allgather_json", "bcast_json", "allreduce_max"]
+__all__ = ["ProbeError", "wait_all", "allgather_json", "bcast_json", "allreduce_max",
+           "missing_ranks"]
 
 IDLE_SLEEP_S = (5e-5, 1e-3)  # idle polls back off from 50 us to 1 ms
 
 Label = Union[str, Callable[[List[int]], str]]
+# The tag of init's arrival messages on the caller's communicator (before horotopo has a
+# duplicate of its own): a user receive with MPI.ANY_TAG posted across init could take them.
+ARRIVAL_TAG = 0x6874
 
 
 class ProbeError(RuntimeError):
@@ -126,3 +130,67 @@ def bcast_json(comm: Any, obj: Any, root: int, timeout_s: float, what: str) -> A
         data = np.empty(int(length[0]), dtype=np.uint8)
     wait_all([comm.Ibcast([data, MPI.BYTE], root=root)], deadline, msg)
     return json.loads(data.tobytes())
+
+
+def _poll(request: Any, deadline: float) -> bool:
+    """Test ``request`` until it completes (True) or ``deadline`` passes (False; left posted)."""
+    nap = IDLE_SLEEP_S[0]
+    while not request.Test():
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(nap)
+        nap = min(2 * nap, IDLE_SLEEP_S[1])
+    return True
+
+
+def missing_ranks(comm: Any, timeout_s: float,
+                  members: Optional[Sequence[int]] = None) -> List[int]:
+    """The ranks of ``comm`` that did not call this within ``timeout_s``; ``[]`` when all did.
+
+    The first member gathers an arrival message from every other member, waits until the
+    deadline, then sends each arrived member the list of arrivals, so every rank that arrived
+    in time returns the same list. A member that sees no answer from the first returns
+    ``[first]``: it has not arrived, or it already gave up before this member came. Only
+    point-to-point messages on ``comm`` with :data:`ARRIVAL_TAG`, so nothing blocks past the
+    deadline (a collective cannot say who is missing). The arrival send of a member that came
+    too late stays posted: init fails there anyway.
+
+    Parameters
+    ----------
+    comm : mpi4py communicator
+    timeout_s : float
+        How long the first member waits for the others (the others wait up to twice as long,
+        since the first may start its wait after them).
+    members : sequence of int, optional
+        The ranks of ``comm`` that take part (all by default); the others must not call this.
+    """
+    ranks = list(range(comm.Get_size())) if members is None else [int(r) for r in members]
+    first, others = ranks[0], ranks[1:]
+    deadline = time.perf_counter() + timeout_s
+    if comm.Get_rank() != first:
+        token = np.ones(1, dtype=np.int8)
+        # Issend completes only once the first member has received it: proof that it is here.
+        if not _poll(comm.Issend(token, dest=first, tag=ARRIVAL_TAG), deadline):
+            return [first]
+        arrived = np.zeros(len(ranks), dtype=np.int8)
+        answer = comm.Irecv(arrived, source=first, tag=ARRIVAL_TAG)
+        if not _poll(answer, time.perf_counter() + timeout_s):
+            _cancel([answer], [0])
+            return [first]
+        return [r for r, ok in zip(ranks, arrived) if not ok]
+    tokens = [np.zeros(1, dtype=np.int8) for _ in others]
+    recvs = [comm.Irecv(t, source=r, tag=ARRIVAL_TAG) for t, r in zip(tokens, others)]
+    got = [False] * len(others)
+
+    def seen(k: int) -> None:
+        got[k] = True
+
+    try:
+        wait_all(recvs, deadline, "arrivals", on_done=seen)
+    except ProbeError:
+        pass  # wait_all cancelled the receives of the ranks that did not come: named below
+    arrived = np.array([1] + [int(g) for g in got], dtype=np.int8)
+    sends = [comm.Isend(arrived, dest=r, tag=ARRIVAL_TAG) for r, g in zip(others, got) if g]
+    # The arrived ranks are waiting for exactly this message, so it completes at once.
+    wait_all(sends, time.perf_counter() + timeout_s, "init: telling the ranks who arrived")
+    return [r for r, g in zip(others, got) if not g]

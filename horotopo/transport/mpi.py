@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import config
 from ..gpu.elementwise import wire_view
 from .base import ReduceOp, TagAllocator, Transport, TransportError
 
@@ -46,12 +46,10 @@ class MPITransport(Transport):
         # with more ranks than cores (and on emulated networks, where the kernel moves the
         # bytes) spinning ranks take the CPU from the ranks and the kernel that have work.
         # poll_sleep_s=0 spins in MPI_Waitsome as MPI would.
-        env_sleep = os.environ.get("HOROTOPO_POLL_SLEEP_US")
         self.poll_sleep_s = (poll_sleep_s if poll_sleep_s is not None
-                             else float(env_sleep) * 1e-6 if env_sleep else 50e-6)
-        env_spins = os.environ.get("HOROTOPO_SPIN_POLLS")
+                             else config.get("HOROTOPO_POLL_SLEEP_US") * 1e-6)
         self.spin_polls = (spin_polls if spin_polls is not None
-                           else int(env_spins) if env_spins else 200)
+                           else config.get("HOROTOPO_SPIN_POLLS"))
         self._comm: Optional[MPI.Comm] = comm.Dup()
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 import horotopo as hvd
 from horotopo.api.basics import runtime
-from horotopo.gpu.testing import require_device
+from gpu_support import require_device
 from test_api_collectives import start
 
 COMM = MPI.COMM_WORLD

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from horotopo import gpu
 from horotopo.engine import Engine
-from horotopo.gpu.testing import require_device, two_tree_plan
+from gpu_support import require_device, two_tree_plan
 from horotopo.transport import MPITransport
 
 COMM = MPI.COMM_WORLD

@@ -1,0 +1,74 @@
+"""``horotopo config``: the effective settings (environment variables) and where each came from.
+
+Reads through :mod:`horotopo.config`, so it shows exactly what a rank started with this
+environment would use. ``--json`` prints a list of objects; ``--markdown`` prints the README's
+settings table (the declarations, not this environment's values). Exit status 1 when some
+variable holds a value that init() would refuse.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, List
+
+from .. import config
+
+__all__ = ["add_parser", "run", "format_table"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``config`` subcommand."""
+    p = subparsers.add_parser(
+        "config", help="print the effective settings and where each came from",
+        description="Print every HOROTOPO_*/HOROVOD_* setting: its effective value and whether "
+                    "it came from the environment (naming the variable) or is the default.")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the settings as JSON")
+    fmt.add_argument("--markdown", action="store_true",
+                     help="print the README's table of every setting (type, default, allowed "
+                          "values, doc)")
+    p.set_defaults(func=run)
+    return p
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def format_table(rows: List[config.Effective]) -> str:
+    """The plain-text table: name, value, source (and the error of a bad value)."""
+    width = max(len(r.setting.name) for r in rows)
+    lines = [f"{'setting':<{width}}  {'value':<16} source"]
+    for r in rows:
+        if r.source == "error":
+            lines.append(f"{r.setting.name:<{width}}  {'(invalid)':<16} error: {r.error}")
+            continue
+        source = "default" if r.source == "default" else f"environment ({r.variable})"
+        value = _show(r.value)
+        if r.value is None and r.source == "default":
+            value = f"- ({r.setting.show_default()})"
+        lines.append(f"{r.setting.name:<{width}}  {value:<16} {source}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``horotopo config``; returns 1 if any variable is invalid."""
+    if args.markdown:
+        sys.stdout.write(config.markdown_table())
+        return 0
+    rows = config.effective()
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=1))
+    else:
+        sys.stdout.write(format_table(rows))
+    bad = [r for r in rows if r.error is not None]
+    for r in bad:
+        print(f"horotopo config: {r.error}", file=sys.stderr)
+    return 1 if bad else 0
