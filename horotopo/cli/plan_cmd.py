@@ -7,7 +7,7 @@ import sys
 import time
 
 from ..packing import format_percent
-from ..plan import Plan, format_size, make_plan, parse_size
+from ..plan import format_size, make_plan, parse_size
 from ..topology import Topology, TopologyError, bundled, load
 
 
@@ -30,7 +30,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="print only the plan's JSON on stdout (progress goes to stderr)")
     p.add_argument("-o", "--output", help="also write the plan's JSON to this file")
     p.add_argument("--png", metavar="FILE",
-                   help="draw the trees over the topology (needs matplotlib)")
+                   help="draw the network (switches over their hosts, or the probe's rank "
+                        "clusters and shared bottlenecks), link rates, and each tree's arcs "
+                        "over it with how many cross each link (needs matplotlib)")
     p.add_argument("--chunk", type=_size, default=None,
                    help="chunk size of the pipeline (default: chosen from the model)")
     p.add_argument("--max-trees-per-root", type=int, default=4, metavar="K",
@@ -90,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         progress(f"wrote {args.output}")
     if args.png:
         try:
+            from .draw import draw  # matplotlib is optional: only --png needs it
+
             draw(topology, plan, args.png)
         except ImportError:
             print("horotopo plan: --png needs matplotlib (pip install 'horotopo[plot]')",
@@ -108,38 +112,3 @@ def run(args: argparse.Namespace) -> int:
               f"{certified}")
     return 0
 
-
-def draw(topology: Topology, plan: Plan, path: str) -> None:
-    """Draw each tree's arcs over the rank graph, one colour per tree, rates as labels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import networkx as nx
-
-    n = topology.n
-    graph = nx.DiGraph()
-    graph.add_nodes_from(range(n))
-    pos = nx.circular_layout(graph)
-    fig, ax = plt.subplots(figsize=(7, 7))
-    colours = plt.get_cmap("tab10")
-    labels = {v: f"{v}\n{topology.hosts[v]}" for v in range(n)}
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color="#dddddd", node_size=900)
-    nx.draw_networkx_labels(graph, pos, labels=labels, ax=ax, font_size=8)
-    for k, tree in enumerate(plan.trees):
-        colour = colours(k % 10)
-        for parent, style, up in ((tree.reduce_parent, "solid", True),
-                                  (tree.bcast_parent, "dashed", False)):
-            arcs = [(v, p) if up else (p, v) for v, p in enumerate(parent) if p >= 0]
-            nx.draw_networkx_edges(graph, pos, edgelist=arcs, ax=ax, edge_color=[colour],
-                                   style=style, arrows=True, connectionstyle=f"arc3,rad={0.05 * (k + 1)}",
-                                   width=1.5)
-        ax.plot([], [], color=colour,
-                label=f"tree {k} root {tree.root}: {tree.rate_Bps / 1e6:.2f} MB/s")
-    ax.set_title(f"{topology.name}: R {plan.throughput_Bps / 1e6:.2f} MB/s, "
-                 f"ring {plan.ring_Bps / 1e6:.2f} MB/s, gap {plan.gap * 100:.2f}%\n"
-                 "solid: reduce, dashed: broadcast")
-    ax.legend(loc="lower left", fontsize=7)
-    ax.axis("off")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
