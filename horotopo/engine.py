@@ -214,8 +214,7 @@ class Engine:
             # The op's execution span on the timeline, named by the algorithm that ran it
             # (TREE_ALLREDUCE, MPI_ALLREDUCE, RING_ALLREDUCE), as Horovod names its own.
             tl.activity(f"{alg.upper()}_ALLREDUCE", t_run, args={
-                "algorithm": alg, "chosen_by": "caller" if algorithm else "cost model",
-                "bytes": count * dtype.itemsize, "dtype": dtype.name,
+                "algorithm": alg, "bytes": count * dtype.itemsize, "dtype": dtype.name,
                 "plan": self.plan.digest[:8]})
         if is_torch_tensor(result):
             synchronize(out)  # torch's stream knows nothing of the engine's kernels
