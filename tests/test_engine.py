@@ -9,10 +9,12 @@ from horotopo.packing import ring_parents
 from horotopo.plan import plan_from_trees
 from horotopo.transport.base import TagAllocator, TransportError
 
+from plan_checks import checked
+
 
 def _ring(n, rate=1e9, chunk=1 << 20, latency=1e-5):
-    return plan_from_trees(n, [(r, *ring_parents(n, r), rate) for r in range(n)],
-                           chunk_bytes=chunk, latency_s=latency)
+    return checked(plan_from_trees(n, [(r, *ring_parents(n, r), rate) for r in range(n)],
+                                   chunk_bytes=chunk, latency_s=latency))
 
 
 def test_fit_line_recovers_a_line():

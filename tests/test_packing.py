@@ -10,8 +10,10 @@ from horotopo.packing import ArcModel, CertificateError, check_certificate, pack
     start_bound
 from horotopo.packing import gk
 from horotopo.packing.model import validate_arborescence
+from horotopo.plan import plan_from_trees
 from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
 
+from plan_checks import checked
 from test_arborescence import all_arborescences
 
 
@@ -31,6 +33,9 @@ def check_invariants(topology, packing):
     assert np.all(load <= model.capacity * (1 + 1e-6)), "a resource is over capacity"
     assert sum(t.rate for t in packing.trees) == pytest.approx(packing.throughput)
     assert packing.throughput >= ring_packing(topology).throughput * (1 - 1e-9)
+    # the plan these trees make passes every plan and step-table invariant
+    checked(plan_from_trees(n, [(t.root, t.reduce_parent, t.bcast_parent, t.rate)
+                                for t in packing.trees]), topology)
 
 
 def exact_optimum(topology):

@@ -13,10 +13,13 @@ from horotopo.plan import (Plan, PlanError, format_size, make_plan, parse_size, 
                            ring_plan)
 from horotopo.topology import bundled, from_dict, load
 
+from plan_checks import checked
+
 
 @pytest.fixture(scope="module")
 def racks_plan():
-    return make_plan(load(bundled("racks-2x3")))
+    topology = load(bundled("racks-2x3"))
+    return checked(make_plan(topology), topology)
 
 
 def test_json_round_trip_keeps_the_digest(racks_plan):
@@ -52,14 +55,15 @@ def test_validation_errors():
 
 
 def test_digest_depends_on_the_schedule():
-    a = plan_from_trees(3, [(0, (-1, 0, 0), (-1, 0, 0), 1.0)])
-    b = plan_from_trees(3, [(0, (-1, 0, 1), (-1, 0, 0), 1.0)])
+    a = checked(plan_from_trees(3, [(0, (-1, 0, 0), (-1, 0, 0), 1.0)]))
+    b = checked(plan_from_trees(3, [(0, (-1, 0, 1), (-1, 0, 0), 1.0)]))
     assert a.digest != b.digest
     assert a.with_chunk(4096).digest != a.digest
 
 
 def test_ring_plan_is_n_chains():
-    plan = ring_plan(from_dict(generate.uniform_star(4)))
+    topology = from_dict(generate.uniform_star(4))
+    plan = checked(ring_plan(topology), topology)
     assert len(plan.trees) == 4
     for t in plan.trees:
         assert (t.reduce_parent, t.bcast_parent) == ring_parents(4, t.root)
@@ -69,7 +73,8 @@ def test_ring_plan_is_n_chains():
 
 
 def test_ring_plan_on_racks_does_not_claim_optimality(racks_plan):
-    plan = ring_plan(load(bundled("racks-2x3")))
+    topology = load(bundled("racks-2x3"))
+    plan = checked(ring_plan(topology), topology)
     # ring in rank order is 5x below the optimum, so an honest gap is at least 80%
     assert plan.gap >= 1 - plan.throughput_Bps / racks_plan.throughput_Bps - 1e-9
     assert plan.gap >= 0.8
@@ -80,7 +85,7 @@ def test_ring_plan_on_racks_does_not_claim_optimality(racks_plan):
 
 
 def test_plan_without_certificate():
-    plan = plan_from_trees(3, [(0, (-1, 0, 0), (-1, 0, 0), 1.0)])
+    plan = checked(plan_from_trees(3, [(0, (-1, 0, 0), (-1, 0, 0), 1.0)]))
     assert plan.upper_bound_Bps is None and plan.gap is None
     assert "no certificate" in plan.describe()
     doc = json.loads(json.dumps(plan.to_json()))
@@ -115,7 +120,8 @@ def test_predicted_time_grows_with_size(racks_plan):
 @given(n=st.integers(2, 10), seed=st.integers(0, 10_000), measured=st.booleans())
 def test_plan_never_below_ring(n, seed, measured):
     doc = generate.random_measured(n, seed) if measured else generate.random_declared(n, seed)
-    plan = make_plan(from_dict(doc))
+    topology = from_dict(doc)
+    plan = checked(make_plan(topology), topology)
     assert plan.throughput_Bps >= plan.ring_Bps * (1 - 1e-9)
     assert sum(t.share for t in plan.trees) == pytest.approx(1.0, abs=1e-12)
     assert plan.upper_bound_Bps >= plan.throughput_Bps * (1 - 1e-9)

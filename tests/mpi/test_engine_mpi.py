@@ -15,6 +15,7 @@ from mpi4py import MPI
 from horotopo.engine import Engine, MismatchError
 from horotopo.packing import ring_parents
 from horotopo.plan import plan_from_trees
+from horotopo.validate import validate
 
 COMM = MPI.COMM_WORLD
 N = COMM.size
@@ -47,12 +48,16 @@ def random_plan(seed, chunk_bytes=1 << 20, trees=None):
         root = int(rng.integers(0, N))
         spec.append((root, random_arborescence(N, root, rng), random_arborescence(N, root, rng),
                      float(rng.uniform(0.1, 2.0))))
-    return plan_from_trees(N, spec, chunk_bytes=chunk_bytes)
+    plan = plan_from_trees(N, spec, chunk_bytes=chunk_bytes)
+    validate(plan)
+    return plan
 
 
 def ring_plan(chunk_bytes=1 << 20):
-    return plan_from_trees(N, [(r, *ring_parents(N, r), 1.0) for r in range(N)],
+    plan = plan_from_trees(N, [(r, *ring_parents(N, r), 1.0) for r in range(N)],
                            chunk_bytes=chunk_bytes)
+    validate(plan)
+    return plan
 
 
 def inputs(count, dtype, op, seed):
