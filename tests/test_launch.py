@@ -428,3 +428,45 @@ def test_start_timeout_bounds_init_and_names_the_missing_rank(tmp_path):
     assert 1.9 <= float(m.group(1)) < 7.5, m.group(0)
     assert ("init: rank(s) 1 did not reach init within 2 s (HOROVOD_START_TIMEOUT, "
             "horotopo-run --start-timeout)") in m.group(2)
+
+
+JOB_STALL = """
+import time
+import numpy as np
+import horotopo as hvd
+hvd.init()
+if hvd.rank() == 0:
+    t0 = time.monotonic()
+    try:
+        hvd.allreduce(np.ones(4), name="only_rank0")
+        print("<rank 0: no error>", flush=True)
+    except Exception as exc:
+        print(f"<rank 0 after {time.monotonic() - t0:.1f} s: {type(exc).__name__}: {exc}>",
+              flush=True)
+else:
+    time.sleep(6)   # never submits only_rank0
+    try:
+        hvd.allreduce(np.ones(4), name="late")
+        print("<rank 1: no error>", flush=True)
+    except Exception as exc:
+        print(f"<rank 1: {type(exc).__name__}>", flush=True)
+"""
+
+
+def test_stall_shutdown_time_ends_the_job_naming_the_stalled_tensor(tmp_path):
+    script = tmp_path / "stall.py"
+    script.write_text(JOB_STALL)
+    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off",
+                                         "--stall-check-warning-time-seconds", "1",
+                                         "--stall-check-shutdown-time-seconds", "2",
+                                         sys.executable, str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout
+    m = re.search(r"<rank 0 after ([\d.]+) s: HorovodInternalError: (.*)>", proc.stdout)
+    assert m, proc.stdout
+    assert 1.9 <= float(m.group(1)) < 5.5, m.group(0)
+    assert ("stalled for more than 2 s, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: only_rank0 "
+            "(missing ranks 1)") in m.group(2)
+    assert "<rank 1: HorovodInternalError>" in proc.stdout   # the whole job shut down
+    assert "Missing ranks:\n1: [only_rank0]" in proc.stdout  # the warning came first
