@@ -33,9 +33,10 @@ from .transport import Transport, as_transport
 __all__ = ["Engine", "MismatchError", "ALGORITHMS"]
 
 ALGORITHMS = ("tree", "mpi", "ring")
-#: Engine.calibrate()'s default ladder: small enough for a short init on a slow network (its
-#: budget stops it early there), large enough to show each algorithm's bandwidth.
-CALIBRATION_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+#: Engine.calibrate()'s default ladder. Steps of 16x and 4x: the second size must be large
+#: enough, even on a slow network where the budget stops the ladder there, for bandwidth (not
+#: per-call latency) to set its time, or the fit extrapolates a slope it never saw.
+CALIBRATION_SIZES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
 _ALG_CODES = {name: k + 1 for k, name in enumerate(ALGORITHMS)}
 
 
@@ -266,7 +267,7 @@ class Engine:
                   budget_s: Optional[float] = None) -> CostModel:
         """Time the tree and MPI_Allreduce on these ranks and fit the cost model to it.
 
-        Collective: every rank must call it. ``sizes`` (bytes, default 64 KiB .. 4 MiB) are
+        Collective: every rank must call it. ``sizes`` (bytes, default 64 KiB .. 16 MiB) are
         run smallest first, each once to warm up and ``repeats`` times timed; a size's time is
         the slowest rank's best, agreed by one max-allreduce, so every rank fits the same model
         (:func:`horotopo.algorithms.cost.calibrated_model`) and picks the same algorithm. With

@@ -6,6 +6,8 @@ import dataclasses
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
+from .. import config
+from .. import timeline as _timeline
 from .errors import NOT_INITIALIZED
 from .runtime import RETUNE, RETUNE_MODES, Runtime
 
@@ -53,6 +55,11 @@ def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None
         install_excepthook()
         rt = Runtime(comm)
         rt.start()
+        try:
+            _timeline_from_env(rt)
+        except BaseException:
+            rt.stop()  # the other ranks learn of it at their next cycle, instead of hanging
+            raise
         _runtime = rt
         _counters.clear()
         if not _atexit_done:
@@ -68,6 +75,10 @@ def shutdown() -> None:
         rt, _runtime = _runtime, None
     if rt is not None:
         rt.stop()
+        if rt.rank == 0:
+            # The background thread closes the timeline when it ends; this covers a thread
+            # that did not stop within the timeout.
+            _timeline.stop()
 
 
 def retune(mode: str = "quick") -> Dict[str, Any]:
@@ -211,11 +222,62 @@ def rocm_built() -> bool:
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    raise NotImplementedError("the Horovod timeline is not implemented in horotopo")
+    """Create a Chrome-trace timeline at ``file_path`` and record every op into it.
+
+    As in Horovod, only rank 0 (the coordinator) writes the file; the call is accepted on every
+    rank and does nothing elsewhere. Starting again with the same path keeps writing that
+    file; another path closes the current one first. Unlike Horovod, the job need not have
+    been started with ``HOROVOD_TIMELINE=DYNAMIC`` (a timeline costs nothing while off).
+
+    Parameters
+    ----------
+    file_path : str
+        The timeline file (JSON; open it in chrome://tracing or https://ui.perfetto.dev).
+    mark_cycles : bool
+        Mark each runtime cycle that has work (Horovod's ``HOROVOD_TIMELINE_MARK_CYCLES``).
+
+    Raises
+    ------
+    ValueError
+        Before init() (Horovod's message).
+    OSError
+        On rank 0, when the file cannot be created.
+    """
+    _start_timeline(runtime(), file_path, mark_cycles)
 
 
 def stop_timeline() -> None:
-    raise NotImplementedError("the Horovod timeline is not implemented in horotopo")
+    """Stop recording and close the timeline file (a no-op when none is being written).
+
+    Raises ValueError before init(), as Horovod does.
+    """
+    if runtime().rank == 0:
+        _timeline.stop()
+
+
+def _start_timeline(rt: Runtime, file_path: str, mark_cycles: bool) -> None:
+    if rt.rank != 0:
+        return
+    plan = rt.plan
+    _timeline.start(file_path, mark_cycles,
+                    label=f"horotopo job: {rt.size} ranks, as rank 0 saw it",
+                    info={"size": rt.size, "hosts": list(rt.hosts), "plan": plan.digest,
+                          "trees": [{"root": t.root, "share": t.share} for t in plan.trees]})
+
+
+def _timeline_from_env(rt: Runtime) -> None:
+    """Start the timeline that HOROVOD_TIMELINE names (``horotopo-run --timeline-filename``).
+
+    ``DYNAMIC`` is Horovod's "no file yet, start_timeline() will come", so it starts nothing.
+    """
+    path = config.get("HOROVOD_TIMELINE")
+    if path is None or path.strip().upper() == "DYNAMIC":
+        return
+    try:
+        _start_timeline(rt, path, bool(config.get("HOROVOD_TIMELINE_MARK_CYCLES")))
+    except OSError as exc:
+        raise OSError(exc.errno, f"HOROVOD_TIMELINE={path!r}: cannot write the timeline "
+                                 f"({exc.strerror})") from exc
 
 
 class ProcessSet:

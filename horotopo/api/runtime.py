@@ -52,6 +52,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import config
+from .. import timeline as _timeline
 from ..buffers import array_module, device_scope, synchronize
 from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
 from .ops import OP_NAMES, Average, horovod_dtype_name, shape_string
@@ -274,27 +275,12 @@ class Runtime:
         self._table: "OrderedDict[str, Dict[str, Any]]" = OrderedDict()  # rank 0 only
         self._last_stall_check = 0.0
         self._fusion: Dict[tuple, Any] = {}  # (module, device, dtype) -> fusion buffer
-        # A cached request that waits this long is re-routed through rank 0 so that its
-        # stall can be reported with the names of the missing ranks.
-        self._reroute_s = min(5.0, self.stall_check_s / 2) if self.stall_check else math.inf
-        self._cache = _ResponseCache(int(cfg["cache_capacity"]))
-        self._words = max(1, (self._cache.capacity + 63) // 64)
-        self._user_comm = comm
-
-        self._lock = threading.Lock()
-        self._done_cv = threading.Condition(threading.Lock())
-        self._incoming: List[_Entry] = []
-        self._names: set = set()            # names pending on this rank (duplicate check)
-        self._handles: Dict[int, Handle] = {}
-        self._ids = itertools.count()
-        self._stop_requested = False
-        self._dead: Optional[str] = None    # reason, once the loop has ended
-        self._ready = threading.Event()
-        self._init_error: Optional[BaseException] = None
-        self._pending: "OrderedDict[str, _Entry]" = OrderedDict()
-        self._table: "OrderedDict[str, Dict[str, Any]]" = OrderedDict()  # rank 0 only
-        self._last_stall_check = 0.0
-        self._fusion: Dict[tuple, Any] = {}  # (module, device, dtype) -> fusion buffer
+        # The timeline this cycle writes to (rank 0 while one is started, else None), the
+        # time this cycle's responses became known, and (rank 0) when each rank asked for a
+        # negotiated name, for the per-rank ticks.
+        self._tl: Optional[_timeline.Timeline] = None
+        self._t_resp = 0.0
+        self._ready_times: Dict[str, Dict[int, float]] = {}
         self._engine: Any = None
         self._ctrl: Any = None
         self._ctrl_dog: Any = None
@@ -503,6 +489,11 @@ class Runtime:
                 stopping = self._stop_requested
             for entry in incoming:
                 self._pending[entry.name] = entry
+            tl = self._tl = _timeline.active()
+            if tl is not None and tl.mark_cycles and self._pending:
+                # Horovod marks every cycle; idle ones would bury the ops, so only cycles
+                # with work are marked.
+                tl.marker(_timeline.CYCLE_START, t_start)
 
             # Bits are gathered in Python ints (numpy scalar ops cost ~1 us each).
             hits = invalid = 0
@@ -559,8 +550,12 @@ class Runtime:
                 responses.extend(negotiated)
             if self.rank == 0 and self.stall_check:
                 self._check_stalls()
+            if tl is not None and responses:
+                self._trace_negotiations(tl, responses)
             if responses:
                 self._execute(responses)
+            if tl is not None:
+                tl.flush()
 
             rest = self.cycle_time_s - (time.monotonic() - t_start)
             if rest > 0:
@@ -589,11 +584,16 @@ class Runtime:
                 for name, sig, age in lst:
                     slot = self._table.get(name)
                     if slot is None:
-                        slot = self._table[name] = {"reqs": {}, "t0": now - age, "warned": 0.0}
+                        slot = self._table[name] = {"reqs": {}, "t0": now - age, "warned": 0.0,
+                                                    "ready": {}}
                     slot["reqs"][r] = sig
+                    slot["ready"][r] = now - age
                     slot["t0"] = min(slot["t0"], now - age)
             ready = [n for n, slot in self._table.items() if len(slot["reqs"]) == self.size]
-            responses = [self._construct(n, self._table.pop(n)["reqs"]) for n in ready]
+            slots = [(n, self._table.pop(n)) for n in ready]
+            if self._tl is not None:
+                self._ready_times.update((n, slot["ready"]) for n, slot in slots)
+            responses = [self._construct(n, slot["reqs"]) for n, slot in slots]
         return self._ctrl.bcast(responses, root=0)
 
     def _construct(self, name: str, reqs: Dict[int, tuple]) -> tuple:
@@ -652,6 +652,8 @@ class Runtime:
 
     def _finish(self, entries: List[_Entry], values: Optional[List[Any]] = None,
                 error: Optional[str] = None) -> None:
+        if self._tl is not None:
+            self._trace_end(self._tl, entries, error)
         with self._lock:
             for e in entries:
                 self._names.discard(e.name)
@@ -688,6 +690,8 @@ class Runtime:
             if isinstance(item, list):
                 resps = item[0]
                 entries = [self._take(r[1]) for r in resps]
+                if self._tl is not None:
+                    self._trace_begin(self._tl, resps[0][0], entries)
                 try:
                     with _OnDevice(entries):
                         if resps[0][0] == ALLREDUCE:
@@ -701,6 +705,8 @@ class Runtime:
                 continue
             kind, name, error, sig, extra = item
             entry = self._take(name)
+            if self._tl is not None:
+                self._trace_begin(self._tl, kind, [entry])
             if error is not None:
                 self._finish([entry], error=error)
             elif kind == BARRIER:
@@ -748,12 +754,65 @@ class Runtime:
             self._note_replans()
             return [e.output]
         buf = self._buffer(work, sum(e.array.size for e in entries), entries[0].array)
-        _pack(buf, [e.array for e in entries], into_buffer=True)
+        self._fuse(buf, [e.array for e in entries], entries, into_buffer=True)
         self._engine.allreduce(buf, buf, op=OP_NAMES[op], prescale_factor=prescale,
                                postscale_factor=postscale)
-        _pack(buf, [e.output for e in entries], into_buffer=False)
+        self._fuse(buf, [e.output for e in entries], entries, into_buffer=False)
         self._note_replans()
         return [e.output for e in entries]
+
+    def _fuse(self, buf: Any, arrays: List[Any], entries: List[_Entry],
+              into_buffer: bool) -> None:
+        """:func:`_pack`, shown on the timeline as Horovod's MEMCPY_IN/OUT_FUSION_BUFFER."""
+        tl = self._tl
+        if tl is None:
+            _pack(buf, arrays, into_buffer)
+            return
+        names = [e.name for e in entries]
+        tl.begin(names, "MEMCPY_IN_FUSION_BUFFER" if into_buffer
+                 else "MEMCPY_OUT_FUSION_BUFFER")
+        _pack(buf, arrays, into_buffer)
+        tl.end(names)
+
+    # ------------------------------------------------------------------ timeline (rank 0)
+
+    def _trace_negotiations(self, tl: _timeline.Timeline, responses: List[tuple]) -> None:
+        """Each response's NEGOTIATE_<KIND> span: from the first request for it (this rank's
+        enqueue, or an earlier rank's) until now, when every rank knows it is ready; with a
+        tick per rank at its request, for names negotiated through rank 0 (a cached name's
+        requests never reach rank 0, so it has no ticks)."""
+        now = self._t_resp = time.monotonic()
+        for kind, name, error, _, _ in responses:
+            entry = self._pending.get(name)
+            asked = self._ready_times.pop(name, None)
+            start = entry.t0 if entry is not None else now
+            if asked:
+                start = min(start, min(asked.values()))
+            args: Dict[str, Any] = {"cached": asked is None}
+            if error is not None:
+                args["error"] = error
+            tl.complete(name, f"NEGOTIATE_{kind}", start, now, args)
+            for r, at in sorted((asked or {}).items()):
+                tl.complete(name, str(r), at, at)
+
+    def _trace_begin(self, tl: _timeline.Timeline, kind: str, entries: List[_Entry]) -> None:
+        """Open the op's span on each tensor's row from the end of its negotiation, show the
+        wait behind earlier ops of this cycle as QUEUE, and point the engine's spans (the
+        algorithm, the trees' phases) at these rows."""
+        names = [e.name for e in entries]
+        tl.begin(names, kind, ts=self._t_resp,
+                 args={"fused_tensors": len(names)} if len(names) > 1 else None)
+        tl.complete(names, "QUEUE", self._t_resp, time.monotonic())
+        tl.set_rows(names)
+
+    def _trace_end(self, tl: _timeline.Timeline, entries: List[_Entry],
+                   error: Optional[str]) -> None:
+        for e in entries:
+            args: Dict[str, Any] = {"dtype": e.sig[1], "shape": list(e.sig[2])}
+            if error is not None:
+                args["error"] = error
+            tl.end(e.name, args=args)
+        tl.set_rows(None)
 
     def _note_replans(self) -> None:
         """Take up the plan the adaptive engine switched to, and say so on rank 0."""
@@ -783,11 +842,11 @@ class Runtime:
         buf = self._buffer(np.dtype(np.uint8), total, entries[0].output)
         views = [e.output.reshape(-1).view(np.uint8) for e in entries]
         if self.rank == root:
-            _pack(buf, views, into_buffer=True)
+            self._fuse(buf, views, entries, into_buffer=True)
         if total:
             self._engine.broadcast(buf, root)
         if self.rank != root:
-            _pack(buf, views, into_buffer=False)
+            self._fuse(buf, views, entries, into_buffer=False)
         return [e.output for e in entries]
 
     def _allgather(self, entry: _Entry, firsts: List[int]) -> np.ndarray:
@@ -813,6 +872,11 @@ class Runtime:
             self._incoming = []
         self._pending.clear()
         self._finish(leftovers, error=reason)
+        if self.rank == 0:
+            # No op can follow: close the timeline, so that its file ends as complete JSON
+            # whether or not the program calls shutdown() (Horovod closes it there too).
+            _timeline.stop()
+        self._tl = None
         for closer in (getattr(self._engine, "close", None),
                        getattr(self._ctrl, "Free", None),
                        getattr(self._ctrl_dog, "close", None),
