@@ -366,6 +366,18 @@ def _launcher() -> list:
                                            "sys.exit(main())"]
 
 
+def _run_job(tmp_path: Path, source: str, flags: list) -> str:
+    """Run ``source`` on 2 ranks through horotopo-run with ``flags``; its merged output."""
+    script = tmp_path / "job.py"
+    script.write_text(source)
+    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off", *flags,
+                                         sys.executable, str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout
+    return proc.stdout
+
+
 JOB_SETTINGS = """
 import json, logging
 import horotopo as hvd
@@ -380,24 +392,18 @@ hvd.shutdown()
 
 
 def test_launched_ranks_apply_log_level_stall_check_and_aliases(tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(JOB_SETTINGS)
-    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off", "--log-level",
-                                         "INFO", "--no-stall-check", "--cycle-time-ms", "3",
-                                         "--disable-cache", sys.executable, str(script)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=180)
-    assert proc.returncode == 0, proc.stdout
-    rows = sorted((json.loads(m) for m in re.findall(r"<(\{.*?\})>", proc.stdout)),
+    out = _run_job(tmp_path, JOB_SETTINGS, ["--log-level", "INFO", "--no-stall-check",
+                                             "--cycle-time-ms", "3", "--disable-cache"])
+    rows = sorted((json.loads(m) for m in re.findall(r"<(\{.*?\})>", out)),
                   key=lambda r: r["rank"])
-    assert [r["rank"] for r in rows] == [0, 1], proc.stdout
+    assert [r["rank"] for r in rows] == [0, 1], out
     for r in rows:
         assert r["stall_check"] is False and r["cache"] == 0
         assert r["cycle_time_s"] == pytest.approx(0.003)
         assert r["level"] == logging.INFO
     # INFO messages of the 'horotopo' logger now reach stderr (Python's default shows warnings
     # only): rank 0's set-up line.
-    assert "ring plan over a uniform model" in proc.stdout
+    assert "ring plan over a uniform model" in out
 
 
 JOB_LATE_RANK = """
@@ -416,15 +422,9 @@ except Exception as exc:
 
 
 def test_start_timeout_bounds_init_and_names_the_missing_rank(tmp_path):
-    script = tmp_path / "late.py"
-    script.write_text(JOB_LATE_RANK)
-    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off",
-                                         "--start-timeout", "2", sys.executable, str(script)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=180)
-    assert proc.returncode == 0, proc.stdout
-    m = re.search(r"<init failed after ([\d.]+) s: (.*)>", proc.stdout)
-    assert m, proc.stdout
+    out = _run_job(tmp_path, JOB_LATE_RANK, ["--start-timeout", "2"])
+    m = re.search(r"<init failed after ([\d.]+) s: (.*)>", out)
+    assert m, out
     assert 1.9 <= float(m.group(1)) < 7.5, m.group(0)
     assert ("init: rank(s) 1 did not reach init within 2 s (HOROVOD_START_TIMEOUT, "
             "horotopo-run --start-timeout)") in m.group(2)
@@ -454,19 +454,12 @@ else:
 
 
 def test_stall_shutdown_time_ends_the_job_naming_the_stalled_tensor(tmp_path):
-    script = tmp_path / "stall.py"
-    script.write_text(JOB_STALL)
-    proc = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off",
-                                         "--stall-check-warning-time-seconds", "1",
-                                         "--stall-check-shutdown-time-seconds", "2",
-                                         sys.executable, str(script)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=180)
-    assert proc.returncode == 0, proc.stdout
-    m = re.search(r"<rank 0 after ([\d.]+) s: HorovodInternalError: (.*)>", proc.stdout)
-    assert m, proc.stdout
+    out = _run_job(tmp_path, JOB_STALL, ["--stall-check-warning-time-seconds", "1",
+                                          "--stall-check-shutdown-time-seconds", "2"])
+    m = re.search(r"<rank 0 after ([\d.]+) s: HorovodInternalError: (.*)>", out)
+    assert m, out
     assert 1.9 <= float(m.group(1)) < 5.5, m.group(0)
     assert ("stalled for more than 2 s, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: only_rank0 "
             "(missing ranks 1)") in m.group(2)
-    assert "<rank 1: HorovodInternalError>" in proc.stdout   # the whole job shut down
-    assert "Missing ranks:\n1: [only_rank0]" in proc.stdout  # the warning came first
+    assert "<rank 1: HorovodInternalError>" in out   # the whole job shut down
+    assert "Missing ranks:\n1: [only_rank0]" in out  # the warning came first
