@@ -12,6 +12,9 @@ returning only the Plan):
    when the network changes, and every rank must know which model it has);
 4. every rank rebuilds the Plan and the ranks compare its digest.
 
+Steps 3 and 4 are :func:`horotopo.planning_protocol.share_plan`, the one protocol for sharing
+a plan. Everything here speaks to a :class:`~horotopo.transport.base.Transport`, never to MPI.
+
 Any failure on rank 0 (unreadable file, wrong rank count, planner error) is broadcast, so every
 rank raises the same :class:`BootstrapError` instead of waiting for a plan that never comes.
 """
@@ -23,17 +26,16 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from . import config
 from .plan import Plan, make_plan, ring_plan
-from .probe import probe
-from .probe._mpi import ProbeError, allgather_json, bcast_json
+from .planning_protocol import EXCHANGE_TIMEOUT_S, PLAN_TIMEOUT_S, share_plan
+from .probe import ProbeError, probe
 from .topology import Topology, TopologyError, from_dict, load, measured_document
+from .transport.base import Transport, TransportTimeout
 
 __all__ = ["setup", "Setup", "setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
            "PROBE_MODES", "DEFAULT_PROBE"]
 
 PROBE_MODES = config.lookup("HOROTOPO_PROBE").choices
 DEFAULT_PROBE = config.lookup("HOROTOPO_PROBE").default  # quick: init() costs about a second
-EXCHANGE_TIMEOUT_S = 60.0   # settings and digests: every rank should be there at once
-PLAN_TIMEOUT_S = 600.0      # rank 0 may spend a while in the planner
 
 
 class BootstrapError(RuntimeError):
@@ -78,22 +80,22 @@ class Setup:
                 f"{self.plan.digest[:12]}, {len(self.plan.trees)} trees")
 
 
-def setup_plan(comm: Any, *, env: Optional[Mapping[str, str]] = None,
+def setup_plan(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
                log: Optional[Callable[[str], None]] = None,
                probe_options: Optional[Mapping[str, Any]] = None) -> Plan:
     """:func:`setup`, returning only the Plan."""
-    return setup(comm, env=env, log=log, probe_options=probe_options).plan
+    return setup(transport, env=env, log=log, probe_options=probe_options).plan
 
 
-def setup(comm: Any, *, env: Optional[Mapping[str, str]] = None,
+def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
           log: Optional[Callable[[str], None]] = None,
           probe_options: Optional[Mapping[str, Any]] = None) -> Setup:
     """Probe or load the topology, plan on rank 0, broadcast and check the Plan; collective.
 
     Parameters
     ----------
-    comm : mpi4py communicator
-        All its ranks must call this.
+    transport : Transport
+        All its ranks must call this (e.g. ``MPITransport(comm)``).
     env : mapping, optional
         Where ``HOROTOPO_PROBE`` (``off``, ``quick`` (default) or ``full``) and
         ``HOROTOPO_TOPOLOGY`` (a topology file of either form, which wins over probing) are read.
@@ -112,11 +114,11 @@ def setup(comm: Any, *, env: Optional[Mapping[str, str]] = None,
     ------
     BootstrapError
         Bad settings, an unusable topology, a planner failure or a digest mismatch; raised on
-        every rank.
+        every rank. Also a rank that does not take part in time, named in the message.
     ProbeError
         The probe failed (an unreachable pair, a timeout, a zero measurement), naming the pair.
     """
-    rank = comm.rank
+    rank, size = transport.rank, transport.size
     say: Callable[[str], None] = (log if (log is not None and rank == 0) else (lambda m: None))
     start = time.perf_counter()
 
@@ -125,7 +127,10 @@ def setup(comm: Any, *, env: Optional[Mapping[str, str]] = None,
         mine: Dict[str, Any] = dict(zip(("mode", "path"), read_env(env)))
     except BootstrapError as exc:
         mine = {"error": str(exc)}
-    everyone = allgather_json(comm, mine, EXCHANGE_TIMEOUT_S, "init: comparing settings")
+    try:
+        everyone = transport.allgather_object(mine, EXCHANGE_TIMEOUT_S, "init: comparing settings")
+    except TransportTimeout as exc:
+        raise BootstrapError(str(exc)) from exc
     for r, theirs in enumerate(everyone):
         if "error" in theirs:
             raise BootstrapError(f"rank {r}: {theirs['error']}")
@@ -149,7 +154,7 @@ def setup(comm: Any, *, env: Optional[Mapping[str, str]] = None,
             except TopologyError as exc:
                 error = f"HOROTOPO_TOPOLOGY={path}: {exc}"
     elif mode != "off":
-        doc = probe(comm, mode, progress=say, **dict(probe_options or {}))
+        doc = probe(transport, mode, progress=say, **dict(probe_options or {}))
         if rank == 0:
             topology = from_dict(doc)
             say(f"horotopo: probed {topology.n} ranks ({mode}) in {doc['probe']['seconds']:.2f} s, "
@@ -157,38 +162,27 @@ def setup(comm: Any, *, env: Optional[Mapping[str, str]] = None,
     else:
         use_ring = True
         if rank == 0:
-            topology = from_dict(uniform_document(comm.size))
+            topology = from_dict(uniform_document(size))
             say("horotopo: HOROTOPO_PROBE=off and no HOROTOPO_TOPOLOGY: ring plan over a "
                 "uniform model")
-    if rank == 0 and topology is not None and topology.n != comm.size:
+    if rank == 0 and topology is not None and topology.n != size:
         error = (f"HOROTOPO_TOPOLOGY={path}: the topology has {topology.n} ranks but this job "
-                 f"has {comm.size}")
+                 f"has {size}")
 
-    # 3. rank 0 plans and broadcasts the plan, or the reason it has none
-    payload: Dict[str, Any] = {}
-    if rank == 0:
-        if error is None:
-            try:
-                assert topology is not None
-                plan = ring_plan(topology) if use_ring else make_plan(topology)
-                payload = {"plan": plan.to_json(), "topology": topology.to_json()}
-            except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
-                payload = {"error": f"planning {topology.name!r} failed: "
-                                    f"{type(exc).__name__}: {exc}"}
-        else:
-            payload = {"error": error}
-    payload = bcast_json(comm, payload, 0, PLAN_TIMEOUT_S, "init: waiting for the plan")
-    if "error" in payload:
-        raise BootstrapError(payload["error"])
-    plan = Plan.from_json(payload["plan"])
-    model = from_dict(payload["topology"])
+    # 3 and 4. rank 0 plans (or says why it cannot), every rank gets the plan, digests compared
+    def build() -> Tuple[Plan, Optional[Topology]]:
+        if error is not None:
+            raise BootstrapError(error)
+        assert topology is not None
+        try:
+            return (ring_plan(topology) if use_ring else make_plan(topology)), topology
+        except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
+            raise BootstrapError(f"planning {topology.name!r} failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
 
-    # 4. every rank checks that it holds the same plan
-    digests = allgather_json(comm, plan.digest, EXCHANGE_TIMEOUT_S, "init: comparing plans")
-    odd = [r for r, d in enumerate(digests) if d != digests[0]]
-    if odd:
-        raise BootstrapError(f"plan digest differs across ranks: rank 0 has {digests[0]}, "
-                             + ", ".join(f"rank {r} has {digests[r]}" for r in odd))
+    plan, model = share_plan(transport, build, what="init", error=BootstrapError,
+                             timeout_s=PLAN_TIMEOUT_S, check_timeout_s=EXCHANGE_TIMEOUT_S)
+    assert model is not None  # build always returns the model it planned on
     say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
         f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "
         f"{time.perf_counter() - start:.2f} s")

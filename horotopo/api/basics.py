@@ -175,9 +175,9 @@ def is_homogeneous() -> bool:
 
 def mpi_threads_supported() -> bool:
     """True if MPI runs with MPI_THREAD_MULTIPLE."""
-    from mpi4py import MPI
+    from horotopo.transport.mpi import supports_threads
 
-    return runtime().thread_level >= MPI.THREAD_MULTIPLE
+    return supports_threads(runtime().thread_level)
 
 
 def mpi_enabled() -> bool:

@@ -1023,8 +1023,13 @@ def _wait_for_ranks(comm: Any, members: Optional[Sequence[int]]) -> None:
 def _make_setup(comm: Any) -> Any:
     """Plan and model from the bootstrap: probed links or HOROTOPO_TOPOLOGY, planned on rank 0."""
     from horotopo.bootstrap import setup
+    from horotopo.transport import MPITransport
 
-    return setup(comm, log=_say)
+    transport = MPITransport(comm)  # the bootstrap speaks to a transport, not to MPI
+    try:
+        return setup(transport, log=_say)
+    finally:
+        transport.close()
 
 
 def _say(message: str) -> None:

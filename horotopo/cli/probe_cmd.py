@@ -43,13 +43,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo probe``: collective over MPI.COMM_WORLD; returns the exit code."""
-    from mpi4py import MPI
-
     from ..plan import parse_size
     from ..probe import ProbeError, format_report, probe
+    from ..transport import MPITransport
 
-    comm = MPI.COMM_WORLD
-    rank = comm.rank
+    transport = MPITransport.world()
+    rank = transport.rank
     overrides: dict = {}
     try:
         if args.max_bytes is not None:
@@ -63,20 +62,22 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         if rank == 0:
             print(f"horotopo probe: error: {exc}", file=sys.stderr)
+        transport.close()
         return 2
 
     def progress(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     try:
-        doc = probe(comm, "quick" if args.quick else "full", name=args.name,
+        doc = probe(transport, "quick" if args.quick else "full", name=args.name,
                     progress=progress if rank == 0 and not args.quiet else None, **overrides)
     except (ProbeError, ValueError) as exc:
         print(f"horotopo probe: error on rank {rank}: {exc}", file=sys.stderr, flush=True)
         # Transfers to a dead or unreachable peer cannot be cancelled, and MPI_Finalize would
         # wait for them: abort the job so that it never hangs.
-        comm.Abort(1)
+        transport.abort(1)
         return 1  # pragma: no cover - Abort does not return
+    transport.close()
     if rank == 0:
         if args.output:
             Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")

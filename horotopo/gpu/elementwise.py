@@ -11,6 +11,9 @@ the end, and the scale factors rounded to the compute type first.
 
 bfloat16 needs no dtype support from xp: it is handled as uint16 bit patterns. On the host a
 NumPy array of ml_dtypes.bfloat16 is accepted as well (it is viewed as uint16).
+
+``wire_view`` (bfloat16 bits as uint16 for MPI) lives in the transport, the layer below, and
+is re-exported here.
 """
 from __future__ import annotations
 
@@ -18,11 +21,15 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..transport.wire import wire_view
 from ._env import check_op, dtype_name
 
 #: Float dtypes and the type their step is computed in.
 COMPUTE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
            "float64": "float64"}
+
+__all__ = ["COMPUTE", "bfloat16_dtype", "bf16_bits_to_float32", "float32_to_bf16_bits",
+           "wire_view", "reduce_arrays", "scale_array"]
 
 _UFUNC = {"sum": "add", "min": "minimum", "max": "maximum", "product": "multiply"}
 
@@ -52,17 +59,6 @@ def float32_to_bf16_bits(xp: Any, values: Any) -> Any:
     is_nan = (u & xp.uint32(0x7FFFFFFF)) > xp.uint32(0x7F800000)
     quiet = xp.where((u >> 31) == 1, xp.uint32(0xFFC0), xp.uint32(0x7FC0))
     return xp.where(is_nan, quiet, rounded).astype(xp.uint16)
-
-
-def wire_view(array: Any) -> Any:
-    """The array as MPI can send it: bfloat16 viewed as uint16, everything else unchanged.
-
-    mpi4py cannot take a bfloat16 buffer ("cannot include dtype 'E' in a buffer"); the bits are
-    what travels, the reduction is done by :func:`reduce_arrays`.
-    """
-    if dtype_name(array.dtype) == "bfloat16":
-        return array.view(np.uint16) if isinstance(array, np.ndarray) else array.view("uint16")
-    return array
 
 
 def _load(xp: Any, x: Any, name: str) -> Any:

@@ -1,7 +1,9 @@
 """StagingTransport: the engine's transport for device buffers when MPI is not CUDA-aware.
 
-Kept apart from staging.py because it subclasses horotopo.transport.Transport, and importing
-horotopo.transport imports mpi4py; ``horotopo.gpu.StagingTransport`` imports this lazily.
+A transport decorator: the GPU package sits above the transport (it imports
+:mod:`horotopo.transport.base`, never the other way). Kept apart from staging.py so that
+``import horotopo.gpu`` does not load the transport; ``horotopo.gpu.StagingTransport`` imports
+this lazily.
 """
 from __future__ import annotations
 
@@ -202,12 +204,12 @@ def staging_if_needed(transport: Any) -> Any:
     comm = getattr(transport, "comm", None)
     if comm is None or isinstance(transport, StagingTransport):
         return transport
-    from mpi4py import MPI
-
     from ._env import device_status
     from .awareness import cuda_aware
 
-    if not comm.allreduce(1 if device_status()[0] else 0, op=MPI.MAX):
+    any_device = np.array([1 if device_status()[0] else 0], dtype=np.int32)
+    transport.allreduce_control(any_device, "max")
+    if not any_device[0]:
         return transport
     if cuda_aware(comm):
         return transport

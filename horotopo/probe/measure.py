@@ -1,6 +1,7 @@
-"""The collective measurements of the probe (the half that touches MPI).
+"""The collective measurements of the probe (the half that talks to the other ranks).
 
-Every rank calls :func:`probe` together. The phases:
+Every rank calls :func:`probe` together, over a :class:`~horotopo.transport.base.Transport`
+(MPI's, or any other: the probe never touches MPI itself). The phases:
 
 1. Latency: ping-pong between every pair, just before the pair's bandwidth test.
 2. Bandwidth: every ordered pair, in circle-method order, one direction at a time (both at once
@@ -29,23 +30,32 @@ The inference itself (groups, shared resources, binding caps, the document) is p
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..topology import GBPS_TO_BPS
-from ._mpi import ProbeError, allgather_json, allreduce_max, wait_all
+from ..transport.base import Transport, TransportTimeout
+from ..transport.p2p import Describe
 from .infer import (DEFAULT_GAP, DEFAULT_MARGIN, ExtensionTest, GroupTest, build_document,
                     circle_rounds, cluster_levels, cluster_ranks, expected_rates,
                     extension_tests, group_tests, infer_all, infer_shared)
 
-__all__ = ["ProbeConfig", "probe", "measure_pairs", "MODES"]
+__all__ = ["ProbeConfig", "ProbeError", "probe", "measure_pairs", "MODES"]
 
 Pair = Tuple[int, int]
-TAG_PING, TAG_PONG, TAG_WARM, TAG_DATA, TAG_ACK = 0x5101, 0x5102, 0x5103, 0x5104, 0x5105
+# Offsets in the block of tags each exchange takes from the transport (alloc_tags): every rank
+# runs the same exchanges in the same order, so the blocks agree without communication.
+TAG_PING, TAG_PONG = 0, 1
+TAG_WARM, TAG_DATA, TAG_ACK = 0, 1, 2
+
+
+class ProbeError(RuntimeError):
+    """A measurement that cannot be made: an unreachable pair, a timeout, a zero rate."""
 
 # The time bound: a test costs about PAIR_COST times its target (growing the message, then
 # the samples) plus TEST_OVERHEAD_S (the allreduces); a concurrent test aims SUBSET_FACTOR
@@ -205,19 +215,20 @@ def _pow2(x: float, lo: int, hi: int) -> int:
 
 
 class _Prober:
-    """State of one collective probe on a private duplicate of the communicator."""
+    """State of one collective probe over a transport (its tags keep the probe's messages
+    apart from anything else on it)."""
 
-    def __init__(self, comm: Any, cfg: ProbeConfig, progress: Callable[[str], None]):
+    def __init__(self, transport: Transport, cfg: ProbeConfig,
+                 progress: Callable[[str], None]):
         self.cfg = cfg
         self.say = progress
         self.t0 = time.perf_counter()
-        # Idup, not Dup: a rank that never arrives must be a timeout, not a hang.
-        self.comm, req = comm.Idup()
-        wait_all([req], time.perf_counter() + cfg.timeout_s,
-                 f"probe start: not every rank of the {comm.size} arrived within "
-                 f"{cfg.timeout_s:g} s")
-        self.rank = self.comm.rank
-        self.n = self.comm.size
+        self.transport = transport
+        # A rank that never arrives must be a timeout naming it, not a hang.
+        with _as_probe_error():
+            transport.barrier(cfg.timeout_s, "probe start")
+        self.rank = transport.rank
+        self.n = transport.size
         self.hosts: List[str] = []
         self.rtt = np.zeros((self.n, self.n))
         self.clock = 0.0  # seconds since the start, the max over ranks (same on every rank)
@@ -227,13 +238,6 @@ class _Prober:
         self._send = np.zeros(0, dtype=np.uint8)
         self._recv: List[np.ndarray] = []
         self._last_say = time.perf_counter()
-
-    def close(self) -> None:
-        """Free the private communicator (after an error it may be unusable: then skip)."""
-        try:
-            self.comm.Free()
-        except Exception:  # noqa: BLE001 - the error being raised matters more
-            pass
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -254,10 +258,19 @@ class _Prober:
 
     def _sync(self, local: np.ndarray, what: str) -> np.ndarray:
         """Max-allreduce of ``local`` plus the common clock (the last element)."""
-        vec = np.append(local, time.perf_counter() - self.t0)
-        out = allreduce_max(self.comm, vec, self.cfg.timeout_s, what)
-        self.clock = float(out[-1])
-        return out[:-1]
+        vec = np.append(np.asarray(local, dtype=np.float64), time.perf_counter() - self.t0)
+        with _as_probe_error():
+            self.transport.allreduce_control(vec, "max", self.cfg.timeout_s, what)
+        self.clock = float(vec[-1])
+        return vec[:-1]
+
+    def _wait(self, requests: List[Any], deadline: float, what: Describe, *,
+              peers: List[int], on_done: Optional[Callable[[int], None]] = None) -> None:
+        """The transport's wait for ranks moving data (they yield, not sleep, between polls:
+        a transfer's end must be noticed at once)."""
+        with _as_probe_error():
+            self.transport.wait(requests, deadline, peers=peers, what=what, on_done=on_done,
+                                busy=True)
 
     def _progress(self, msg: str, force: bool = False) -> None:
         now = time.perf_counter()
@@ -269,10 +282,10 @@ class _Prober:
 
     def latency(self, pairs: Sequence[Pair]) -> None:
         """Ping-pong between each of ``pairs`` (all at once); every rank learns the fastest."""
-        from mpi4py import MPI
-
         cfg = self.cfg
         n = self.n
+        t = self.transport
+        tags = t.alloc_tags(2)  # on every rank, in or out of the pairs
         local = np.zeros((n, n))
         ping = np.zeros(8, dtype=np.uint8)
         pong = np.zeros(8, dtype=np.uint8)
@@ -286,16 +299,13 @@ class _Prober:
                 what = (f"{self._who(self.rank)} cannot reach {self._who(other)}: no "
                         f"{'reply' if self.rank == a else 'ping'} within {cfg.timeout_s:g} s")
                 if self.rank == a:
-                    t = time.perf_counter()
-                    reqs = [self.comm.Irecv([pong, MPI.BYTE], source=b, tag=TAG_PONG),
-                            self.comm.Isend([ping, MPI.BYTE], dest=b, tag=TAG_PING)]
-                    wait_all(reqs, deadline, what, busy=True)
-                    samples.append(time.perf_counter() - t)
+                    start = time.perf_counter()
+                    reqs = [t.irecv(pong, b, tags + TAG_PONG), t.isend(ping, b, tags + TAG_PING)]
+                    self._wait(reqs, deadline, what, peers=[b, b])
+                    samples.append(time.perf_counter() - start)
                 else:
-                    wait_all([self.comm.Irecv([ping, MPI.BYTE], source=a, tag=TAG_PING)],
-                             deadline, what, busy=True)
-                    wait_all([self.comm.Isend([pong, MPI.BYTE], dest=a, tag=TAG_PONG)],
-                             deadline, what, busy=True)
+                    self._wait([t.irecv(ping, a, tags + TAG_PING)], deadline, what, peers=[a])
+                    self._wait([t.isend(pong, a, tags + TAG_PONG)], deadline, what, peers=[a])
             if self.rank == a:
                 # The first round trip opens the connection; it is not a latency. The fastest
                 # of the rest is the link's: slower ones waited for a descheduled rank, which
@@ -332,10 +342,10 @@ class _Prober:
         left the same allreduce), which is what concurrent aggregates are computed from; and
         the senders' times from the call until the acknowledgement.
         """
-        from mpi4py import MPI
-
         me = self.rank
         cfg = self.cfg
+        t = self.transport
+        tags = t.alloc_tags(3)  # on every rank, in a flow or not
         chunk = cfg.chunk_bytes
         entry = time.perf_counter()
         m = len(flows)
@@ -345,6 +355,7 @@ class _Prober:
         left = {}
         reqs: List[Any] = []
         kinds: List[Tuple[str, int]] = []
+        peers: List[int] = []
         send = self._sendbuf(max(sizes))
         warm = [self._warm(n) for n in sizes]
         slot = 0
@@ -357,21 +368,22 @@ class _Prober:
             for kind, total, tag, step in (("warm-up", warm[f], TAG_WARM, chunk),
                                            ("timed", sizes[f], TAG_DATA, chunk)):
                 for lo in range(0, total, step):
-                    reqs.append(self.comm.Irecv([buf[lo:min(lo + step, total)], MPI.BYTE],
-                                                source=s, tag=tag))
+                    reqs.append(t.irecv(buf[lo:min(lo + step, total)], s, tags + tag))
                     kinds.append((kind + " receive", f))
+                    peers.append(s)
                     left[f][kind == "timed"] += 1
         for f, (s, d) in enumerate(flows):
             if s != me:
                 continue
-            reqs.append(self.comm.Irecv([ack[f:f + 1], MPI.BYTE], source=d, tag=TAG_ACK))
+            reqs.append(t.irecv(ack[f:f + 1], d, tags + TAG_ACK))
             kinds.append(("acknowledgement", f))
+            peers.append(d)
             for kind, total, tag, step in (("warm-up", warm[f], TAG_WARM, chunk),
                                            ("timed", sizes[f], TAG_DATA, chunk)):
                 for lo in range(0, total, step):
-                    reqs.append(self.comm.Isend([send[lo:min(lo + step, total)], MPI.BYTE],
-                                                dest=d, tag=tag))
+                    reqs.append(t.isend(send[lo:min(lo + step, total)], d, tags + tag))
                     kinds.append((kind + " send", f))
+                    peers.append(d)
         if not reqs:
             return elapsed
 
@@ -387,9 +399,9 @@ class _Prober:
                     if timed:
                         elapsed[f] = now - warm_end[f]
                         elapsed[m + f] = now - entry
-                        reqs.append(self.comm.Isend([ack[m:], MPI.BYTE], dest=flows[f][0],
-                                                    tag=TAG_ACK))
+                        reqs.append(t.isend(ack[m:], flows[f][0], tags + TAG_ACK))
                         kinds.append(("acknowledgement send", f))
+                        peers.append(flows[f][0])
                     else:
                         warm_end[f] = now
 
@@ -399,8 +411,8 @@ class _Prober:
             return (f"{self._who(s)} -> {self._who(d)}: a {sizes[f]}-byte transfer did not "
                     f"complete within {cfg.timeout_s:g} s (rank {me} waiting on a {kind})")
 
-        wait_all(reqs, time.perf_counter() + cfg.timeout_s, describe, busy=True,
-                 on_done=on_done)
+        self._wait(reqs, time.perf_counter() + cfg.timeout_s, describe, peers=peers,
+                   on_done=on_done)
         return elapsed
 
     def measure(self, flows: Sequence[Pair], subsets: Sequence[Sequence[int]], label: str,
@@ -585,13 +597,40 @@ class _Prober:
         return out, inn
 
 
-def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
+@contextlib.contextmanager
+def _as_probe_error() -> Iterator[None]:
+    """A transport's timeout, which names what the probe was waiting for, as a ProbeError."""
+    try:
+        yield
+    except TransportTimeout as exc:
+        raise ProbeError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _opened(link: Any) -> Iterator[Transport]:
+    """``link`` as a transport: a :class:`Transport` as it is; an mpi4py communicator (what the
+    adaptive engine still passes) wrapped in the MPI transport for the call, then closed."""
+    if isinstance(link, Transport):
+        yield link
+        return
+    from ..transport import as_transport  # the door to MPI, opened only for a communicator
+
+    transport = as_transport(link)
+    try:
+        yield transport
+    finally:
+        transport.close()
+
+
+def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = None,
           progress: Optional[Callable[[str], None]] = None, **overrides: Any) -> Dict[str, Any]:
-    """Measure the network between the ranks of ``comm``; collective.
+    """Measure the network between the ranks of ``transport``; collective.
 
     Parameters
     ----------
-    comm : mpi4py communicator
+    transport : Transport
+        Every rank of it calls this. (An mpi4py communicator is still accepted and wrapped in
+        :class:`~horotopo.transport.mpi.MPITransport` for the call.)
     mode : str
         ``"full"`` (the default of ``horotopo probe``; about 10 s at most for 8 ranks) or
         ``"quick"`` (what ``init()`` runs by default).
@@ -616,62 +655,63 @@ def probe(comm: Any, mode: str = "full", *, name: Optional[str] = None,
     """
     cfg = ProbeConfig.for_mode(mode, **overrides)
     say = progress or (lambda msg: None)
-    from mpi4py import MPI
-
-    pr = _Prober(comm, cfg, say)
-    try:
-        pr.hosts = [str(h) for h in allgather_json(pr.comm, MPI.Get_processor_name(),
-                                                   cfg.timeout_s, "probe: host names")]
-        n = pr.n
-        groups: List[List[int]] = [list(range(n))]
-        levels: List[List[List[int]]] = []
-        shared: List[Tuple[Tuple[int, ...], Tuple[int, ...], List[Pair], float]] = []
-        extended: List[Tuple[Tuple[int, ...], Tuple[int, ...], int, str, List[Pair], float]] = []
-        fan_out = fan_in = None
-        bw = np.full((n, n), np.nan)
-        if n > 1:
-            pr._progress(f"latency and bandwidth: {n * (n - 1) // 2} pairs, "
-                         f"{'a round' if cfg.concurrent_pairs else 'one pair'} at a time",
-                         force=True)
-            # the pairs, then (guessing two groups) two group tests and 2n fan tests
-            pr.budget(n * (n - 1), 2 + 2 * n if n > 2 else 0)
-            bw = pr.pairs()
-            groups = cluster_ranks(bw, gap=cfg.gap)
-            levels = cluster_levels(bw, gap=cfg.gap)
-            tests = group_tests(levels)
-            pr.budget(0, len(tests) + (2 * n if n > 2 else 0))
-            if tests:
-                pr._progress(f"groups by rate: {levels}", force=True)
-                shared = pr.concurrent(tests, bw)
-                ext = extension_tests(infer_shared(bw, shared, margin=cfg.margin), levels, n)
-                pr.budget(0, len(ext) + (2 * n if n > 2 else 0))
-                extended = pr.extensions(ext, bw)
-            if n > 2:
-                pr._progress("host limits: fan-out and fan-in", force=True)
-                found = infer_all(bw, shared, extended, margin=cfg.margin)
-                fan_out, fan_in = pr.fans(bw, found)
-        to_gbps = 1.0 / GBPS_TO_BPS
-        meta = {"levels": levels, "mode": cfg.mode, "seconds": round(pr.clock, 3),
-                "tests": pr.tests,
-                "target_ms": round(pr.target * 1e3, 2),
-                "concurrent_pairs": cfg.concurrent_pairs}
-        doc = build_document(
-            name or f"probed-{n}", pr.hosts,
-            [[None if i == j else bw[i, j] * to_gbps for j in range(n)] for i in range(n)],
-            [[None if i == j else pr.rtt[i, j] / 2 * 1e3 for j in range(n)] for i in range(n)],
-            fan_out_gbps=None if fan_out is None else [v * to_gbps for v in fan_out],
-            fan_in_gbps=None if fan_in is None else [v * to_gbps for v in fan_in],
-            shared_results=[(a, b, f, v * to_gbps) for a, b, f, v in shared],
-            extension_results=[(a, b, r, side, f, v * to_gbps)
-                               for a, b, r, side, f, v in extended],
-            groups=groups, gap=cfg.gap, margin=cfg.margin, meta=meta)
-        pr._progress(f"done: {pr.tests} tests", force=True)
-        return doc
-    finally:
-        pr.close()
+    with _opened(transport) as link:
+        return _probe(_Prober(link, cfg, say), cfg, name)
 
 
-def measure_pairs(comm: Any, pairs: Sequence[Pair], mode: str = "quick",
+def _probe(pr: _Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]:
+    """The phases of :func:`probe`."""
+    with _as_probe_error():
+        pr.hosts = [str(h) for h in pr.transport.allgather_object(
+            pr.transport.processor_name, cfg.timeout_s, "probe: host names")]
+    n = pr.n
+    groups: List[List[int]] = [list(range(n))]
+    levels: List[List[List[int]]] = []
+    shared: List[Tuple[Tuple[int, ...], Tuple[int, ...], List[Pair], float]] = []
+    extended: List[Tuple[Tuple[int, ...], Tuple[int, ...], int, str, List[Pair], float]] = []
+    fan_out = fan_in = None
+    bw = np.full((n, n), np.nan)
+    if n > 1:
+        pr._progress(f"latency and bandwidth: {n * (n - 1) // 2} pairs, "
+                     f"{'a round' if cfg.concurrent_pairs else 'one pair'} at a time",
+                     force=True)
+        # the pairs, then (guessing two groups) two group tests and 2n fan tests
+        pr.budget(n * (n - 1), 2 + 2 * n if n > 2 else 0)
+        bw = pr.pairs()
+        groups = cluster_ranks(bw, gap=cfg.gap)
+        levels = cluster_levels(bw, gap=cfg.gap)
+        tests = group_tests(levels)
+        pr.budget(0, len(tests) + (2 * n if n > 2 else 0))
+        if tests:
+            pr._progress(f"groups by rate: {levels}", force=True)
+            shared = pr.concurrent(tests, bw)
+            ext = extension_tests(infer_shared(bw, shared, margin=cfg.margin), levels, n)
+            pr.budget(0, len(ext) + (2 * n if n > 2 else 0))
+            extended = pr.extensions(ext, bw)
+        if n > 2:
+            pr._progress("host limits: fan-out and fan-in", force=True)
+            found = infer_all(bw, shared, extended, margin=cfg.margin)
+            fan_out, fan_in = pr.fans(bw, found)
+    to_gbps = 1.0 / GBPS_TO_BPS
+    meta = {"levels": levels, "mode": cfg.mode, "seconds": round(pr.clock, 3),
+            "tests": pr.tests,
+            "target_ms": round(pr.target * 1e3, 2),
+            "concurrent_pairs": cfg.concurrent_pairs}
+    doc = build_document(
+        name or f"probed-{n}", pr.hosts,
+        [[None if i == j else bw[i, j] * to_gbps for j in range(n)] for i in range(n)],
+        [[None if i == j else pr.rtt[i, j] / 2 * 1e3 for j in range(n)] for i in range(n)],
+        fan_out_gbps=None if fan_out is None else [v * to_gbps for v in fan_out],
+        fan_in_gbps=None if fan_in is None else [v * to_gbps for v in fan_in],
+        shared_results=[(a, b, f, v * to_gbps) for a, b, f, v in shared],
+        extension_results=[(a, b, r, side, f, v * to_gbps)
+                           for a, b, r, side, f, v in extended],
+        groups=groups, gap=cfg.gap, margin=cfg.margin, meta=meta)
+    pr._progress(f"done: {pr.tests} tests", force=True)
+    return doc
+
+
+def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quick",
                   **overrides: Any) -> Dict[Pair, float]:
     """Rates (bytes/s) of the given directed pairs, each alone; collective.
 
@@ -687,12 +727,13 @@ def measure_pairs(comm: Any, pairs: Sequence[Pair], mode: str = "quick",
         A pair that cannot reach each other, or a timeout, naming the pair.
     """
     cfg = ProbeConfig.for_mode(mode, **overrides)
-    for a, b in pairs:
-        if a == b or not (0 <= a < comm.size and 0 <= b < comm.size):
-            raise ValueError(f"a pair needs two different ranks in 0..{comm.size - 1}, "
-                             f"got ({a}, {b})")
-    pr = _Prober(comm, cfg, lambda msg: None)
-    try:
+    with _opened(transport) as link:
+        size = link.size
+        for a, b in pairs:
+            if a == b or not (0 <= a < size and 0 <= b < size):
+                raise ValueError(f"a pair needs two different ranks in 0..{size - 1}, "
+                                 f"got ({a}, {b})")
+        pr = _Prober(link, cfg, lambda msg: None)
         out: Dict[Pair, float] = {}
         for a, b in pairs:
             pr.latency([(min(a, b), max(a, b))])
@@ -700,5 +741,3 @@ def measure_pairs(comm: Any, pairs: Sequence[Pair], mode: str = "quick",
                                      cfg.start_bytes)
             out[(int(a), int(b))] = float(rates[0])
         return out
-    finally:
-        pr.close()

@@ -2,10 +2,27 @@
 
 An algorithm sees only :class:`Transport`: ``rank``, ``size``, ``isend``/``irecv`` returning
 opaque request handles, ``waitsome``/``waitall``/``test`` for progress, and ``alloc_tags`` for
-a private block of tags per collective call. :class:`~horotopo.transport.mpi.MPITransport` is
-the only implementation that touches MPI; the algorithms never import mpi4py.
-"""
-from .base import ReduceOp, Transport, TransportError
-from .mpi import MPITransport, as_transport
+a private block of tags per collective call. The layers that must agree on something (the
+probe, the bootstrap, the plan protocol) use its small collective steps with deadlines
+(``broadcast_bytes``, ``gather_bytes``, ``allgather_bytes``, ``allreduce_control``,
+``barrier``), which raise :class:`TransportTimeout` naming the missing peers.
 
-__all__ = ["Transport", "TransportError", "ReduceOp", "MPITransport", "as_transport"]
+:class:`~horotopo.transport.mpi.MPITransport` is the only code in horotopo that touches MPI
+(with launch/ and the CUDA-awareness query). It is imported on first use, so importing this
+package (or :mod:`horotopo.transport.base`) never imports mpi4py: a simulator's transport and
+the pure layers run without MPI.
+"""
+from typing import Any
+
+from .base import ReduceOp, Transport, TransportError, TransportTimeout, WrappedTransport
+
+__all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "WrappedTransport",
+           "MPITransport", "as_transport"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("MPITransport", "as_transport"):
+        from . import mpi
+
+        return getattr(mpi, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

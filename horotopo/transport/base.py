@@ -1,18 +1,28 @@
-"""The transport interface (no MPI here)."""
+"""The transport interface (no MPI here).
+
+Two kinds of calls: the point-to-point messages the collective algorithms are written against
+(``isend``/``irecv``/``test``/``waitsome``), and the few small collective steps the layers
+above need to agree on things (settings, a Plan, a probe's timings): ``broadcast_bytes``,
+``gather_bytes``, ``allgather_bytes`` (and their pickled ``*_object`` forms), the control
+allreduce and ``barrier``. Each step takes a deadline in seconds; one that passes raises
+:class:`TransportTimeout` naming the peers still missing. The steps are written once over
+point-to-point (:mod:`horotopo.transport.p2p`), so every transport has them; a transport may
+override them with its library's own collectives.
+"""
 from __future__ import annotations
 
-from typing import Any, List, Literal, Sequence
+import pickle
+import socket
+from typing import Any, List, Literal, Optional, Sequence
 
-import numpy as np
+from . import p2p
+from .p2p import Describe, allreduce_point_to_point
+from .poll import TransportError, TransportTimeout
 
-__all__ = ["Transport", "TransportError", "ReduceOp", "WrappedTransport",
+__all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "WrappedTransport",
            "allreduce_point_to_point"]
 
 ReduceOp = Literal["sum", "min", "max", "product"]
-
-
-class TransportError(RuntimeError):
-    """The transport cannot do what was asked (closed, unsupported buffer, no tags left)."""
 
 
 class Transport:
@@ -64,14 +74,81 @@ class Transport:
         """Library allreduce (``sendbuf is recvbuf`` means in place). Optional."""
         raise TransportError(f"{type(self).__name__} has no library allreduce")
 
-    def allreduce_control(self, buf: Any, op: ReduceOp) -> None:
+    def cancel(self, request: Any) -> None:
+        """Give up on a pending request after a timeout (best effort; a no-op by default)."""
+
+    @property
+    def processor_name(self) -> str:
+        """The name of the host this rank runs on (what the probe's document lists)."""
+        return socket.gethostname()
+
+    def wait(self, requests: List[Any], deadline: Optional[float], *,
+             peers: Optional[Sequence[int]] = None, what: Describe = "wait",
+             on_done: Any = None, busy: bool = False) -> None:
+        """Wait for every request, or raise :class:`TransportTimeout` at ``deadline``.
+
+        The transport's one poll loop with back-off (see :func:`horotopo.transport.p2p.
+        wait_requests` for the parameters): ``peers[k]`` names request ``k``'s peer in the
+        timeout, and ``on_done(k)`` may append requests while waiting.
+        """
+        p2p.wait_requests(self, requests, deadline, peers=peers, what=what, on_done=on_done,
+                          busy=busy)
+
+    # ---- the small collective steps (every rank calls them, in the same order) -------------
+
+    def allreduce_control(self, buf: Any, op: ReduceOp, timeout_s: Optional[float] = None,
+                          what: str = "allreduce") -> None:
         """In-place allreduce of a small host control vector (the engine's metadata check).
 
-        The library allreduce by default; a transport that must be able to say which peer a
-        stuck wait is waiting for (:class:`~horotopo.reliability.TrackedTransport`) overrides
-        it with :func:`allreduce_point_to_point`.
+        Without ``timeout_s``: the library allreduce; a transport that must be able to say
+        which peer a stuck wait is waiting for (:class:`~horotopo.reliability.TrackedTransport`)
+        overrides it with :func:`allreduce_point_to_point`. With ``timeout_s``: point to point,
+        raising :class:`TransportTimeout` naming the missing peers when it passes.
         """
-        self.allreduce(buf, buf, op)
+        if timeout_s is None:
+            self.allreduce(buf, buf, op)
+        else:
+            allreduce_point_to_point(self, buf, op, timeout_s, what)
+
+    def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
+        """Return once every rank has called it; a deadline names the ranks that did not."""
+        p2p.barrier_point_to_point(self, timeout_s, what)
+
+    def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
+                        what: str = "broadcast") -> bytes:
+        """``data`` (given on ``root`` only) on every rank. ``what`` names the step in errors."""
+        return p2p.broadcast_bytes(self, data, root, timeout_s, what)
+
+    def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
+                     ) -> Optional[List[bytes]]:
+        """Every rank's ``data``, in rank order, on ``root``; None on the other ranks."""
+        return p2p.gather_bytes(self, data, root, timeout_s, what)
+
+    def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
+                        ) -> List[bytes]:
+        """Every rank's ``data``, in rank order, on every rank."""
+        return p2p.allgather_bytes(self, data, timeout_s, what)
+
+    # Pickled forms, for plain values (dicts, lists, numbers, strings) that both ends created:
+    # the ranks of one job trust each other as much as they trust their own code.
+
+    def broadcast_object(self, obj: Any, root: int, timeout_s: float,
+                         what: str = "broadcast") -> Any:
+        """:meth:`broadcast_bytes` of a picklable ``obj`` (read on ``root`` only)."""
+        data = pickle.dumps(obj) if self.rank == root else None
+        return pickle.loads(self.broadcast_bytes(data, root, timeout_s, what))
+
+    def gather_object(self, obj: Any, root: int, timeout_s: float, what: str = "gather"
+                      ) -> Optional[List[Any]]:
+        """:meth:`gather_bytes` of a picklable ``obj``."""
+        got = self.gather_bytes(pickle.dumps(obj), root, timeout_s, what)
+        return None if got is None else [pickle.loads(b) for b in got]
+
+    def allgather_object(self, obj: Any, timeout_s: float, what: str = "allgather"
+                         ) -> List[Any]:
+        """:meth:`allgather_bytes` of a picklable ``obj``."""
+        return [pickle.loads(b) for b in self.allgather_bytes(pickle.dumps(obj), timeout_s,
+                                                              what)]
 
     def close(self) -> None:
         """Release the transport's resources; further calls fail."""
@@ -100,8 +177,37 @@ class WrappedTransport(Transport):
     def alloc_tags(self, count: int) -> int:
         return self.inner.alloc_tags(count)
 
-    def allreduce_control(self, buf: Any, op: ReduceOp) -> None:
-        self.inner.allreduce_control(buf, op)
+    def allreduce_control(self, buf: Any, op: ReduceOp, timeout_s: Optional[float] = None,
+                          what: str = "allreduce") -> None:
+        if timeout_s is None:  # the engine's call, which wrappers such as TrackedTransport take
+            self.inner.allreduce_control(buf, op)
+        else:
+            self.inner.allreduce_control(buf, op, timeout_s, what)
+
+    # The collective steps move host bytes only, so the inner transport's own (possibly its
+    # library's collectives) serve unchanged.
+
+    def cancel(self, request: Any) -> None:
+        self.inner.cancel(request)
+
+    @property
+    def processor_name(self) -> str:
+        return self.inner.processor_name
+
+    def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
+        self.inner.barrier(timeout_s, what)
+
+    def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
+                        what: str = "broadcast") -> bytes:
+        return self.inner.broadcast_bytes(data, root, timeout_s, what)
+
+    def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
+                     ) -> Optional[List[bytes]]:
+        return self.inner.gather_bytes(data, root, timeout_s, what)
+
+    def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
+                        ) -> List[bytes]:
+        return self.inner.allgather_bytes(data, timeout_s, what)
 
     def close(self) -> None:
         if self._owns:
@@ -111,34 +217,6 @@ class WrappedTransport(Transport):
         if name == "inner":  # not set yet (during unpickling or a failed __init__)
             raise AttributeError(name)
         return getattr(self.inner, name)
-
-
-_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
-
-
-def allreduce_point_to_point(transport: Transport, buf: np.ndarray, op: ReduceOp) -> None:
-    """Allreduce the small array ``buf`` in place by sending it to every other rank.
-
-    ``2 (size - 1)`` messages per rank, so only for control vectors on modest rank counts. Each
-    rank folds the vectors in rank order, so the result is bitwise identical everywhere.
-    """
-    n, me = transport.size, transport.rank
-    if n == 1:
-        return
-    tag = transport.alloc_tags(1)
-    mine = np.ascontiguousarray(buf).copy()
-    got = {p: np.empty_like(mine) for p in range(n) if p != me}
-    reqs = [transport.irecv(got[p], p, tag) for p in got]
-    reqs += [transport.isend(mine, p, tag) for p in got]
-    while reqs:  # waitsome, not waitall: what stays pending names the peers still missing
-        done = set(transport.waitsome(reqs))
-        reqs = [r for i, r in enumerate(reqs) if i not in done]
-    got[me] = mine
-    fold = _UFUNCS[op]
-    acc = got[0].copy()
-    for p in range(1, n):
-        fold(acc, got[p], out=acc)
-    buf[...] = acc
 
 
 class TagAllocator:

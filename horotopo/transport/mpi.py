@@ -1,18 +1,17 @@
 """The mpi4py transport, on a duplicated communicator so that its tags never meet the user's."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
-
-import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import config
-from ..gpu.elementwise import wire_view
 from .base import ReduceOp, TagAllocator, Transport, TransportError
+from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
+from .wire import wire_view
 
-__all__ = ["MPITransport", "as_transport"]
+__all__ = ["MPITransport", "as_transport", "supports_threads", "NAMED_MAX_RANKS"]
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
 _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
@@ -20,6 +19,12 @@ _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
     ("int64", MPI.INT64_T), ("uint8", MPI.UINT8_T), ("int8", MPI.INT8_T),
     ("uint32", MPI.UINT32_T), ("uint64", MPI.UINT64_T))}
 _HALF = np.dtype(np.float16)
+
+#: Up to this many ranks the small collective steps with deadlines run point to point, so a
+#: timeout names the missing peers; above it, MPI's nonblocking collectives (log-depth, but a
+#: library collective cannot say which rank it waits for). The same bound as the engine's
+#: control allreduce under TrackedTransport.
+NAMED_MAX_RANKS = 64
 
 
 def _wire(buf: Any) -> Any:
@@ -40,7 +45,8 @@ class MPITransport(Transport):
     """
 
     def __init__(self, comm: "MPI.Comm", poll_sleep_s: Optional[float] = None,
-                 spin_polls: Optional[int] = None) -> None:
+                 spin_polls: Optional[int] = None,
+                 named_max_ranks: int = NAMED_MAX_RANKS) -> None:
         # Waiting polls with Testsome and, after `spin_polls` empty polls, sleeps
         # `poll_sleep_s` between polls instead of spinning inside MPI_Waitsome: on a node
         # with more ranks than cores (and on emulated networks, where the kernel moves the
@@ -50,11 +56,21 @@ class MPITransport(Transport):
                              else config.get("HOROTOPO_POLL_SLEEP_US") * 1e-6)
         self.spin_polls = (spin_polls if spin_polls is not None
                            else config.get("HOROTOPO_SPIN_POLLS"))
+        self.named_max_ranks = named_max_ranks
         self._comm: Optional[MPI.Comm] = comm.Dup()
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()
         upper = self._comm.Get_attr(MPI.TAG_UB)
         self._tags = TagAllocator(int(upper) if upper else 32767)
+
+    @classmethod
+    def world(cls, **kwargs: Any) -> "MPITransport":
+        """A transport over ``MPI.COMM_WORLD`` (for entry points that own the whole job)."""
+        return cls(MPI.COMM_WORLD, **kwargs)
+
+    def abort(self, code: int = 1) -> None:
+        """End every rank of the job (after an error a peer may never recover from)."""
+        MPI.COMM_WORLD.Abort(code)
 
     @property
     def comm(self) -> "MPI.Comm":
@@ -84,17 +100,33 @@ class MPITransport(Transport):
             done = MPI.Request.Waitsome(requests)
         else:
             testsome = MPI.Request.Testsome
-            polls = 0
-            while True:
-                done = testsome(requests)
-                if done or done is None:
-                    break
-                polls += 1
-                if polls > self.spin_polls:
-                    time.sleep(self.poll_sleep_s)
+            found: List[Any] = []
+
+            def step() -> int:
+                got = testsome(requests)
+                if got or got is None:
+                    found.append(got)
+                    return DONE
+                return IDLE
+
+            # The one poll loop, with a constant pause (both ends of nap_s equal): the
+            # engine's chunks complete within the pause of each other, so no back-off.
+            poll(step, spin_polls=self.spin_polls,
+                 nap_s=(self.poll_sleep_s, self.poll_sleep_s))
+            done = found[0]
         if done is None:
             raise TransportError("waitsome on requests that have all completed already")
         return done
+
+    def cancel(self, request: Any) -> None:
+        try:
+            request.Cancel()
+        except Exception:  # noqa: BLE001 - best effort after a timeout; that error matters more
+            pass
+
+    @property
+    def processor_name(self) -> str:
+        return MPI.Get_processor_name()
 
     def waitall(self, requests: Sequence[Any]) -> None:
         if requests:
@@ -126,8 +158,96 @@ class MPITransport(Transport):
         else:
             self.comm.Allreduce([sendbuf, dtype], [recvbuf, dtype], op=mop)
 
-    def barrier(self) -> None:
-        self.comm.Barrier()
+    # ---- the small collective steps: point to point up to named_max_ranks (the base class's,
+    # naming missing peers), MPI's nonblocking collectives above, all through the poll loop.
+
+    def _named(self) -> bool:
+        return self._size <= self.named_max_ranks
+
+    def _finish(self, request: Any, deadline: Optional[float], what: str,
+                timeout_s: Optional[float], missing: Sequence[int] = ()) -> None:
+        """Poll one nonblocking collective to completion or raise at ``deadline``."""
+        if not poll(lambda: DONE if request.Test() else IDLE, deadline):
+            self.cancel(request)
+            who = (f"nothing from rank {missing[0]}" if len(missing) == 1
+                   else "not every rank arrived")
+            raise TransportTimeout(f"{what}: {who} within {timeout_s:g} s (MPI's collective "
+                                   f"cannot tell which rank it waits for)", missing)
+
+    def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
+        if timeout_s is not None and self._named():
+            super().barrier(timeout_s, what)
+        else:
+            self._finish(self.comm.Ibarrier(), deadline_after(timeout_s), what, timeout_s)
+
+    def allreduce_control(self, buf: Any, op: ReduceOp, timeout_s: Optional[float] = None,
+                          what: str = "allreduce") -> None:
+        dtype = _TYPES.get(buf.dtype)
+        if timeout_s is None or self._named() or dtype is None:
+            super().allreduce_control(buf, op, timeout_s, what)
+            return
+        if op not in _OPS:
+            raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+        out = np.empty_like(buf)
+        req = self.comm.Iallreduce([np.ascontiguousarray(buf), dtype], [out, dtype],
+                                   op=_OPS[op])
+        self._finish(req, deadline_after(timeout_s), what, timeout_s)
+        buf[...] = out
+
+    def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
+                        what: str = "broadcast") -> bytes:
+        if self._named():
+            return super().broadcast_bytes(data, root, timeout_s, what)
+        deadline = deadline_after(timeout_s)
+        if self._rank == root:
+            if data is None:
+                raise ValueError("the broadcast root must give the data")
+            buf = np.frombuffer(bytes(data), dtype=np.uint8).copy()
+            missing: Sequence[int] = ()
+        else:
+            buf = np.zeros(0, dtype=np.uint8)
+            missing = (root,)
+        length = np.array([len(buf)], dtype=np.int64)
+        self._finish(self.comm.Ibcast(length, root=root), deadline, what, timeout_s, missing)
+        if self._rank != root:
+            buf = np.empty(int(length[0]), dtype=np.uint8)
+        if len(buf):
+            self._finish(self.comm.Ibcast([buf, MPI.BYTE], root=root), deadline, what,
+                         timeout_s, missing)
+        return buf.tobytes()
+
+    def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
+                     ) -> Optional[List[bytes]]:
+        if self._named():
+            return super().gather_bytes(data, root, timeout_s, what)
+        deadline = deadline_after(timeout_s)
+        mine = np.frombuffer(bytes(data), dtype=np.uint8)
+        count = np.array([len(mine)], dtype=np.int64)
+        if self._rank != root:
+            self._finish(self.comm.Igather(count, None, root=root), deadline, what, timeout_s)
+            self._finish(self.comm.Igatherv([mine, MPI.BYTE], None, root=root), deadline,
+                         what, timeout_s)
+            return None
+        lens = np.zeros(self._size, dtype=np.int64)
+        self._finish(self.comm.Igather(count, lens, root=root), deadline, what, timeout_s)
+        buf, displs = _spread(lens)
+        self._finish(self.comm.Igatherv([mine, MPI.BYTE], [buf, (lens, displs), MPI.BYTE],
+                                        root=root), deadline, what, timeout_s)
+        return [buf[displs[r]:displs[r] + lens[r]].tobytes() for r in range(self._size)]
+
+    def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
+                        ) -> List[bytes]:
+        if self._named():
+            return super().allgather_bytes(data, timeout_s, what)
+        deadline = deadline_after(timeout_s)
+        mine = np.frombuffer(bytes(data), dtype=np.uint8)
+        lens = np.zeros(self._size, dtype=np.int64)
+        self._finish(self.comm.Iallgather(np.array([len(mine)], dtype=np.int64), lens),
+                     deadline, what, timeout_s)
+        buf, displs = _spread(lens)
+        self._finish(self.comm.Iallgatherv([mine, MPI.BYTE], [buf, (lens, displs), MPI.BYTE]),
+                     deadline, what, timeout_s)
+        return [buf[displs[r]:displs[r] + lens[r]].tobytes() for r in range(self._size)]
 
     def close(self) -> None:
         if self._comm is not None:
@@ -143,3 +263,17 @@ def as_transport(comm: Any) -> Transport:
     if isinstance(comm, MPI.Comm):
         return MPITransport(comm)
     raise TypeError(f"expected an mpi4py communicator or a Transport, got {type(comm).__name__}")
+
+
+def _spread(lens: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """A receive buffer for payloads of ``lens`` bytes laid end to end, and their offsets."""
+    displs = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    return np.empty(max(int(lens.sum()), 1), dtype=np.uint8), displs
+
+
+def supports_threads(thread_level: int) -> bool:
+    """True if ``thread_level`` (what ``MPI_Query_thread`` returned) is MPI_THREAD_MULTIPLE.
+
+    The levels' numeric values are the MPI library's own, so only this module compares them.
+    """
+    return thread_level >= MPI.THREAD_MULTIPLE

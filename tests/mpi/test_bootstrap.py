@@ -8,14 +8,19 @@ import pytest
 from mpi4py import MPI
 
 from horotopo.bootstrap import BootstrapError, setup_plan, uniform_document
-from horotopo.probe._mpi import allgather_json, bcast_json
+from horotopo.transport import MPITransport
 
 SMALL = dict(max_bytes=128 << 10, start_bytes=16 << 10, min_bytes=4 << 10, warm_bytes=16 << 10,
              timeout_s=60.0, budget_s=2.0, target_s=0.002)
 
 
+# One transport for the bootstrap calls, one for the tests' own exchanges.
+WORLD = MPITransport(MPI.COMM_WORLD)
+CHECK = MPITransport(MPI.COMM_WORLD)
+
+
 def everyone(value):
-    return allgather_json(MPI.COMM_WORLD, value, 60, "test")
+    return CHECK.allgather_object(value, 60, "test")
 
 
 def shared_file(doc):
@@ -26,13 +31,13 @@ def shared_file(doc):
         path = os.path.join(tempfile.mkdtemp(), "topo.json")
         with open(path, "w") as f:
             json.dump(doc, f)
-    return bcast_json(comm, path, 0, 60, "test path")
+    return CHECK.broadcast_object(path, 0, 60, "test path")
 
 
 def outcome(env, **kw):
     """(digest or None, error text or None) of setup_plan on this rank."""
     try:
-        return setup_plan(MPI.COMM_WORLD, env=env, **kw).digest, None
+        return setup_plan(WORLD, env=env, **kw).digest, None
     except BootstrapError as exc:
         return None, str(exc)
 
@@ -47,7 +52,7 @@ def test_probe_quick_plan_is_identical_everywhere():
 def test_probe_off_is_a_ring_over_a_uniform_model():
     comm = MPI.COMM_WORLD
     lines = []
-    plan = setup_plan(comm, env={"HOROTOPO_PROBE": "off"}, log=lines.append)
+    plan = setup_plan(WORLD, env={"HOROTOPO_PROBE": "off"}, log=lines.append)
     assert len(plan.trees) == comm.size and "uniform" in plan.topology_name
     if comm.rank == 0:
         assert any("ring plan over a uniform model" in ln for ln in lines)
@@ -61,7 +66,7 @@ def test_topology_file_is_loaded_and_planned():
     doc = uniform_document(comm.size, gbps=2.0)
     doc["name"] = "from-file"
     path = shared_file(doc)
-    plan = setup_plan(comm, env={"HOROTOPO_TOPOLOGY": path, "HOROTOPO_PROBE": "full"})
+    plan = setup_plan(WORLD, env={"HOROTOPO_TOPOLOGY": path, "HOROTOPO_PROBE": "full"})
     assert plan.topology_name == "from-file" and plan.n == comm.size
     assert len(set(everyone(plan.digest))) == 1
 

@@ -10,22 +10,26 @@ from mpi4py import MPI
 from horotopo.cli import main as cli_main
 from horotopo.plan import make_plan
 from horotopo.probe import ProbeError, measure_pairs, probe
-from horotopo.probe._mpi import allgather_json, bcast_json
 from horotopo.probe.measure import ProbeConfig, _Prober
 from horotopo.topology import from_dict, load
+from horotopo.transport import MPITransport
 
 # Small messages: this tier checks the protocol and the document, not the figures.
 SMALL = dict(max_bytes=128 << 10, start_bytes=16 << 10, min_bytes=4 << 10, warm_bytes=16 << 10,
              timeout_s=60.0, budget_s=2.0, target_s=0.002)
 
 
+# The tests' own exchanges run on a transport of their own, apart from the probe's.
+CHECK = MPITransport(MPI.COMM_WORLD)
+
+
 def everyone(value):
-    return allgather_json(MPI.COMM_WORLD, value, 60, "test")
+    return CHECK.allgather_object(value, 60, "test")
 
 
 def test_probe_gives_the_same_loadable_topology_on_every_rank():
     comm = MPI.COMM_WORLD
-    doc = probe(comm, "quick", name="local", **SMALL)
+    doc = probe(MPITransport(comm), "quick", name="local", **SMALL)
     topo = from_dict(doc)
     assert topo.n == comm.size and doc["name"] == "local"
     assert doc["ranks"] == everyone(MPI.Get_processor_name())
@@ -41,8 +45,8 @@ def test_probe_gives_the_same_loadable_topology_on_every_rank():
 
 def test_cli_writes_a_file_that_plans():
     comm = MPI.COMM_WORLD
-    path = bcast_json(comm, os.path.join(tempfile.mkdtemp(), "probed.json") if comm.rank == 0
-                      else None, 0, 60, "test path")
+    path = CHECK.broadcast_object(os.path.join(tempfile.mkdtemp(), "probed.json")
+                                  if comm.rank == 0 else None, 0, 60, "test path")
     code = cli_main(["probe", "--quick", "-q", "--max-bytes", "128K", "--timeout", "60",
                      "-o", path, "--name", "cli"])
     assert code == 0
@@ -58,7 +62,8 @@ def test_a_missing_peer_is_a_timeout_naming_the_pair():
     comm = MPI.COMM_WORLD
     if comm.size < 2:
         pytest.skip("needs two ranks: a pair whose sender never sends")
-    pr = _Prober(comm, ProbeConfig.for_mode("quick", timeout_s=0.5), lambda m: None)
+    transport = MPITransport(comm)
+    pr = _Prober(transport, ProbeConfig.for_mode("quick", timeout_s=0.5), lambda m: None)
     pr.hosts = ["h%d" % r for r in range(comm.size)]
     error = ""
     if comm.rank == 0:
@@ -67,22 +72,22 @@ def test_a_missing_peer_is_a_timeout_naming_the_pair():
         except ProbeError as exc:
             error = str(exc)
     errors = everyone(error)
-    pr.comm.Free()
+    transport.close()
     assert "rank 1 (h1) -> rank 0 (h0)" in errors[0] and "0.5 s" in errors[0], errors[0]
 
 
 def test_bad_settings_fail_before_any_communication():
     with pytest.raises(ValueError, match="max_bytes"):
-        probe(MPI.COMM_WORLD, "quick", max_bytes=1)
+        probe(CHECK, "quick", max_bytes=1)
 
 
 def test_measure_pairs_gives_every_rank_the_same_rates():
     comm = MPI.COMM_WORLD
     pairs = [(i, (i + 1) % comm.size) for i in range(comm.size)] if comm.size > 1 else []
-    rates = measure_pairs(comm, pairs, **SMALL)
+    rates = measure_pairs(MPITransport(comm), pairs, **SMALL)
     assert sorted(rates) == sorted(pairs) and all(v > 0 for v in rates.values())
     got = everyone(sorted((list(k), v) for k, v in rates.items()))
     assert all(g == got[0] for g in got)
     with pytest.raises(ValueError, match="two different ranks"):
-        measure_pairs(comm, [(0, 0)])
+        measure_pairs(CHECK, [(0, 0)])
 

@@ -1,0 +1,97 @@
+"""One protocol for "rank 0 plans, every rank gets the Plan, the ranks check its digest".
+
+``init()`` (:func:`horotopo.bootstrap.setup`) runs it once; a re-plan (the adaptive engine)
+runs it again whenever the model changes. It speaks only to the transport, so it runs over
+MPI and over a simulator alike:
+
+1. the root calls ``build()`` (the planner, with whatever it needs from the model); a failure
+   there becomes a message, so that no rank waits for a plan that never comes;
+2. the root broadcasts the Plan's JSON and its model's (or the failure) to every rank;
+3. every rank rebuilds the Plan, and the ranks compare its digest.
+
+A failure anywhere is raised on every rank as the caller's ``error`` type, with the same text.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, Optional, Tuple, Type
+
+from .plan import Plan
+from .topology import Topology, from_dict
+from .transport.base import Transport, TransportTimeout
+
+__all__ = ["share_plan", "Build", "EXCHANGE_TIMEOUT_S", "PLAN_TIMEOUT_S"]
+
+EXCHANGE_TIMEOUT_S = 60.0   # the digest check: every rank should be there at once
+PLAN_TIMEOUT_S = 600.0      # the root may spend a while in the planner
+
+#: What the root runs: the Plan and the model it was planned on (None when there is none).
+Build = Callable[[], Tuple[Plan, Optional[Topology]]]
+
+
+def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str = "plan",
+               error: Type[Exception] = RuntimeError, failure: str = "planning failed",
+               timeout_s: float = PLAN_TIMEOUT_S,
+               check_timeout_s: float = EXCHANGE_TIMEOUT_S) -> Tuple[Plan, Optional[Topology]]:
+    """Plan on ``root``, broadcast, check digests; collective over ``transport``.
+
+    Parameters
+    ----------
+    transport : Transport
+        Every rank of it calls this.
+    build : callable
+        Called on ``root`` only: returns ``(plan, topology)``. An exception of type ``error``
+        is passed on with its own text; any other becomes ``"{failure}: {type}: {text}"``.
+    root : int
+        The rank that plans.
+    what : str
+        Names the protocol in timeouts (``"init"``, ``"re-plan at call 12"``).
+    error : exception type
+        What every rank raises on a failure (a build error, a timeout, differing digests).
+    failure : str
+        Prefix of the message for an unexpected exception in ``build``.
+    timeout_s : float
+        How long the other ranks wait for the root's plan (the planner may take a while).
+    check_timeout_s : float
+        How long the digest check waits for every rank.
+
+    Returns
+    -------
+    (Plan, Topology or None)
+        The same plan (same digest) and model on every rank.
+
+    Raises
+    ------
+    error
+        On every rank, with the same message, except for a timeout: that names the ranks
+        this rank was missing (the exception's cause is the
+        :class:`~horotopo.transport.base.TransportTimeout`, whose ``missing`` lists them).
+    """
+    payload: Dict[str, Any] = {}
+    if transport.rank == root:
+        try:
+            plan, topology = build()
+            payload = {"plan": plan.to_json(),
+                       "topology": None if topology is None else topology.to_json()}
+        except error as exc:
+            payload = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
+            payload = {"error": f"{failure}: {type(exc).__name__}: {exc}"}
+    try:
+        data = transport.broadcast_bytes(
+            json.dumps(payload).encode() if transport.rank == root else None, root, timeout_s,
+            f"{what}: waiting for the plan")
+        got = json.loads(data)
+        if "error" in got:
+            raise error(got["error"])
+        plan = Plan.from_json(got["plan"])
+        model = None if got["topology"] is None else from_dict(got["topology"])
+        digests = [d.decode() for d in transport.allgather_bytes(
+            plan.digest.encode(), check_timeout_s, f"{what}: comparing plans")]
+    except TransportTimeout as exc:
+        raise error(str(exc)) from exc
+    odd = [r for r, d in enumerate(digests) if d != digests[0]]
+    if odd:
+        raise error(f"plan digest differs across ranks: rank 0 has {digests[0]}, "
+                    + ", ".join(f"rank {r} has {digests[r]}" for r in odd))
+    return plan, model

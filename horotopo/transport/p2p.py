@@ -1,0 +1,231 @@
+"""The small collective steps written once over point-to-point messages.
+
+Any :class:`~horotopo.transport.base.Transport` gets these from its ``isend``/``irecv``/``test``:
+the in-process test transport and a simulator's as well as MPI's. They move small payloads
+(settings, a Plan's JSON, a probe's timings), so they are flat (the root talks to every rank
+directly) and every rank knows exactly which peers it is still waiting for: a deadline that
+passes raises :class:`~horotopo.transport.poll.TransportTimeout` naming them.
+
+Each step takes one tag from ``alloc_tags`` (every rank calls the steps in the same order, as
+for any collective) and sends an 8-byte length before each payload on that tag; the
+non-overtaking rule keeps the two in order.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .poll import DONE, IDLE, PROGRESS, TransportTimeout, deadline_after, poll
+
+if TYPE_CHECKING:  # base imports this module; the names are for type hints only
+    from .base import ReduceOp, Transport
+
+__all__ = ["Describe", "wait_requests", "broadcast_bytes", "gather_bytes", "allgather_bytes",
+           "allreduce_point_to_point", "barrier_point_to_point"]
+
+#: How a wait is named in its timeout: a text, or a callable given the pending indices.
+Describe = Union[str, Callable[[List[int]], str]]
+
+_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
+
+
+def wait_requests(transport: "Transport", requests: List[Any], deadline: Optional[float], *,
+                  peers: Optional[Sequence[int]] = None, what: Describe = "wait",
+                  on_done: Optional[Callable[[int], None]] = None, busy: bool = False) -> None:
+    """Wait until every request completes, or raise :class:`TransportTimeout` at ``deadline``.
+
+    Parameters
+    ----------
+    transport : Transport
+        Whose ``test`` and ``cancel`` are used.
+    requests : list
+        Request handles. ``on_done`` may append to the list while waiting (an acknowledgement
+        posted once a transfer ends); appended ones are waited for too.
+    deadline : float, optional
+        ``time.perf_counter()`` value; None waits for ever.
+    peers : sequence of int, optional
+        ``peers[k]`` is the rank that request ``k`` talks to; the timeout's ``missing`` is the
+        set of peers of the requests still pending. Read at the timeout, so the caller may
+        append to it alongside ``requests``.
+    what : str or callable
+        The timeout's message; a callable receives the pending indices.
+    on_done : callable, optional
+        Called with the index of each request as it completes.
+    busy : bool
+        Yield instead of sleeping between idle polls (see :func:`~.poll.poll`).
+    """
+    done: List[bool] = []
+
+    def step() -> int:
+        done.extend([False] * (len(requests) - len(done)))
+        state = IDLE
+        for k in range(len(done)):
+            if not done[k] and transport.test(requests[k]):
+                done[k] = True
+                state = PROGRESS
+                if on_done is not None:
+                    on_done(k)
+        if len(done) == len(requests) and all(done):
+            return DONE
+        return state
+
+    if poll(step, deadline, busy=busy):
+        return
+    pending = [k for k in range(len(done)) if not done[k]]
+    for k in pending:
+        # A receive cancels cleanly; a send to a dead peer may not, which is why a job should
+        # abort after such an error rather than finalize.
+        transport.cancel(requests[k])
+    missing = [peers[k] for k in pending] if peers is not None else []
+    raise TransportTimeout(what(pending) if callable(what) else what, missing)
+
+
+def _named(what: str, timeout_s: float, peers: List[int]) -> Callable[[List[int]], str]:
+    def describe(pending: List[int]) -> str:
+        missing = sorted({peers[k] for k in pending})
+        who = ", ".join(str(p) for p in missing)
+        return f"{what}: nothing from rank{'s' if len(missing) > 1 else ''} {who} within " \
+               f"{timeout_s:g} s"
+    return describe
+
+
+def _as_bytes(data: bytes) -> np.ndarray:
+    return np.frombuffer(bytes(data), dtype=np.uint8)
+
+
+def _receive_sized(transport: "Transport", sources: Sequence[int], tag: int, deadline: float,
+                   what: str, timeout_s: float, sends: Sequence[Any] = (),
+                   send_peers: Sequence[int] = ()) -> Dict[int, bytes]:
+    """Receive one length-prefixed payload from each of ``sources`` while ``sends`` finish."""
+    lengths = {p: np.zeros(1, dtype=np.int64) for p in sources}
+    bodies: Dict[int, np.ndarray] = {}
+    requests: List[Any] = [transport.irecv(lengths[p], p, tag) for p in sources]
+    peers: List[int] = list(sources)
+    headers = len(requests)
+    requests += list(sends)
+    peers += list(send_peers)
+
+    def on_done(k: int) -> None:
+        if k < headers:  # a length arrived: post the payload's receive (none for b"")
+            p = peers[k]
+            size = int(lengths[p][0])
+            bodies[p] = np.empty(size, dtype=np.uint8)
+            if size:
+                requests.append(transport.irecv(bodies[p], p, tag))
+                peers.append(p)
+
+    wait_requests(transport, requests, deadline, peers=peers,
+                  what=_named(what, timeout_s, peers), on_done=on_done)
+    return {p: bodies[p].tobytes() for p in sources}
+
+
+def _send_sized(transport: "Transport", data: np.ndarray, dests: Sequence[int],
+                tag: int) -> List[Any]:
+    length = np.array([len(data)], dtype=np.int64)
+    requests = []
+    for p in dests:
+        requests.append(transport.isend(length, p, tag))
+        if len(data):
+            requests.append(transport.isend(data, p, tag))
+    return requests
+
+
+def _doubled(dests: Sequence[int], data: np.ndarray) -> List[int]:
+    # _send_sized's requests: a length, then a payload unless it is empty, per destination
+    return [p for p in dests for _ in range(2 if len(data) else 1)]
+
+
+def broadcast_bytes(transport: "Transport", data: Optional[bytes], root: int,
+                    timeout_s: float, what: str = "broadcast") -> bytes:
+    """``data`` (read on ``root`` only) on every rank; the root sends it to each rank."""
+    deadline = deadline_after(timeout_s)
+    tag = transport.alloc_tags(1)
+    if transport.rank == root:
+        if data is None:
+            raise ValueError("the broadcast root must give the data")
+        payload = _as_bytes(data)
+        others = [p for p in range(transport.size) if p != root]
+        sends = _send_sized(transport, payload, others, tag)
+        peers = _doubled(others, payload)
+        wait_requests(transport, sends, deadline, peers=peers,
+                      what=_named(what, timeout_s, peers))
+        return bytes(data)
+    return _receive_sized(transport, [root], tag, deadline, what, timeout_s)[root]
+
+
+def gather_bytes(transport: "Transport", data: bytes, root: int, timeout_s: float,
+                 what: str = "gather") -> Optional[List[bytes]]:
+    """Every rank's ``data`` in rank order on ``root``; None elsewhere."""
+    deadline = deadline_after(timeout_s)
+    tag = transport.alloc_tags(1)
+    payload = _as_bytes(data)
+    if transport.rank != root:
+        sends = _send_sized(transport, payload, [root], tag)
+        peers = _doubled([root], payload)
+        wait_requests(transport, sends, deadline, peers=peers,
+                      what=_named(what, timeout_s, peers))
+        return None
+    others = [p for p in range(transport.size) if p != root]
+    got = _receive_sized(transport, others, tag, deadline, what, timeout_s)
+    got[root] = bytes(data)
+    return [got[p] for p in range(transport.size)]
+
+
+def allgather_bytes(transport: "Transport", data: bytes, timeout_s: float,
+                    what: str = "allgather") -> List[bytes]:
+    """Every rank's ``data`` in rank order on every rank; each rank sends to every other.
+
+    ``n - 1`` messages each way per rank, so that every rank can name every peer it misses
+    (a gather to a root and a broadcast back would leave the others naming only the root).
+    """
+    deadline = deadline_after(timeout_s)
+    tag = transport.alloc_tags(1)
+    payload = _as_bytes(data)
+    others = [p for p in range(transport.size) if p != transport.rank]
+    sends = _send_sized(transport, payload, others, tag)
+    got = _receive_sized(transport, others, tag, deadline, what, timeout_s, sends,
+                         _doubled(others, payload))
+    got[transport.rank] = bytes(data)
+    return [got[p] for p in range(transport.size)]
+
+
+def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "ReduceOp",
+                             timeout_s: Optional[float] = None, what: str = "allreduce") -> None:
+    """Allreduce the small array ``buf`` in place by sending it to every other rank.
+
+    ``2 (size - 1)`` messages per rank, so only for control vectors on modest rank counts. Each
+    rank folds the vectors in rank order, so the result is bitwise identical everywhere.
+
+    Without ``timeout_s`` the wait goes through ``transport.waitsome`` (a wrapper that watches
+    its requests, such as :class:`~horotopo.reliability.TrackedTransport`, sees every one);
+    with it, a deadline that passes raises :class:`TransportTimeout` naming the missing peers.
+    """
+    n, me = transport.size, transport.rank
+    if n == 1:
+        return
+    tag = transport.alloc_tags(1)
+    mine = np.ascontiguousarray(buf).copy()
+    got = {p: np.empty_like(mine) for p in range(n) if p != me}
+    peers = [p for p in got] * 2
+    reqs = [transport.irecv(got[p], p, tag) for p in got]
+    reqs += [transport.isend(mine, p, tag) for p in got]
+    if timeout_s is None:
+        while reqs:  # waitsome, not waitall: what stays pending names the peers still missing
+            done = set(transport.waitsome(reqs))
+            reqs = [r for i, r in enumerate(reqs) if i not in done]
+    else:
+        wait_requests(transport, reqs, deadline_after(timeout_s), peers=peers,
+                      what=_named(what, timeout_s, peers))
+    got[me] = mine
+    fold = _UFUNCS[op]
+    acc = got[0].copy()
+    for p in range(1, n):
+        fold(acc, got[p], out=acc)
+    buf[...] = acc
+
+
+def barrier_point_to_point(transport: "Transport", timeout_s: Optional[float] = None,
+                           what: str = "barrier") -> None:
+    """Return once every rank has called this; a deadline names the ranks that did not."""
+    allreduce_point_to_point(transport, np.zeros(1, dtype=np.uint8), "max", timeout_s, what)
