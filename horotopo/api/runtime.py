@@ -1010,7 +1010,7 @@ def _wait_for_ranks(comm: Any, members: Optional[Sequence[int]]) -> None:
     for a rank that never calls init.
     """
     from horotopo.bootstrap import BootstrapError
-    from horotopo.probe._mpi import missing_ranks
+    from horotopo.transport.mpi import missing_ranks
 
     timeout_s = config.get("HOROVOD_START_TIMEOUT")
     missing = missing_ranks(comm, timeout_s, members)

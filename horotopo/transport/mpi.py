@@ -1,6 +1,7 @@
 """The mpi4py transport, on a duplicated communicator so that its tags never meet the user's."""
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -11,7 +12,8 @@ from .base import ReduceOp, TagAllocator, Transport, TransportError
 from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
 
-__all__ = ["MPITransport", "as_transport", "supports_threads", "NAMED_MAX_RANKS"]
+__all__ = ["MPITransport", "as_transport", "supports_threads", "missing_ranks", "NAMED_MAX_RANKS",
+           "ARRIVAL_TAG"]
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
 _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
@@ -277,3 +279,89 @@ def supports_threads(thread_level: int) -> bool:
     The levels' numeric values are the MPI library's own, so only this module compares them.
     """
     return thread_level >= MPI.THREAD_MULTIPLE
+
+
+#: The tag of init's arrival messages on the caller's communicator (before horotopo has a
+#: duplicate of its own): a user receive with MPI.ANY_TAG posted across init could take them.
+ARRIVAL_TAG = 0x6874
+
+
+def _done_by(request: Any, deadline: float) -> bool:
+    """Poll ``request`` until it completes (True) or ``deadline`` passes (False; left posted)."""
+    return poll(lambda: DONE if request.Test() else IDLE, deadline)
+
+
+def missing_ranks(comm: "MPI.Comm", timeout_s: float,
+                  members: Optional[Sequence[int]] = None) -> List[int]:
+    """The ranks of ``comm`` that did not call this within ``timeout_s``; ``[]`` when all did.
+
+    Runs on the caller's communicator before any :class:`MPITransport` exists (its ``Dup`` is
+    a collective that would wait for ever for a rank that never comes), hence a function of
+    the MPI door rather than a transport step.
+
+    The first member gathers an arrival message from every other member, waits until the
+    deadline, then sends each arrived member the list of arrivals, so every rank that arrived
+    in time returns the same list. A member that sees no answer from the first returns
+    ``[first]``: it has not arrived, or it already gave up before this member came. Only
+    point-to-point messages on ``comm`` with :data:`ARRIVAL_TAG`, so nothing blocks past the
+    deadline (a collective cannot say who is missing). The arrival send of a member that came
+    too late stays posted: init fails there anyway.
+
+    Parameters
+    ----------
+    comm : mpi4py communicator
+    timeout_s : float
+        How long the first member waits for the others (the others wait up to twice as long,
+        since the first may start its wait after them).
+    members : sequence of int, optional
+        The ranks of ``comm`` that take part (all by default); the others must not call this.
+
+    Raises
+    ------
+    TransportTimeout
+        The first member could not tell an arrived rank the outcome within ``timeout_s``.
+    """
+    ranks = list(range(comm.Get_size())) if members is None else [int(r) for r in members]
+    first, others = ranks[0], ranks[1:]
+    deadline = time.perf_counter() + timeout_s
+    if comm.Get_rank() != first:
+        token = np.ones(1, dtype=np.int8)
+        # Issend completes only once the first member has received it: proof that it is here.
+        if not _done_by(comm.Issend(token, dest=first, tag=ARRIVAL_TAG), deadline):
+            return [first]
+        arrived = np.zeros(len(ranks), dtype=np.int8)
+        answer = comm.Irecv(arrived, source=first, tag=ARRIVAL_TAG)
+        if not _done_by(answer, deadline + timeout_s):
+            try:
+                answer.Cancel()
+            except Exception:  # noqa: BLE001 - best effort; the missing rank is what matters
+                pass
+            return [first]
+        return [r for r, ok in zip(ranks, arrived) if not ok]
+    tokens = [np.zeros(1, dtype=np.int8) for _ in others]
+    recvs = [comm.Irecv(t, source=r, tag=ARRIVAL_TAG) for t, r in zip(tokens, others)]
+    got = [False] * len(others)
+
+    def step() -> int:
+        for k, req in enumerate(recvs):
+            if not got[k] and req.Test():
+                got[k] = True
+        return DONE if all(got) else IDLE
+
+    if not poll(step, deadline):
+        for k, req in enumerate(recvs):
+            if not got[k]:  # named below; a receive cancels cleanly
+                try:
+                    req.Cancel()
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+    arrived = np.array([1] + [int(g) for g in got], dtype=np.int8)
+    to = [r for r, g in zip(others, got) if g]
+    sends = [comm.Isend(arrived, dest=r, tag=ARRIVAL_TAG) for r in to]
+    # The arrived ranks are waiting for exactly this message, so it completes at once.
+    left = time.perf_counter() + timeout_s
+    for r, req in zip(to, sends):
+        if not _done_by(req, left):
+            raise TransportTimeout(f"init: telling the ranks who arrived: rank {r} took no "
+                                   f"answer within {timeout_s:g} s", [r])
+    return [r for r, g in zip(others, got) if not g]
