@@ -260,9 +260,36 @@ def rerooted(parent: Sequence[int], tree_root: int, root: int) -> Tuple[int, ...
     return tuple(out)
 
 
-def _dtype_name(dtype: Any) -> Tuple[str, int]:
-    dt = np.dtype(dtype)
-    return str(dt), dt.itemsize
+@dataclass(frozen=True)
+class _Peers:
+    """One tree's neighbours at one rank, for one collective (what a chunk's steps are)."""
+
+    tree: int
+    root: int
+    recv_children: Tuple[int, ...]
+    send_parent: int
+    recv_parent: int
+    send_children: Tuple[int, ...]
+    hops: int
+
+
+def _allreduce_peers(plan: Plan, rank: int) -> Tuple[_Peers, ...]:
+    """Every tree's neighbours of ``rank`` in an allreduce: its reduce and broadcast trees."""
+    return tuple(_Peers(k, t.root, children(t.reduce_parent)[rank], t.reduce_parent[rank],
+                        t.bcast_parent[rank], children(t.bcast_parent)[rank],
+                        depth(t.reduce_parent) + depth(t.bcast_parent))
+                 for k, t in enumerate(plan.trees))
+
+
+def _broadcast_peers(plan: Plan, rank: int, root: int) -> Tuple[_Peers, ...]:
+    """Every tree's neighbours of ``rank`` in a broadcast from ``root`` (:func:`rerooted`)."""
+    if not 0 <= root < plan.n:
+        raise ValueError(f"broadcast root {root} is out of range 0..{plan.n - 1}")
+    out = []
+    for k, t in enumerate(plan.trees):
+        parent = rerooted(t.bcast_parent, t.root, root)
+        out.append(_Peers(k, root, (), -1, parent[rank], children(parent)[rank], depth(parent)))
+    return tuple(out)
 
 
 def compile_allreduce(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems: int,
@@ -289,28 +316,9 @@ def compile_allreduce(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems
     Schedule
         The table, with scratch laid out as ``window`` rows of one chunk per reduce child.
     """
-    name, itemsize = _dtype_name(dtype)
-    win = _check(plan, rank, chunk_elems, window, itemsize)
-    segs = segment_bounds(count, [t.share for t in plan.trees])
-    tables: List[TreeTable] = []
-    at = 0
-    for k, (t, (lo, hi)) in enumerate(zip(plan.trees, segs)):
-        if hi <= lo:
-            continue
-        rc = children(t.reduce_parent)[rank]
-        rows, width = len(rc) * win, min(chunk_elems, hi - lo)
-        hops = depth(t.reduce_parent) + depth(t.bcast_parent)
-        tables.append(TreeTable(
-            tree=k, root=t.root, recv_children=rc, send_parent=t.reduce_parent[rank],
-            recv_parent=t.bcast_parent[rank], send_children=children(t.bcast_parent)[rank],
-            chunks=tuple(chunk_bounds(lo, hi, chunk_elems)), hops=hops,
-            in_flight=in_flight_for(win, hops),
-            stream_up=2 * k, stream_down=2 * k + 1, scratch_offset=at, scratch_rows=rows,
-            scratch_width=width))
-        at += rows * width
-    return Schedule(kind="allreduce", plan_digest=plan.digest, n=plan.n, rank=rank,
-                    count=count, dtype=name, chunk_elems=chunk_elems, window=win, root=-1,
-                    tags=2 * len(plan.trees), scratch_elems=at, trees=tuple(tables))
+    _check_rank(plan, rank)
+    return _assemble("allreduce", plan, plan.digest, rank, _allreduce_peers(plan, rank), count,
+                     dtype, chunk_elems, window, -1)
 
 
 def compile_broadcast(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems: int,
@@ -322,40 +330,50 @@ def compile_broadcast(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems
     largest share, the lowest index on ties), since splitting it only adds messages. Parameters
     are those of :func:`compile_allreduce`, plus the broadcast ``root``.
     """
-    name, itemsize = _dtype_name(dtype)
-    win = _check(plan, rank, chunk_elems, window, itemsize)
-    if not 0 <= root < plan.n:
-        raise ValueError(f"broadcast root {root} is out of range 0..{plan.n - 1}")
-    shares = [t.share for t in plan.trees]
-    if count <= chunk_elems:
-        best = max(range(len(shares)), key=lambda k: (shares[k], -k))
-        shares = [1.0 if k == best else 0.0 for k in range(len(shares))]
-    tables: List[TreeTable] = []
-    for k, (t, (lo, hi)) in enumerate(zip(plan.trees, segment_bounds(count, shares))):
-        if hi <= lo:
-            continue
-        parent = rerooted(t.bcast_parent, t.root, root)
-        hops = depth(parent)
-        tables.append(TreeTable(
-            tree=k, root=root, recv_children=(), send_parent=-1, recv_parent=parent[rank],
-            send_children=children(parent)[rank], chunks=tuple(chunk_bounds(lo, hi, chunk_elems)),
-            hops=hops, in_flight=in_flight_for(win, hops), stream_up=k,
-            stream_down=k, scratch_offset=0, scratch_rows=0, scratch_width=0))
-    return Schedule(kind="broadcast", plan_digest=plan.digest, n=plan.n, rank=rank,
-                    count=count, dtype=name, chunk_elems=chunk_elems, window=win, root=root,
-                    tags=len(plan.trees), scratch_elems=0, trees=tuple(tables))
+    _check_rank(plan, rank)
+    return _assemble("broadcast", plan, plan.digest, rank, _broadcast_peers(plan, rank, root),
+                     count, dtype, chunk_elems, window, root)
 
 
-def _check(plan: Plan, rank: int, chunk_elems: int, window: Optional[int],
-           itemsize: int) -> int:
-    """Validate the compile arguments; return the window in chunks."""
+def _check_rank(plan: Plan, rank: int) -> None:
     if not 0 <= rank < plan.n:
         raise ValueError(f"rank {rank} is out of range 0..{plan.n - 1}")
+
+
+def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[_Peers],
+              count: int, dtype: Any, chunk_elems: int, window: Optional[int],
+              root: int) -> Schedule:
+    """The table of ``kind`` from each tree's ``peers``: segments, chunks, scratch, streams."""
     if chunk_elems < 1:
         raise ValueError(f"chunk_elems must be >= 1, got {chunk_elems}")
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1 chunk, got {window}")
-    return window or window_for(chunk_elems * itemsize)
+    dt = np.dtype(dtype)
+    win = window or window_for(chunk_elems * dt.itemsize)
+    shares = [t.share for t in plan.trees]
+    allreduce = kind == "allreduce"
+    if not allreduce and count <= chunk_elems:
+        best = max(range(len(shares)), key=lambda k: (shares[k], -k))
+        shares = [1.0 if k == best else 0.0 for k in range(len(shares))]
+    tables: List[TreeTable] = []
+    at = 0
+    for p, (lo, hi) in zip(peers, segment_bounds(count, shares)):
+        if hi <= lo:
+            continue
+        rows, width = len(p.recv_children) * win, min(chunk_elems, hi - lo)
+        # an allreduce has a reduce and a broadcast stream per tree; a broadcast one stream
+        up, down = (2 * p.tree, 2 * p.tree + 1) if allreduce else (p.tree, p.tree)
+        tables.append(TreeTable(
+            tree=p.tree, root=p.root, recv_children=p.recv_children, send_parent=p.send_parent,
+            recv_parent=p.recv_parent, send_children=p.send_children,
+            chunks=tuple(chunk_bounds(lo, hi, chunk_elems)), hops=p.hops,
+            in_flight=in_flight_for(win, p.hops), stream_up=up, stream_down=down,
+            scratch_offset=at if rows else 0, scratch_rows=rows, scratch_width=width if rows else 0))
+        at += rows * width
+    return Schedule(kind=kind, plan_digest=digest, n=plan.n, rank=rank, count=count,
+                    dtype=str(dt), chunk_elems=chunk_elems, window=win, root=root,
+                    tags=(2 if allreduce else 1) * len(plan.trees), scratch_elems=at,
+                    trees=tuple(tables))
 
 
 class ScheduleCache:
@@ -381,20 +399,27 @@ class ScheduleCache:
                  capacity: int = 64) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        _check_rank(plan, rank)
         self.plan = plan
         self.rank = rank
         self.window = window
         self.capacity = capacity
         self.compiled = 0  # tables compiled so far (misses), for tests and overhead checks
         self._tables: "OrderedDict[tuple, Schedule]" = OrderedDict()
+        # What depends only on the plan and rank is worked out once: a miss then costs only
+        # the segments and chunk offsets of the new shape.
+        self._digest = plan.digest
+        self._allreduce = _allreduce_peers(plan, rank)
+        self._broadcast: Dict[int, Tuple[_Peers, ...]] = {}
 
     def allreduce(self, count: int, dtype: Any, chunk_elems: int) -> Schedule:
         """The allreduce table for ``count`` elements of ``dtype`` in ``chunk_elems`` chunks."""
         key = ("allreduce", count, dtype, chunk_elems, -1)
         table = self._get(key)
         if table is None:
-            table = self._put(key, compile_allreduce(self.plan, self.rank, count, dtype,
-                                                     chunk_elems, self.window))
+            table = self._put(key, _assemble("allreduce", self.plan, self._digest, self.rank,
+                                             self._allreduce, count, dtype, chunk_elems,
+                                             self.window, -1))
         return table
 
     def broadcast(self, count: int, dtype: Any, chunk_elems: int, root: int) -> Schedule:
@@ -402,8 +427,12 @@ class ScheduleCache:
         key = ("broadcast", count, dtype, chunk_elems, root)
         table = self._get(key)
         if table is None:
-            table = self._put(key, compile_broadcast(self.plan, self.rank, count, dtype,
-                                                     chunk_elems, root, self.window))
+            peers = self._broadcast.get(root)
+            if peers is None:
+                peers = self._broadcast[root] = _broadcast_peers(self.plan, self.rank, root)
+            table = self._put(key, _assemble("broadcast", self.plan, self._digest, self.rank,
+                                             peers, count, dtype, chunk_elems, self.window,
+                                             root))
         return table
 
     def _get(self, key: tuple) -> Optional[Schedule]:
