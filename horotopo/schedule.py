@@ -24,7 +24,7 @@ A :class:`Schedule` stores the table factored (each tree's peers once, its chunk
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -260,35 +260,32 @@ def rerooted(parent: Sequence[int], tree_root: int, root: int) -> Tuple[int, ...
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class _Peers:
-    """One tree's neighbours at one rank, for one collective (what a chunk's steps are)."""
-
-    tree: int
-    root: int
-    recv_children: Tuple[int, ...]
-    send_parent: int
-    recv_parent: int
-    send_children: Tuple[int, ...]
-    hops: int
+def _peers(k: int, root: int, recv_children: Tuple[int, ...], send_parent: int,
+           recv_parent: int, send_children: Tuple[int, ...], hops: int) -> TreeTable:
+    """Tree ``k``'s table at one rank before the buffer shape is known: its peers and depth,
+    no chunks; :func:`_assemble` fills in the rest per shape."""
+    return TreeTable(tree=k, root=root, recv_children=recv_children, send_parent=send_parent,
+                     recv_parent=recv_parent, send_children=send_children, chunks=(),
+                     hops=hops, in_flight=0, stream_up=0, stream_down=0, scratch_offset=0,
+                     scratch_rows=0, scratch_width=0)
 
 
-def _allreduce_peers(plan: Plan, rank: int) -> Tuple[_Peers, ...]:
+def _allreduce_peers(plan: Plan, rank: int) -> Tuple[TreeTable, ...]:
     """Every tree's neighbours of ``rank`` in an allreduce: its reduce and broadcast trees."""
-    return tuple(_Peers(k, t.root, children(t.reduce_parent)[rank], t.reduce_parent[rank],
+    return tuple(_peers(k, t.root, children(t.reduce_parent)[rank], t.reduce_parent[rank],
                         t.bcast_parent[rank], children(t.bcast_parent)[rank],
                         depth(t.reduce_parent) + depth(t.bcast_parent))
                  for k, t in enumerate(plan.trees))
 
 
-def _broadcast_peers(plan: Plan, rank: int, root: int) -> Tuple[_Peers, ...]:
+def _broadcast_peers(plan: Plan, rank: int, root: int) -> Tuple[TreeTable, ...]:
     """Every tree's neighbours of ``rank`` in a broadcast from ``root`` (:func:`rerooted`)."""
     if not 0 <= root < plan.n:
         raise ValueError(f"broadcast root {root} is out of range 0..{plan.n - 1}")
     out = []
     for k, t in enumerate(plan.trees):
         parent = rerooted(t.bcast_parent, t.root, root)
-        out.append(_Peers(k, root, (), -1, parent[rank], children(parent)[rank], depth(parent)))
+        out.append(_peers(k, root, (), -1, parent[rank], children(parent)[rank], depth(parent)))
     return tuple(out)
 
 
@@ -340,10 +337,11 @@ def _check_rank(plan: Plan, rank: int) -> None:
         raise ValueError(f"rank {rank} is out of range 0..{plan.n - 1}")
 
 
-def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[_Peers],
+def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[TreeTable],
               count: int, dtype: Any, chunk_elems: int, window: Optional[int],
               root: int) -> Schedule:
-    """The table of ``kind`` from each tree's ``peers``: segments, chunks, scratch, streams."""
+    """The table of ``kind`` from each tree's ``peers`` (:func:`_peers`): segments, chunks,
+    scratch and streams for this shape."""
     if chunk_elems < 1:
         raise ValueError(f"chunk_elems must be >= 1, got {chunk_elems}")
     if window is not None and window < 1:
@@ -363,10 +361,8 @@ def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[_Pe
         rows, width = len(p.recv_children) * win, min(chunk_elems, hi - lo)
         # an allreduce has a reduce and a broadcast stream per tree; a broadcast one stream
         up, down = (2 * p.tree, 2 * p.tree + 1) if allreduce else (p.tree, p.tree)
-        tables.append(TreeTable(
-            tree=p.tree, root=p.root, recv_children=p.recv_children, send_parent=p.send_parent,
-            recv_parent=p.recv_parent, send_children=p.send_children,
-            chunks=tuple(chunk_bounds(lo, hi, chunk_elems)), hops=p.hops,
+        tables.append(replace(
+            p, chunks=tuple(chunk_bounds(lo, hi, chunk_elems)),
             in_flight=in_flight_for(win, p.hops), stream_up=up, stream_down=down,
             scratch_offset=at if rows else 0, scratch_rows=rows, scratch_width=width if rows else 0))
         at += rows * width
@@ -410,7 +406,7 @@ class ScheduleCache:
         # the segments and chunk offsets of the new shape.
         self._digest = plan.digest
         self._allreduce = _allreduce_peers(plan, rank)
-        self._broadcast: Dict[int, Tuple[_Peers, ...]] = {}
+        self._broadcast: Dict[int, Tuple[TreeTable, ...]] = {}
 
     def allreduce(self, count: int, dtype: Any, chunk_elems: int) -> Schedule:
         """The allreduce table for ``count`` elements of ``dtype`` in ``chunk_elems`` chunks."""
