@@ -15,6 +15,12 @@ from typing import Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Set to "1" by the MPI tier's default-init launches: tests/mpi/test_api_collectives.py then calls
+# hvd.init() as a user would (quick probe, plan, adaptive engine) instead of HOROTOPO_PROBE=off.
+DEFAULT_INIT_ENV = "HOROTOPO_TEST_DEFAULT_INIT"
+# What the default init reads; a default-init launch unsets them, whatever the caller's shell has.
+INIT_VARIABLES = ("HOROTOPO_PROBE", "HOROTOPO_TOPOLOGY", "HOROTOPO_ADAPT")
+
 
 def mpiexec_path() -> Optional[str]:
     here = Path(sys.executable).parent / "mpiexec"
@@ -22,11 +28,14 @@ def mpiexec_path() -> Optional[str]:
 
 
 def run_mpi(n: int, argv: Sequence[str], timeout: float = 300.0,
-            env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+            env: Optional[Dict[str, str]] = None,
+            unset: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """Run ``argv`` on ``n`` ranks with this environment plus ``env``, less the names in
+    ``unset`` (so that a launch can test a default that the caller's environment overrides)."""
     mpiexec = mpiexec_path()
     if mpiexec is None:
         raise RuntimeError("no mpiexec found next to the interpreter or on PATH")
-    full_env = dict(os.environ)
+    full_env = {k: v for k, v in os.environ.items() if k not in unset}
     full_env.update(env or {})
     cmd: List[str] = [mpiexec, "-n", str(n), *argv]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,

@@ -11,11 +11,17 @@ import pytest
 
 import horotopo as hvd
 from horotopo.api.basics import runtime
+from mpi_launch import DEFAULT_INIT_ENV, INIT_VARIABLES
 
 def start(comm=None):
     """hvd.init() with a ring plan unless HOROTOPO_PROBE is set: probing is tested elsewhere
     and a ring keeps init fast on a small box. The variable is restored at once, so that
-    other test modules in this process see the environment they were started with."""
+    other test modules in this process see the environment they were started with.
+    In the MPI tier's default-init launches (DEFAULT_INIT_ENV=1), plain hvd.init(), as a user
+    calls it: quick probe, a plan of the measured model, the adaptive engine."""
+    if os.environ.get(DEFAULT_INIT_ENV) == "1":
+        hvd.init(comm)
+        return
     saved = os.environ.get("HOROTOPO_PROBE")
     os.environ["HOROTOPO_PROBE"] = saved or "off"
     try:
@@ -37,6 +43,23 @@ def started():
 def need_two():
     if hvd.size() < 2:
         pytest.skip("needs at least 2 ranks to disagree or to wait for each other")
+
+
+def test_init_took_the_path_this_launch_asked_for():
+    # Without this, a default-init launch that silently fell back to HOROTOPO_PROBE=off would
+    # pass as well as one that probed.
+    from horotopo.adapt import AdaptiveEngine
+
+    rt = runtime()
+    assert isinstance(rt._engine, AdaptiveEngine)
+    if os.environ.get(DEFAULT_INIT_ENV) == "1":
+        assert not any(name in os.environ for name in INIT_VARIABLES), INIT_VARIABLES
+        assert rt.setup.source == "probe", rt.setup.describe()
+        assert rt._engine.adapt is True
+    elif not any(name in os.environ for name in INIT_VARIABLES):
+        assert rt.setup.source == "uniform", rt.setup.describe()
+        assert rt._engine.adapt is False
+    assert rt.setup.topology.n == rt.plan.n == hvd.size()
 
 
 def test_basics_are_consistent():
