@@ -1,11 +1,24 @@
 """The probe: measure the links between the ranks and infer the measured topology.
 
-- :mod:`horotopo.probe.measure`: the collective measurements over a transport, :func:`probe`.
+- :mod:`horotopo.probe.measure`: :func:`probe` and :func:`measure_pairs`, the collective entry
+  points over a transport, running the phases in order.
+- :mod:`horotopo.probe.config`: :class:`ProbeConfig`, its presets and :class:`ProbeError`.
+- :mod:`horotopo.probe.flows`: the measurements between ranks (ping-pong, timed flows, the
+  adaptive test, the time budget).
+- :mod:`horotopo.probe.phases`: the tests of each phase (pairs, groups, extensions, fans).
+- :mod:`horotopo.probe.pairing`: which ranks the tests pair (circle-method rounds, group and
+  extension tests).
+- :mod:`horotopo.probe.cluster`: groups of ranks by their pairwise rates.
 - :mod:`horotopo.probe.infer`: the pure inference from figures to the measured-topology
-  document (clustering, shared bottlenecks, host caps) and the text report.
+  document (shared bottlenecks, host caps).
+- :mod:`horotopo.probe.report`: the text report.
 """
-from .infer import build_document, circle_rounds, cluster_ranks, format_report
-from .measure import MODES, ProbeConfig, ProbeError, measure_pairs, probe
+from .cluster import cluster_ranks
+from .config import MODES, ProbeConfig, ProbeError
+from .infer import build_document
+from .measure import measure_pairs, probe
+from .pairing import circle_rounds
+from .report import format_report
 
-__all__ = ["probe", "measure_pairs", "ProbeConfig", "ProbeError", "MODES", "build_document", "circle_rounds",
-           "cluster_ranks", "format_report"]
+__all__ = ["probe", "measure_pairs", "ProbeConfig", "ProbeError", "MODES", "build_document",
+           "circle_rounds", "cluster_ranks", "format_report"]

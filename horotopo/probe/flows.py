@@ -1,0 +1,395 @@
+"""The probe's measurements between ranks: latency ping-pongs and timed flows, over a transport.
+
+:class:`_Prober` holds the state of one collective probe over a
+:class:`~horotopo.transport.base.Transport` (MPI's, or any other: the probe never touches MPI
+itself) and makes its two kinds of measurement:
+
+- :meth:`_Prober.latency`: ping-pong between pairs; each pair keeps its fastest round trip.
+- :meth:`_Prober.measure`: an adaptive test of flows run at once, giving per-flow rates and the
+  aggregates of subsets of them.
+
+A transfer is a warm-up (which drains token buckets and opens the TCP window) followed, back to
+back, by the timed bytes; the receiver times from the end of one to the end of the other, and
+the sender's time until the receiver acknowledges the last byte guards that window against a
+receiver that noticed the warm-up's end late. Message size adapts until a transfer lasts about
+``target_s``; repeats continue until the two best samples agree within ``tolerance``. After
+every attempt the ranks combine their timings with a max-allreduce, so every rank holds every
+figure and takes the same decisions (sizes, repeats, budget) from the same numbers; local clocks
+never steer the schedule.
+
+Which tests run, in what order, is :mod:`horotopo.probe.phases`'.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..transport.base import Transport, TransportTimeout
+from ..transport.p2p import Describe
+from .config import ProbeConfig, ProbeError
+from .pairing import Pair
+
+__all__ = ["_Prober", "as_probe_error", "pow2", "SUBSET_FACTOR"]
+
+# Offsets in the block of tags each exchange takes from the transport (alloc_tags): every rank
+# runs the same exchanges in the same order, so the blocks agree without communication.
+TAG_PING, TAG_PONG = 0, 1
+TAG_WARM, TAG_DATA, TAG_ACK = 0, 1, 2
+
+# The time bound: a test costs about PAIR_COST times its target (growing the message, then
+# the samples) plus TEST_OVERHEAD_S (the allreduces); a concurrent test aims SUBSET_FACTOR
+# times longer. Past the budget, targets shrink down to MIN_TARGET_S.
+PAIR_COST = 5.0
+SUBSET_FACTOR = 2.0
+TEST_OVERHEAD_S = 0.01
+MIN_TARGET_S = 0.004
+
+
+@dataclass
+class _Figures:
+    """Samples of one test: per flow and per aggregate subset."""
+
+    flows: int
+    subsets: Sequence[Sequence[int]]
+    flow_samples: List[List[float]] = field(default_factory=list)
+    subset_samples: List[List[float]] = field(default_factory=list)
+
+    def add(self, flow_rates: np.ndarray, subset_rates: Sequence[float]) -> None:
+        self.flow_samples.append([float(v) for v in flow_rates])
+        self.subset_samples.append([float(v) for v in subset_rates])
+
+    @staticmethod
+    def _best(samples: List[float], tolerance: float) -> Tuple[float, bool]:
+        """(estimate, stable): the second best sample, stable once the best two agree.
+
+        The best two, because what is left of the noise after the sender's guard (see
+        ``_run_flows``) only slows a sample down: a descheduled rank, another process on the
+        link's CPU. The second, so that one lucky sample does not make the figure.
+        """
+        s = sorted(samples, reverse=True)
+        if len(s) < 2:
+            return s[0], False
+        return s[1], (s[0] - s[1]) <= tolerance * s[0]
+
+    def estimates(self, tolerance: float) -> Tuple[np.ndarray, np.ndarray, bool]:
+        """(per-flow rates, per-subset rates, whether every figure is stable)."""
+        stable = True
+        flows = []
+        for f in range(self.flows):
+            est, ok = self._best([s[f] for s in self.flow_samples], tolerance)
+            flows.append(est)
+            stable &= ok
+        subs = []
+        for k in range(len(self.subsets)):
+            est, ok = self._best([s[k] for s in self.subset_samples], tolerance)
+            subs.append(est)
+            stable &= ok
+        return np.array(flows), np.array(subs), stable
+
+
+def pow2(x: float, lo: int, hi: int) -> int:
+    """The first ``lo * 2**k`` at or above ``x``, capped at ``hi`` (message sizes stay a few
+    distinct values, so repeated tests reuse their buffers)."""
+    v = lo
+    while v < x and v < hi:
+        v *= 2
+    return min(v, hi)
+
+
+def _trains(warm: int, timed: int, step: int) -> Iterator[Tuple[str, int, int, int]]:
+    """``(kind, lo, hi, tag offset)`` of one flow's messages, in the order they go: the
+    warm-up's ``warm`` bytes, then the ``timed`` bytes, each as a train of messages of at most
+    ``step`` bytes. Sender and receiver walk the same trains, so their messages match."""
+    for kind, total, tag in (("warm-up", warm, TAG_WARM), ("timed", timed, TAG_DATA)):
+        for lo in range(0, total, step):
+            yield kind, lo, min(lo + step, total), tag
+
+
+@contextlib.contextmanager
+def as_probe_error() -> Iterator[None]:
+    """A transport's timeout, which names what the probe was waiting for, as a ProbeError."""
+    try:
+        yield
+    except TransportTimeout as exc:
+        raise ProbeError(str(exc)) from exc
+
+
+class _Prober:
+    """State of one collective probe over a transport (its tags keep the probe's messages
+    apart from anything else on it)."""
+
+    def __init__(self, transport: Transport, cfg: ProbeConfig,
+                 progress: Callable[[str], None]):
+        self.cfg = cfg
+        self.say = progress
+        self.t0 = time.perf_counter()
+        self.transport = transport
+        # A rank that never arrives must be a timeout naming it, not a hang.
+        with as_probe_error():
+            transport.barrier(cfg.timeout_s, "probe start")
+        self.rank = transport.rank
+        self.n = transport.size
+        self.hosts: List[str] = []
+        self.rtt = np.zeros((self.n, self.n))
+        self.clock = 0.0  # seconds since the start, the max over ranks (same on every rank)
+        self.target = cfg.target_s
+        self.spent = 0.0  # modelled transfer seconds of the tests so far (PAIR_COST * target)
+        self.tests = 0
+        self._send = np.zeros(0, dtype=np.uint8)
+        self._recv: List[np.ndarray] = []
+        self._last_say = time.perf_counter()
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _who(self, r: int) -> str:
+        return f"rank {r} ({self.hosts[r]})" if self.hosts else f"rank {r}"
+
+    def _sendbuf(self, nbytes: int) -> np.ndarray:
+        if len(self._send) < nbytes:
+            self._send = np.ones(nbytes, dtype=np.uint8)
+        return self._send[:nbytes]
+
+    def _recvbuf(self, slot: int, nbytes: int) -> np.ndarray:
+        while len(self._recv) <= slot:
+            self._recv.append(np.zeros(0, dtype=np.uint8))
+        if len(self._recv[slot]) < nbytes:
+            self._recv[slot] = np.empty(nbytes, dtype=np.uint8)
+        return self._recv[slot][:nbytes]
+
+    def _sync(self, local: np.ndarray, what: str) -> np.ndarray:
+        """Max-allreduce of ``local`` plus the common clock (the last element)."""
+        vec = np.append(np.asarray(local, dtype=np.float64), time.perf_counter() - self.t0)
+        with as_probe_error():
+            self.transport.allreduce_control(vec, "max", self.cfg.timeout_s, what)
+        self.clock = float(vec[-1])
+        return vec[:-1]
+
+    def _wait(self, requests: List[Any], deadline: float, what: Describe, *,
+              peers: List[int], on_done: Optional[Callable[[int], None]] = None) -> None:
+        """The transport's wait for ranks moving data (they yield, not sleep, between polls:
+        a transfer's end must be noticed at once)."""
+        with as_probe_error():
+            self.transport.wait(requests, deadline, peers=peers, what=what, on_done=on_done,
+                                busy=True)
+
+    def note(self, msg: str, force: bool = False) -> None:
+        """Pass ``msg`` to the progress callback, at most once a second unless ``force``."""
+        now = time.perf_counter()
+        if force or now - self._last_say >= 1.0:
+            self._last_say = now
+            self.say(f"[probe {now - self.t0:6.2f} s] {msg}")
+
+    # ---- latency ----------------------------------------------------------------------------
+
+    def latency(self, pairs: Sequence[Pair]) -> None:
+        """Ping-pong between each of ``pairs`` (all at once); every rank learns the fastest."""
+        cfg = self.cfg
+        n = self.n
+        t = self.transport
+        tags = t.alloc_tags(2)  # on every rank, in or out of the pairs
+        local = np.zeros((n, n))
+        ping = np.zeros(8, dtype=np.uint8)
+        pong = np.zeros(8, dtype=np.uint8)
+        for a, b in pairs:
+            if self.rank not in (a, b):
+                continue
+            other = b if self.rank == a else a
+            samples = []
+            for rep in range(cfg.ping_reps + 1):
+                deadline = time.perf_counter() + cfg.timeout_s
+                what = (f"{self._who(self.rank)} cannot reach {self._who(other)}: no "
+                        f"{'reply' if self.rank == a else 'ping'} within {cfg.timeout_s:g} s")
+                if self.rank == a:
+                    start = time.perf_counter()
+                    reqs = [t.irecv(pong, b, tags + TAG_PONG), t.isend(ping, b, tags + TAG_PING)]
+                    self._wait(reqs, deadline, what, peers=[b, b])
+                    samples.append(time.perf_counter() - start)
+                else:
+                    self._wait([t.irecv(ping, a, tags + TAG_PING)], deadline, what, peers=[a])
+                    self._wait([t.isend(pong, a, tags + TAG_PONG)], deadline, what, peers=[a])
+            if self.rank == a:
+                # The first round trip opens the connection; it is not a latency. The fastest
+                # of the rest is the link's: slower ones waited for a descheduled rank, which
+                # the planner would turn into needlessly large chunks.
+                local[a, b] = local[b, a] = float(np.min(samples[1:]))
+        got = self._sync(local.ravel(), f"latency {list(pairs)}").reshape(n, n)
+        for a, b in pairs:
+            self.rtt[a, b], self.rtt[b, a] = got[a, b], got[b, a]
+
+    # ---- the timed transfer ------------------------------------------------------------------
+
+    def _warm(self, nbytes: int) -> int:
+        return min(nbytes, max(nbytes // 4, self.cfg.warm_bytes))
+
+    def _run_flows(self, flows: Sequence[Pair], sizes: Sequence[int]) -> np.ndarray:
+        """One attempt: flow ``f`` times ``sizes[f]`` bytes, all flows at once.
+
+        The sender sends a warm-up and then the timed bytes back to back, as trains of
+        messages of at most ``chunk_bytes``; the receiver has posted every receive beforehand
+        and times from the end of the warm-up to the end of the timed bytes. The warm-up
+        drains token buckets and switch buffers and opens the TCP window, and because the link
+        never idles between the two, nothing refills: an idle gap (waiting for an
+        acknowledgement, say) would let a token bucket pass the next bytes at line rate and
+        make the link look faster than it is.
+
+        A receiver that is descheduled when the warm-up ends notices it late, while the kernel
+        keeps buffering the timed bytes, so its window can come out short; the sender's view
+        guards against that: it times from the start until the receiver's one-byte
+        acknowledgement of the last byte, which can only come late.
+
+        Returns this rank's timings, 0 for flows it takes no part in: ``3 * len(flows)``
+        values: the receivers' timed windows; the receivers' times from the call until each
+        flow's last byte (the start is common to all ranks within a latency: everyone has just
+        left the same allreduce), which is what concurrent aggregates are computed from; and
+        the senders' times from the call until the acknowledgement.
+        """
+        me = self.rank
+        cfg = self.cfg
+        t = self.transport
+        tags = t.alloc_tags(3)  # on every rank, in a flow or not
+        chunk = cfg.chunk_bytes
+        entry = time.perf_counter()
+        m = len(flows)
+        elapsed = np.zeros(3 * m)
+        warm_end = np.zeros(m)
+        ack = np.zeros(m + 1, dtype=np.uint8)
+        left = {}
+        reqs: List[Any] = []
+        kinds: List[Tuple[str, int]] = []
+        peers: List[int] = []
+        send = self._sendbuf(max(sizes))
+        warm = [self._warm(n) for n in sizes]
+        slot = 0
+        for f, (s, d) in enumerate(flows):
+            if d != me:
+                continue
+            buf = self._recvbuf(slot, max(sizes[f], warm[f]))
+            slot += 1
+            left[f] = [0, 0]
+            for kind, lo, hi, tag in _trains(warm[f], sizes[f], chunk):
+                reqs.append(t.irecv(buf[lo:hi], s, tags + tag))
+                kinds.append((kind + " receive", f))
+                peers.append(s)
+                left[f][kind == "timed"] += 1
+        for f, (s, d) in enumerate(flows):
+            if s != me:
+                continue
+            reqs.append(t.irecv(ack[f:f + 1], d, tags + TAG_ACK))
+            kinds.append(("acknowledgement", f))
+            peers.append(d)
+            for kind, lo, hi, tag in _trains(warm[f], sizes[f], chunk):
+                reqs.append(t.isend(send[lo:hi], d, tags + tag))
+                kinds.append((kind + " send", f))
+                peers.append(d)
+        if not reqs:
+            return elapsed
+
+        def on_done(k: int) -> None:
+            kind, f = kinds[k]
+            now = time.perf_counter()
+            if kind == "acknowledgement":
+                elapsed[2 * m + f] = now - entry
+            elif kind.endswith("receive"):
+                timed = kind.startswith("timed")
+                left[f][timed] -= 1
+                if left[f][timed] == 0:
+                    if timed:
+                        elapsed[f] = now - warm_end[f]
+                        elapsed[m + f] = now - entry
+                        reqs.append(t.isend(ack[m:], flows[f][0], tags + TAG_ACK))
+                        kinds.append(("acknowledgement send", f))
+                        peers.append(flows[f][0])
+                    else:
+                        warm_end[f] = now
+
+        def describe(pending: List[int]) -> str:
+            kind, f = kinds[pending[0]]
+            s, d = flows[f]
+            return (f"{self._who(s)} -> {self._who(d)}: a {sizes[f]}-byte transfer did not "
+                    f"complete within {cfg.timeout_s:g} s (rank {me} waiting on a {kind})")
+
+        self._wait(reqs, time.perf_counter() + cfg.timeout_s, describe, peers=peers,
+                   on_done=on_done)
+        return elapsed
+
+    def measure(self, flows: Sequence[Pair], subsets: Sequence[Sequence[int]], label: str,
+                start: int, weights: Optional[Sequence[float]] = None
+                ) -> Tuple[np.ndarray, np.ndarray, float]:
+        """Adaptive test: per-flow rates and per-subset aggregates in bytes/s, and the scale.
+
+        Flow ``f`` moves ``scale * weights[f]`` bytes, ``scale`` starting at ``start``. Give the
+        flows weights in proportion to their expected rates, so that, unless something caps
+        them together, they all finish at once: a subset's aggregate (its bytes over the time
+        from the common start until its last flow ends) then measures what the flows share,
+        not the slowest flow.
+
+        Every rank calls this with the same arguments; ranks in no flow only join the
+        max-allreduce that ends each attempt.
+        """
+        cfg = self.cfg
+        self.tests += 1
+        w = np.ones(len(flows)) if weights is None else np.asarray(weights, dtype=float)
+        w = w / w.max()
+        rtt = np.array([self.rtt[s, d] for s, d in flows])
+        figures = _Figures(len(flows), subsets)
+        scale = float(start)
+        attempts = cfg.max_samples + 12
+        # An aggregate counts the warm-ups too (it cannot tell where, between the receivers,
+        # the link stopped carrying warm-up bytes), so it needs longer transfers for a token
+        # bucket's burst to matter little.
+        target = self.target * (SUBSET_FACTOR if subsets else 1)
+        self.spent += PAIR_COST * target
+        m = len(flows)
+        for _ in range(attempts):
+            sizes = [max(cfg.min_bytes, int(scale * wf)) for wf in w]
+            timings = self._sync(self._run_flows(flows, sizes), label)
+            window, finished, acked = timings[:m], timings[m:2 * m], timings[2 * m:]
+            whole = np.array([self._warm(v) + v for v in sizes], dtype=float)
+            # The sender's figure, scaled to the timed bytes, bounds the window from below
+            # (it includes the warm-up, at the same rate, and one round trip).
+            sender = (acked - rtt) * np.asarray(sizes, dtype=float) / whole
+            elapsed = np.maximum(window, sender)
+            if np.any(elapsed <= 0):
+                f = int(np.argmin(elapsed))
+                raise ProbeError(f"{self._who(flows[f][0])} -> {self._who(flows[f][1])}: a "
+                                 f"transfer measured zero time ({label})")
+            span = float(finished.max() if subsets else elapsed.max())
+            if span < target / 2 and scale < cfg.max_bytes:
+                grow = max(2.0, min(64.0, target / span))
+                scale = float(pow2(scale * grow, cfg.min_bytes, cfg.max_bytes))
+                continue
+            nb = np.asarray(sizes, dtype=float)
+            subset_rates = [float(whole[sub].sum()) / float(finished[sub].max())
+                            for sub in subsets]
+            figures.add(nb / elapsed, subset_rates)
+            _, _, stable = figures.estimates(cfg.tolerance)
+            have = len(figures.flow_samples)
+            if have >= cfg.max_samples or (have >= cfg.min_samples and stable) \
+                    or self.clock > cfg.budget_s:
+                break
+            # keep each attempt near target_s: the first size may have overshot on a slow path
+            scale = float(pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
+        if not figures.flow_samples:
+            raise ProbeError(f"{label}: no usable sample within {attempts} attempts")
+        rates, subs, _ = figures.estimates(cfg.tolerance)
+        return rates, subs, scale
+
+    def budget(self, pair_tests: int, subset_tests: int) -> None:
+        """Shorten the transfers so that the tests left fit in what remains of ``budget_s``.
+
+        A test is modelled as ``PAIR_COST`` targets (``SUBSET_FACTOR`` times more for a
+        concurrent one) plus a fixed overhead, learnt from the tests so far. Decided from the
+        common clock, so every rank picks the same target.
+        """
+        cfg = self.cfg
+        overhead = TEST_OVERHEAD_S
+        if self.tests:
+            overhead = max(overhead, (self.clock - self.spent) / self.tests)
+        left = cfg.budget_s - self.clock - overhead * (pair_tests + subset_tests)
+        per_target = PAIR_COST * (pair_tests + SUBSET_FACTOR * subset_tests)
+        want = left / per_target if per_target else cfg.target_s
+        self.target = min(cfg.target_s, max(MIN_TARGET_S, want))
