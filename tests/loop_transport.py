@@ -43,9 +43,25 @@ class LoopTransport(Transport):
     def irecv(self, buf, source, tag):
         return _Req("recv", buf, (source, self._rank, tag))
 
+    def irecv_any(self, buf, tag):
+        # source None: matched against whichever sender's mailbox holds a message first
+        return _Req("recv", buf, (None, self._rank, tag))
+
+    def cancel(self, request):
+        # MPI semantics: a cancelled receive completes without taking a message
+        with self.world.cv:
+            request.done = True
+
+    def _box(self, key):
+        if key[0] is not None:
+            return self.world.boxes[key]
+        _, dst, tag = key
+        return next((box for (s, d, t), box in list(self.world.boxes.items())
+                     if d == dst and t == tag and box), None)
+
     def _try(self, req):
         if not req.done:
-            box = self.world.boxes[req.key]
+            box = self._box(req.key)
             if box:
                 req.buf[...] = box.popleft()
                 req.done = True

@@ -7,22 +7,23 @@ calls it with the same pairs.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 from ..probe import measure_pairs
+from ..transport.base import Transport
 
 __all__ = ["probe_pairs"]
 
 Pair = Tuple[int, int]
 
 
-def probe_pairs(comm: Any, pairs: Sequence[Pair], *, target_s: float = 0.025,
+def probe_pairs(transport: Transport, pairs: Sequence[Pair], *, target_s: float = 0.025,
                 timeout_s: float = 10.0) -> Dict[Pair, float]:
     """Bytes/s of each directed pair in ``pairs``, measured alone; the same dict on every rank.
 
     Parameters
     ----------
-    comm : mpi4py communicator
+    transport : Transport
         Every rank of it must call this with the same ``pairs``.
     pairs : sequence of (src, dst)
     target_s : float
@@ -30,5 +31,5 @@ def probe_pairs(comm: Any, pairs: Sequence[Pair], *, target_s: float = 0.025,
     timeout_s : float
         A transfer that takes longer is a :class:`horotopo.probe.ProbeError` naming the pair.
     """
-    return measure_pairs(comm, pairs, "quick", target_s=target_s, timeout_s=timeout_s,
+    return measure_pairs(transport, pairs, "quick", target_s=target_s, timeout_s=timeout_s,
                          budget_s=60.0)

@@ -11,10 +11,13 @@
    Detector` the same numbers and takes the same decision at the same call;
 4. on a detection, re-plans collectively (:meth:`AdaptiveEngine.replan`): the ranks gather their
    in-band rates, rank 0 picks the suspect pairs, all ranks re-probe just those pairs, rank 0
-   lowers the blamed capacities of its model and plans again, and broadcasts the Plan; every
-   rank then builds the new Engine (which checks the digest) before the next call starts. So
-   the switch happens between two calls, at the same call on every rank, and no allreduce ever
-   mixes two plans.
+   lowers the blamed capacities of its model and plans again, and
+   :func:`~horotopo.planning_protocol.share_plan` gives every rank the Plan (digests checked);
+   every rank then builds the new Engine before the next call starts. So the switch happens
+   between two calls, at the same call on every rank, and no allreduce ever mixes two plans.
+
+Every exchange goes through the transport's collective steps, with deadlines that name the
+ranks missing (:class:`~horotopo.transport.base.TransportTimeout`); nothing here touches MPI.
 
 :meth:`AdaptiveEngine.retune` re-probes the whole network (the ``quick`` probe) and re-plans:
 what ``horotopo.retune()`` should call.
@@ -31,19 +34,25 @@ import numpy as np
 from ..algorithms.cost import Selector, agree_max, size_bucket
 from ..engine import Engine
 from ..plan import Plan, make_plan
+from ..planning_protocol import EXCHANGE_TIMEOUT_S, share_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
 from ..topology import Topology, from_dict
-from ..transport import as_transport
+from ..transport.base import Transport
 from .policy import (Detector, plan_arcs, refresh_capacities, suspects,
                      topology_with_capacities)
 from .reprobe import probe_pairs
 
-__all__ = ["AdaptiveEngine", "ReplanEvent", "retune", "RUNTIME_DEFAULTS"]
+__all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS"]
 
 #: What the hvd runtime adds to the AdaptiveEngine's defaults: a slow run must also last a
 #: second before it re-plans (a burst of scheduling noise on a busy machine rarely does; a
 #: degraded link stays degraded), so noise does not buy a re-probe inside a user's call.
 RUNTIME_DEFAULTS: Dict[str, Any] = {"min_slow_s": 1.0}
+
+
+class ReplanError(RuntimeError):
+    """A re-plan failed on every rank: rank 0 could not plan, the ranks did not answer in
+    time, or their plans differ (the text says which, the same on every rank but a timeout)."""
 
 
 @dataclass
@@ -68,8 +77,11 @@ class AdaptiveEngine:
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
-        The ranks; duplicated twice (data and control), freed by :meth:`close`.
+    comm : Transport or mpi4py.MPI.Comm
+        The ranks. A transport stays the caller's; a communicator is opened as an
+        :class:`~horotopo.transport.mpi.MPITransport` (a ``Dup``) that :meth:`close` frees.
+        The engine's traffic and the control exchanges share it (tags come in blocks that every
+        rank allocates in the same order).
     plan : Plan
         The starting plan (every rank passes the same one).
     topology : Topology, optional
@@ -80,7 +92,8 @@ class AdaptiveEngine:
         Pairs re-probed per re-plan (default: the number of ranks).
     timeout_s : float, optional
         The watchdog's deadline per call (default ``HOROTOPO_TIMEOUT_S`` or 60 s); ``0``
-        turns the watchdog off.
+        turns the watchdog off. Also the deadline of the re-plan's exchanges (60 s without a
+        watchdog).
     planner : callable, optional
         ``Topology -> Plan``, run on rank 0 (default :func:`horotopo.plan.make_plan` at the
         current plan's chunk size).
@@ -108,9 +121,14 @@ class AdaptiveEngine:
                  planner: Optional[Callable[[Topology], Plan]] = None,
                  adapt: bool = True, calibrate_s: float = 0.0, min_slow_s: float = 0.0,
                  **engine_kwargs: Any) -> None:
-        self.comm = comm.Dup()
-        self.rank, self.size = self.comm.rank, self.comm.size
-        self.tracked = TrackedTransport(as_transport(comm), owns=True)
+        if isinstance(comm, Transport):
+            transport, owns = comm, False
+        else:
+            from ..transport import as_transport  # the MPI door, opened only for a communicator
+
+            transport, owns = as_transport(comm), True
+        self.tracked = TrackedTransport(transport, owns=owns)
+        self.rank, self.size = self.tracked.rank, self.tracked.size
         self.topology = topology
         self.detector = Detector(threshold=threshold, consecutive=consecutive, warmup=warmup,
                                  min_seconds=min_seconds, min_slow_s=min_slow_s)
@@ -122,6 +140,7 @@ class AdaptiveEngine:
         self.last_seconds = 0.0  # the agreed (slowest rank's) time of the last monitored call
         self.events: List[ReplanEvent] = []
         timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
+        self.exchange_timeout_s = timeout if timeout > 0 else EXCHANGE_TIMEOUT_S
         self.watchdog = (Watchdog(timeout, describe=self.tracked.describe_wait)
                          if timeout > 0 else None)
         self._reset_windows()
@@ -173,12 +192,11 @@ class AdaptiveEngine:
         return out
 
     def close(self) -> None:
-        """Stop the watchdog, free the engine's transport and the control communicator."""
+        """Stop the watchdog; close the engine, and the transport when this engine opened it."""
         if self.watchdog is not None:
             self.watchdog.close()
         self.engine.close()
-        self.tracked.inner.close()
-        self.comm.Free()
+        self.tracked.close()
 
     def __enter__(self) -> "AdaptiveEngine":
         return self
@@ -246,23 +264,21 @@ class AdaptiveEngine:
         self.selector.forget("tree")  # another plan: its tree timings are still to be made
         self._reset_windows()
 
-    def _plan_on_root(self, topo: Optional[Topology]) -> Tuple[Optional[dict], Optional[dict],
-                                                                 str]:
-        if self.rank != 0 or topo is None:
-            return None, None, ""
-        try:
-            plan = (self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes)))(
-                topo)
-            return plan.to_json(), topo.to_json(), ""
-        except Exception as exc:  # noqa: BLE001 - sent to every rank and raised there
-            return None, None, f"rank 0 could not re-plan: {type(exc).__name__}: {exc}"
+    def _share_plan(self, topo: Optional[Topology]) -> Tuple[Plan, Optional[Topology]]:
+        """Plan ``topo`` (given on rank 0 only) there, give every rank the Plan; collective."""
+        planner = self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes))
 
-    def _share_plan(self, plan_doc: Optional[dict], topo_doc: Optional[dict], err: str
-                    ) -> Tuple[Plan, Topology]:
-        plan_doc, topo_doc, err = self.comm.bcast((plan_doc, topo_doc, err), root=0)
-        if err:
-            raise RuntimeError(err)
-        return Plan.from_json(plan_doc), from_dict(topo_doc)
+        def build() -> Tuple[Plan, Optional[Topology]]:
+            assert topo is not None  # share_plan calls build on rank 0, which has the model
+            return planner(topo), topo
+
+        return share_plan(self.tracked, build, what=f"re-plan at call {self.step}",
+                          error=ReplanError, failure="rank 0 could not re-plan",
+                          check_timeout_s=self.exchange_timeout_s)
+
+    def _exchange(self, step: str) -> Tuple[float, str]:
+        """The deadline and the name of one of the re-plan's exchanges (for its timeout)."""
+        return self.exchange_timeout_s, f"re-plan at call {self.step}: {step}"
 
     # -------------------------------------------------------------------------------------
     def replan(self, reason: str = "explicit") -> ReplanEvent:
@@ -281,8 +297,9 @@ class AdaptiveEngine:
             np.zeros(self.size)
         recent_s = np.sum([r[1] for r in self._recent], axis=0) if self._recent else \
             np.zeros(self.size)
-        rows = self.comm.allgather((self._base_bytes.tolist(), self._base_busy.tolist(),
-                                    recent_b.tolist(), recent_s.tolist()))
+        rows = self.tracked.allgather_object(
+            (self._base_bytes.tolist(), self._base_busy.tolist(), recent_b.tolist(),
+             recent_s.tolist()), *self._exchange("in-band rates"))
         mats = [np.array([r[k] for r in rows]) for k in range(4)]
         sus, healthy = suspects(*mats, threshold=self.detector.threshold,
                                 limit=self.max_suspects)
@@ -290,7 +307,8 @@ class AdaptiveEngine:
             # No link fell more than the others in-band (sends that complete into socket
             # buffers hide a slow link): re-probe the plan's own arcs, most loaded first.
             sus = plan_arcs(self.plan)
-        sus = self.comm.bcast(sus if self.rank == 0 else None, root=0)
+        sus = self.tracked.broadcast_object(sus if self.rank == 0 else None, 0,
+                                            *self._exchange("the suspect links"))
         old = self.plan
         event = ReplanEvent(step=self.step, reason=reason, old_digest=old.digest,
                             new_digest=old.digest, suspects=[tuple(p) for p in sus],
@@ -300,7 +318,8 @@ class AdaptiveEngine:
             self.detector.backoff()
             self._reset_windows()
         else:
-            probed = probe_pairs(self.comm, sus)
+            # Over the untracked transport: the probe's bytes are not the engine's link traffic.
+            probed = probe_pairs(self.tracked.inner, sus)
             event.probed_gbps = {f"{a}->{b}": round(v * 8 / 1e9, 4) for (a, b), v in probed.items()}
             topo = None
             if self.rank == 0:
@@ -308,11 +327,11 @@ class AdaptiveEngine:
                                           threshold=self.detector.threshold)
                 if caps != list(self.topology.capacity_Bps):
                     topo = topology_with_capacities(self.topology, caps)
-            plan_doc, topo_doc, err = self._plan_on_root(topo)
-            changed = self.comm.bcast(topo is not None if self.rank == 0 else None, root=0)
+            changed = self.tracked.broadcast_object(topo is not None if self.rank == 0 else None,
+                                                    0, *self._exchange("did the model change"))
             if changed:
-                plan, topo = self._share_plan(plan_doc, topo_doc, err)
-                self._install(plan, topo)
+                plan, model = self._share_plan(topo)
+                self._install(plan, model)
                 event.new_digest, event.new_model_Bps = plan.digest, plan.throughput_Bps
                 event.switched = True
             else:
@@ -336,9 +355,8 @@ class AdaptiveEngine:
 
         t0 = time.perf_counter()
         old = self.plan
-        doc = probe(self.comm, mode)
-        topo = from_dict(doc) if self.rank == 0 else None
-        plan, topo = self._share_plan(*self._plan_on_root(topo))
+        doc = probe(self.tracked.inner, mode)  # untracked, as the re-probe in _replan
+        plan, topo = self._share_plan(from_dict(doc) if self.rank == 0 else None)
         self._install(plan, topo)
         event = ReplanEvent(step=self.step, reason=reason, old_digest=old.digest,
                             new_digest=plan.digest, old_model_Bps=old.throughput_Bps,

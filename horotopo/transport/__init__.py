@@ -12,12 +12,27 @@ probe, the bootstrap, the plan protocol) use its small collective steps with dea
 package (or :mod:`horotopo.transport.base`) never imports mpi4py: a simulator's transport and
 the pure layers run without MPI.
 """
-from typing import Any
+import sys
+from types import ModuleType
+from typing import Any, Optional
 
 from .base import ReduceOp, Transport, TransportError, TransportTimeout, WrappedTransport
 
 __all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "WrappedTransport",
-           "MPITransport", "as_transport"]
+           "MPITransport", "as_transport", "loaded_mpi"]
+
+
+def loaded_mpi() -> Optional[ModuleType]:
+    """:mod:`horotopo.transport.mpi` when this process has already imported mpi4py, else None.
+
+    For the paths that must reach MPI without ever starting it (the abort, which runs before
+    init, after finalize and in processes without MPI): importing mpi4py initializes MPI.
+    """
+    if sys.modules.get("mpi4py.MPI") is None:
+        return None
+    from . import mpi
+
+    return mpi
 
 
 def __getattr__(name: str) -> Any:

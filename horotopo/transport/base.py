@@ -50,6 +50,15 @@ class Transport:
         """Start receiving into ``buf`` from ``source``; return a request handle."""
         raise NotImplementedError
 
+    def irecv_any(self, buf: Any, tag: int) -> Any:
+        """Start receiving into ``buf`` the next message with ``tag`` from whichever rank.
+
+        For services that answer requests from any peer (the liveness ping): the request does
+        not say who sent the message, so such a protocol puts the sender's rank in the payload.
+        Optional: a transport without it raises :class:`TransportError`.
+        """
+        raise TransportError(f"{type(self).__name__} cannot receive from any source")
+
     def test(self, request: Any) -> bool:
         """True when ``request`` has completed (then it must not be tested again)."""
         raise NotImplementedError
@@ -176,6 +185,9 @@ class WrappedTransport(Transport):
 
     def alloc_tags(self, count: int) -> int:
         return self.inner.alloc_tags(count)
+
+    def irecv_any(self, buf: Any, tag: int) -> Any:
+        return self.inner.irecv_any(buf, tag)
 
     def allreduce_control(self, buf: Any, op: ReduceOp, timeout_s: Optional[float] = None,
                           what: str = "allreduce") -> None:

@@ -12,8 +12,8 @@ from .base import ReduceOp, TagAllocator, Transport, TransportError
 from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
 
-__all__ = ["MPITransport", "as_transport", "supports_threads", "missing_ranks", "NAMED_MAX_RANKS",
-           "ARRIVAL_TAG"]
+__all__ = ["MPITransport", "as_transport", "supports_threads", "thread_multiple", "missing_ranks",
+           "NAMED_MAX_RANKS", "ARRIVAL_TAG", "world_rank_size", "abort_world"]
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
 _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
@@ -93,6 +93,9 @@ class MPITransport(Transport):
 
     def irecv(self, buf: Any, source: int, tag: int) -> Any:
         return self.comm.Irecv([_wire(buf), MPI.BYTE], source, tag)
+
+    def irecv_any(self, buf: Any, tag: int) -> Any:
+        return self.comm.Irecv([_wire(buf), MPI.BYTE], MPI.ANY_SOURCE, tag)
 
     def test(self, request: Any) -> bool:
         return bool(request.Test())
@@ -279,6 +282,27 @@ def supports_threads(thread_level: int) -> bool:
     The levels' numeric values are the MPI library's own, so only this module compares them.
     """
     return thread_level >= MPI.THREAD_MULTIPLE
+
+
+def thread_multiple() -> bool:
+    """True when this process's MPI runs at MPI_THREAD_MULTIPLE (threads may call it at once)."""
+    return supports_threads(MPI.Query_thread())
+
+
+def world_rank_size() -> Optional[Tuple[int, int]]:
+    """``(rank, size)`` in ``COMM_WORLD`` while MPI is up (initialized, not finalized), else
+    None. Never initializes MPI: for the abort path, which must work before and after."""
+    try:
+        if not MPI.Is_initialized() or MPI.Is_finalized():
+            return None
+        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    except Exception:  # noqa: BLE001 - a broken MPI must not hide the error being reported
+        return None
+
+
+def abort_world(code: int) -> None:
+    """``MPI_Abort(COMM_WORLD, code)``: the launcher ends every rank of the job."""
+    MPI.COMM_WORLD.Abort(code)
 
 
 #: The tag of init's arrival messages on the caller's communicator (before horotopo has a
