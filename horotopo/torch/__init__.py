@@ -13,7 +13,7 @@ from ..api import basics as _basics
 from ..api.errors import HorotopoInternalError, HorovodInternalError, HostsUpdatedInterrupt
 from ..api.ops import (Adasum, Average, Max, Min, Product, Sum,
                        handle_average_backwards_compatibility)
-from . import mpi_ops as _mpi_ops
+from . import collectives as _collectives
 from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
@@ -28,13 +28,13 @@ from .sync_batch_norm import SyncBatchNorm
 
 def init(comm=None, process_sets=None) -> None:
     """Start horotopo (see :func:`horotopo.init`); forgets handles from an earlier run."""
-    _mpi_ops._reset()
+    _collectives._reset()
     _basics.init(comm, process_sets)
 
 
 def shutdown() -> None:
     """Stop horotopo on every rank (see :func:`horotopo.shutdown`)."""
-    _mpi_ops._reset()
+    _collectives._reset()
     _basics.shutdown()
 
 

@@ -1,0 +1,236 @@
+"""The collectives on torch tensors as handles: start one (``*_async``), then
+:func:`synchronize` it; Horovod's in-place forms (``allreduce_``...) are a start and a wait.
+
+The differentiable forms (``allreduce``, ``allgather``...) are in :mod:`horotopo.torch.mpi_ops`;
+how a tensor becomes the runtime's array, in :mod:`horotopo.torch.tensors`.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..api import arrays as _arrays
+from ..api.basics import check_process_set, global_process_set, runtime, size, unnamed
+from ..api.handles import HandleTable
+from ..api.ops import Average, check_op, handle_average_backwards_compatibility
+from ..api.runtime import ALLGATHER, ALLREDUCE, BROADCAST
+from .tensors import array_of, call_ready, check_tensor, settled, stage, tensor_of
+
+__all__ = ["allreduce_async", "allreduce_async_", "allreduce_", "grouped_allreduce_async",
+           "grouped_allreduce_async_", "grouped_allreduce_", "sparse_allreduce_async",
+           "allgather_async", "broadcast_async", "broadcast_async_", "broadcast_",
+           "alltoall_async", "reducescatter_async", "barrier", "join", "poll", "synchronize"]
+
+# The handles of the torch ops: their results are tensors, built when synchronize() collects
+# the runtime's arrays.
+_handles = HandleTable()
+
+
+def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optional[str],
+                     op: int, prescale_factor: float, postscale_factor: float,
+                     grouped: bool) -> int:
+    """Enqueue one allreduce per tensor (as one grouped unit when ``grouped``); the handle's
+    result is the reduced tensor, or the list of them when ``grouped``."""
+    op = check_op(op)
+    staged = [stage(t, inplace, True) for t in tensors]
+    if grouped:
+        base = name or unnamed("grouped_allreduce")
+        names = [f"{base}.{i}of{len(tensors)}" for i in range(len(tensors))]
+    else:
+        names = [name or unnamed("allreduce")]
+    items = [(n, inp, out) for n, (inp, out, _) in zip(names, staged)]
+    dev, ready = call_ready(tensors)
+    hid = runtime().enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
+                            postscale=postscale_factor, device=dev, ready=ready)
+    finish = [f for _, _, f in staged]
+    if grouped:
+        return _handles.add(hid, lambda res: [f(r) for f, r in zip(finish, res)])
+    return _handles.add(hid, lambda res: finish[0](res[0]))
+
+
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
+                    name: Optional[str] = None, op: Optional[int] = None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: Any = global_process_set) -> int:
+    """Start averaging (or reducing with ``op``) ``tensor`` over all ranks; return a handle.
+
+    The input is not modified. The reduction is keyed by ``name`` (auto-generated when None);
+    dtype and shape must match on all ranks for a given name. ``op`` defaults to Average;
+    ``average`` is Horovod's deprecated flag and may not be combined with ``op``.
+    """
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async([tensor], False, name, op, prescale_factor, postscale_factor, False)
+
+
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
+                     name: Optional[str] = None, op: Optional[int] = None,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: Any = global_process_set) -> int:
+    """Start an in-place allreduce of ``tensor``; return a handle."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async([tensor], True, name, op, prescale_factor, postscale_factor, False)
+
+
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0,
+               process_set: Any = global_process_set) -> torch.Tensor:
+    """In-place allreduce; returns ``tensor``."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: Any = global_process_set) -> int:
+    """Start allreduces of ``tensors`` as one unit (submitted together, fused together)."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(list(tensors), False, name, op, prescale_factor, postscale_factor,
+                            True)
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: Any = global_process_set) -> int:
+    """In-place grouped allreduce; returns a handle."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(list(tensors), True, name, op, prescale_factor, postscale_factor,
+                            True)
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: Any = global_process_set) -> List[torch.Tensor]:
+    """In-place grouped allreduce; returns the tensors."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
+                           process_set: Any = global_process_set) -> int:
+    """Allreduce a sparse COO tensor by allgathering its indices and values (Horovod's way)."""
+    check_process_set(process_set)
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    h_idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices")
+    h_val = allgather_async(t._values(), name=f"{name}.values")
+    idx_finish = _handles._entries[h_idx][1]
+    val_finish = _handles._entries[h_val][1]
+    with _handles._lock:
+        del _handles._entries[h_idx], _handles._entries[h_val]
+
+    def finish(got_idx: List[Any], got_val: List[Any]) -> torch.Tensor:
+        indices, values = idx_finish(got_idx), val_finish(got_val)
+        if op == Average:
+            values = values / size()
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
+                                       check_invariants=True)
+
+    return _handles.add(runtime().next_id(), finish, waits=(h_idx, h_val))
+
+
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: Any = global_process_set) -> int:
+    """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
+    check_process_set(process_set)
+    check_tensor(tensor)
+    inp = array_of(tensor, False)
+    dev, ready = call_ready([tensor])
+    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), inp, None)],
+                            device=dev, ready=ready)
+    return _handles.add(hid, lambda res: tensor_of(res[0], tensor, False))
+
+
+def _broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str],
+                     inplace: bool) -> int:
+    inp, out, finish = stage(tensor, inplace, False)
+    dev, ready = call_ready([tensor])
+    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), inp, out)],
+                            root=int(root_rank), device=dev, ready=ready)
+    return _handles.add(hid, lambda res: finish(res[0]))
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: Any = global_process_set) -> int:
+    """Start broadcasting ``root_rank``'s ``tensor`` into a new tensor on every rank."""
+    check_process_set(process_set)
+    return _broadcast_async(tensor, root_rank, name, False)
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: Any = global_process_set) -> int:
+    """Start broadcasting ``root_rank``'s ``tensor`` into ``tensor`` on every rank."""
+    check_process_set(process_set)
+    return _broadcast_async(tensor, root_rank, name, True)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: Any = global_process_set) -> torch.Tensor:
+    """Broadcast in place; returns ``tensor``."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+                   process_set: Any = global_process_set) -> int:
+    """Start an alltoall (see :func:`horotopo.api.arrays.alltoall_async` for how it runs)."""
+    check_tensor(tensor)
+    if isinstance(splits, torch.Tensor):
+        splits = splits.tolist()
+    hid = _arrays.alltoall_async(settled(array_of(tensor, False), tensor), splits, name,
+                                 process_set)
+    entry = _arrays.handles._entries.pop(hid)
+
+    def finish(*results: List[Any]) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, received = entry[1](*results)
+        return tensor_of(out, tensor, False), torch.from_numpy(received)
+
+    return _handles.add(hid, finish, waits=entry[0])
+
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
+                        process_set: Any = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Start a reduce-scatter along dimension 0 (a full allreduce, then this rank's block)."""
+    check_tensor(tensor)
+    hid = _arrays.reducescatter_async(settled(array_of(tensor, True), tensor), name, op,
+                                      process_set,
+                                      prescale_factor, postscale_factor)
+    entry = _arrays.handles._entries.pop(hid)
+    return _handles.add(hid, lambda *res: tensor_of(entry[1](*res), tensor, True), waits=entry[0])
+
+
+def barrier(process_set: Any = global_process_set) -> None:
+    """Block until every rank has called barrier()."""
+    _arrays.barrier(process_set)
+
+
+def join(device: int = -1) -> int:
+    """Not implemented: raises NotImplementedError (see the README)."""
+    raise NotImplementedError(_arrays.JOIN_UNSUPPORTED)
+
+
+def poll(handle: int) -> bool:
+    """True once the op behind ``handle`` completed (synchronize() will not block)."""
+    return _handles.poll(handle)
+
+
+def synchronize(handle: int) -> Any:
+    """Wait for ``handle`` and return the op's output tensor (or tuple of them).
+
+    Raises
+    ------
+    HorovodInternalError
+        The op failed on every rank (for example a shape mismatch across ranks).
+    """
+    return _handles.synchronize(handle)
+
+
+def _reset() -> None:
+    _handles.clear()
