@@ -25,8 +25,7 @@ binding caps, the document) is pure and lives in :mod:`horotopo.probe.infer`.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -43,20 +42,12 @@ from .pairing import ExtensionResult, GroupResult, Pair, extension_tests, group_
 __all__ = ["ProbeConfig", "ProbeError", "probe", "measure_pairs", "MODES", "_Prober"]
 
 
-@contextlib.contextmanager
-def _opened(link: Any) -> Iterator[Transport]:
-    """``link`` as a transport: a :class:`Transport` as it is; an mpi4py communicator (what the
-    adaptive engine still passes) wrapped in the MPI transport for the call, then closed."""
-    if isinstance(link, Transport):
-        yield link
-        return
-    from ..transport import as_transport  # the door to MPI, opened only for a communicator
-
-    transport = as_transport(link)
-    try:
-        yield transport
-    finally:
-        transport.close()
+def _checked(link: Any) -> Transport:
+    """``link``, which must be a :class:`Transport` (the probe never opens MPI itself)."""
+    if not isinstance(link, Transport):
+        raise TypeError(f"the probe runs over a Transport, got {type(link).__name__} "
+                        f"(an MPI communicator: horotopo.transport.as_transport(comm))")
+    return link
 
 
 def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = None,
@@ -66,8 +57,7 @@ def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = Non
     Parameters
     ----------
     transport : Transport
-        Every rank of it calls this. (An mpi4py communicator is still accepted and wrapped in
-        :class:`~horotopo.transport.mpi.MPITransport` for the call.)
+        Every rank of it calls this.
     mode : str
         ``"full"`` (the default of ``horotopo probe``; about 10 s at most for 8 ranks) or
         ``"quick"`` (what ``init()`` runs by default).
@@ -92,8 +82,7 @@ def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = Non
     """
     cfg = ProbeConfig.for_mode(mode, **overrides)
     say = progress or (lambda msg: None)
-    with _opened(transport) as link:
-        return _probe(_Prober(link, cfg, say), cfg, name)
+    return _probe(_Prober(_checked(transport), cfg, say), cfg, name)
 
 
 def _probe(pr: _Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]:
@@ -163,17 +152,17 @@ def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quic
         A pair that cannot reach each other, or a timeout, naming the pair.
     """
     cfg = ProbeConfig.for_mode(mode, **overrides)
-    with _opened(transport) as link:
-        size = link.size
-        for a, b in pairs:
-            if a == b or not (0 <= a < size and 0 <= b < size):
-                raise ValueError(f"a pair needs two different ranks in 0..{size - 1}, "
-                                 f"got ({a}, {b})")
-        pr = _Prober(link, cfg, lambda msg: None)
-        out: Dict[Pair, float] = {}
-        for a, b in pairs:
-            pr.latency([(min(a, b), max(a, b))])
-            rates, _, _ = pr.measure([(int(a), int(b))], [], f"bandwidth [{a}, {b}]",
-                                     cfg.start_bytes)
-            out[(int(a), int(b))] = float(rates[0])
-        return out
+    link = _checked(transport)
+    size = link.size
+    for a, b in pairs:
+        if a == b or not (0 <= a < size and 0 <= b < size):
+            raise ValueError(f"a pair needs two different ranks in 0..{size - 1}, "
+                             f"got ({a}, {b})")
+    pr = _Prober(link, cfg, lambda msg: None)
+    out: Dict[Pair, float] = {}
+    for a, b in pairs:
+        pr.latency([(min(a, b), max(a, b))])
+        rates, _, _ = pr.measure([(int(a), int(b))], [], f"bandwidth [{a}, {b}]",
+                                 cfg.start_bytes)
+        out[(int(a), int(b))] = float(rates[0])
+    return out
