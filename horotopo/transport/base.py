@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import pickle
 import socket
-from typing import Any, List, Literal, Optional, Sequence
+from typing import Any, List, Literal, Optional, Sequence, Tuple
 
 from . import p2p
 from .p2p import Describe, allreduce_point_to_point
-from .poll import TransportError, TransportTimeout
+from .poll import IDLE_NAP_S, TransportError, TransportTimeout
 
-__all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "WrappedTransport",
-           "allreduce_point_to_point"]
+__all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "ControlOp",
+           "WrappedTransport", "allreduce_point_to_point"]
 
 ReduceOp = Literal["sum", "min", "max", "product"]
+#: The control steps' ops: the reductions, and a bitwise AND for vectors of flag bits.
+ControlOp = Literal["sum", "min", "max", "product", "band"]
 
 
 class Transport:
@@ -93,15 +95,17 @@ class Transport:
 
     def wait(self, requests: List[Any], deadline: Optional[float], *,
              peers: Optional[Sequence[int]] = None, what: Describe = "wait",
-             on_done: Any = None, busy: bool = False) -> None:
+             on_done: Any = None, busy: bool = False, spin_polls: int = 0,
+             nap_s: Tuple[float, float] = IDLE_NAP_S) -> None:
         """Wait for every request, or raise :class:`TransportTimeout` at ``deadline``.
 
         The transport's one poll loop with back-off (see :func:`horotopo.transport.p2p.
         wait_requests` for the parameters): ``peers[k]`` names request ``k``'s peer in the
-        timeout, and ``on_done(k)`` may append requests while waiting.
+        timeout, and ``on_done(k)`` may append requests while waiting. The requests may also
+        be those of :meth:`iallreduce_control`.
         """
         p2p.wait_requests(self, requests, deadline, peers=peers, what=what, on_done=on_done,
-                          busy=busy)
+                          busy=busy, spin_polls=spin_polls, nap_s=nap_s)
 
     # ---- the small collective steps (every rank calls them, in the same order) -------------
 
@@ -118,6 +122,18 @@ class Transport:
             self.allreduce(buf, buf, op)
         else:
             allreduce_point_to_point(self, buf, op, timeout_s, what)
+
+    def iallreduce_control(self, buf: Any, op: ControlOp) -> Any:
+        """Start an in-place allreduce of the small host vector ``buf``; return its request.
+
+        The nonblocking control step of a cycle that must not block inside the library (the
+        runtime's background thread: see :mod:`horotopo.api.controller`). Wait for the request
+        with :meth:`wait`; ``buf`` holds the result once it has completed and must not be
+        touched before. Every rank calls it in the same order, like the other steps. Here it
+        runs point to point (:func:`~horotopo.transport.p2p.iallreduce_point_to_point`), and a
+        timeout names the peers still missing; MPI's transport uses ``MPI_Iallreduce``.
+        """
+        return p2p.iallreduce_point_to_point(self, buf, op)
 
     def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
         """Return once every rank has called it; a deadline names the ranks that did not."""

@@ -8,14 +8,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import config
-from .base import ReduceOp, TagAllocator, Transport, TransportError
+from .base import ControlOp, ReduceOp, TagAllocator, Transport, TransportError
 from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
 
 __all__ = ["MPITransport", "as_transport", "supports_threads", "thread_multiple", "missing_ranks",
-           "NAMED_MAX_RANKS", "ARRIVAL_TAG", "world_rank_size", "abort_world"]
+           "NAMED_MAX_RANKS", "ARRIVAL_TAG", "world_rank_size", "abort_world",
+           "checked_thread_level", "world_comm", "as_comm", "group_comm"]
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
+_CONTROL_OPS = dict(_OPS, band=MPI.BAND)  # the control steps' ops (base.ControlOp)
 _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
     ("float32", MPI.FLOAT), ("float64", MPI.DOUBLE), ("int32", MPI.INT32_T),
     ("int64", MPI.INT64_T), ("uint8", MPI.UINT8_T), ("int8", MPI.INT8_T),
@@ -199,6 +201,18 @@ class MPITransport(Transport):
         self._finish(req, deadline_after(timeout_s), what, timeout_s)
         buf[...] = out
 
+    def iallreduce_control(self, buf: Any, op: ControlOp) -> Any:
+        """``MPI_Iallreduce`` in place on ``buf``, at every rank count: the runtime runs one
+        per cycle, and the library's log-depth collective beats ``2 (size - 1)`` messages.
+        A stuck cycle is named by the runtime's watchdog and liveness pings instead."""
+        mop = _CONTROL_OPS.get(op)
+        if mop is None:
+            raise ValueError(f"op must be one of {sorted(_CONTROL_OPS)}, got {op!r}")
+        dtype = _TYPES.get(buf.dtype)
+        if dtype is None:
+            raise TransportError(f"no MPI datatype for a control vector of {buf.dtype}")
+        return self.comm.Iallreduce(MPI.IN_PLACE, [buf, dtype], op=mop)
+
     def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
                         what: str = "broadcast") -> bytes:
         if self._named():
@@ -274,6 +288,57 @@ def _spread(lens: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """A receive buffer for payloads of ``lens`` bytes laid end to end, and their offsets."""
     displs = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
     return np.empty(max(int(lens.sum()), 1), dtype=np.uint8), displs
+
+
+def checked_thread_level() -> int:
+    """MPI's thread level (``MPI_Query_thread``), checked to allow a background thread.
+
+    Raises
+    ------
+    RuntimeError
+        Below ``MPI_THREAD_SERIALIZED``: horotopo's background thread makes every MPI call.
+    """
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_SERIALIZED:
+        raise RuntimeError("horotopo needs MPI initialized with at least "
+                           "MPI_THREAD_SERIALIZED (a background thread makes every MPI "
+                           "call); set mpi4py.rc.thread_level = 'multiple' before importing "
+                           "mpi4py.MPI")
+    return level
+
+
+def world_comm() -> "MPI.Comm":
+    """``MPI.COMM_WORLD`` (initializing MPI if nothing has yet)."""
+    return MPI.COMM_WORLD
+
+
+def as_comm(obj: Any, where: str, also: str = "") -> "MPI.Comm":
+    """``obj``, checked to be an mpi4py communicator.
+
+    Raises
+    ------
+    TypeError
+        Naming ``where`` (the call that was given ``obj``), what it takes (a communicator, or
+        ``also``) and what it got.
+    """
+    if not isinstance(obj, MPI.Comm):
+        alternative = f" or {also}" if also else ""
+        raise TypeError(f"{where} takes an mpi4py communicator{alternative}, got "
+                        f"{type(obj).__name__}")
+    return obj
+
+
+def group_comm(comm: "MPI.Comm", ranks: Sequence[int]) -> "MPI.Comm":
+    """A new communicator over ``ranks`` of ``comm``, in that order.
+
+    Collective over ``ranks`` only (``MPI_Comm_create_group``): the other ranks of ``comm``
+    need not take part.
+    """
+    group = comm.Get_group().Incl([int(r) for r in ranks])
+    try:
+        return comm.Create_group(group)
+    finally:
+        group.Free()
 
 
 def supports_threads(thread_level: int) -> bool:

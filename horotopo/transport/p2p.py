@@ -12,27 +12,88 @@ non-overtaking rule keeps the two in order.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
-from .poll import DONE, IDLE, PROGRESS, TransportTimeout, deadline_after, poll
+from .poll import (DONE, IDLE, IDLE_NAP_S, PROGRESS, TransportTimeout, deadline_after,
+                   poll)
 
 if TYPE_CHECKING:  # base imports this module; the names are for type hints only
-    from .base import ReduceOp, Transport
+    from .base import ControlOp, Transport
 
-__all__ = ["Describe", "wait_requests", "broadcast_bytes", "gather_bytes", "allgather_bytes",
-           "allreduce_point_to_point", "barrier_point_to_point"]
+__all__ = ["Describe", "CollectiveRequest", "wait_requests", "broadcast_bytes", "gather_bytes",
+           "allgather_bytes", "allreduce_point_to_point", "iallreduce_point_to_point",
+           "barrier_point_to_point"]
 
 #: How a wait is named in its timeout: a text, or a callable given the pending indices.
 Describe = Union[str, Callable[[List[int]], str]]
 
-_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
+# "band" (bitwise AND) is for control vectors of flag bits, such as the runtime's cycle.
+_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply,
+           "band": np.bitwise_and}
+
+
+class CollectiveRequest:
+    """A collective step in flight as point-to-point requests, finished by a local step.
+
+    It has no library request of its own, so ``transport.test`` cannot test it; it tests its
+    parts itself, and :func:`wait_requests` (so ``Transport.wait``) takes it beside the
+    transport's own requests. On a timeout its :meth:`pending_peers` are the missing ones.
+
+    Parameters
+    ----------
+    transport : Transport
+        Whose ``test`` and ``cancel`` serve the parts.
+    parts : list
+        The point-to-point requests.
+    peers : list of int
+        ``peers[k]`` is the rank part ``k`` talks to.
+    finish : callable
+        Run once, when every part has completed (a fold of received vectors, say).
+    """
+
+    __slots__ = ("_transport", "_parts", "_peers", "_done", "_finish", "_complete")
+
+    def __init__(self, transport: "Transport", parts: List[Any], peers: List[int],
+                 finish: Callable[[], None]) -> None:
+        self._transport = transport
+        self._parts = parts
+        self._peers = peers
+        self._done = [False] * len(parts)
+        self._finish = finish
+        self._complete = False
+
+    def test(self) -> bool:
+        """True once every part has completed and ``finish`` has run (idempotent)."""
+        if self._complete:
+            return True
+        test = self._transport.test
+        done = self._done
+        for k, part in enumerate(self._parts):
+            if not done[k] and test(part):
+                done[k] = True
+        if all(done):
+            self._complete = True
+            self._finish()
+        return self._complete
+
+    def pending_peers(self) -> List[int]:
+        """The peers of the parts that have not completed, ascending, once each."""
+        return sorted({p for p, ok in zip(self._peers, self._done) if not ok})
+
+    def cancel(self) -> None:
+        """Cancel the parts still pending (best effort, as ``transport.cancel``)."""
+        for part, ok in zip(self._parts, self._done):
+            if not ok:
+                self._transport.cancel(part)
 
 
 def wait_requests(transport: "Transport", requests: List[Any], deadline: Optional[float], *,
                   peers: Optional[Sequence[int]] = None, what: Describe = "wait",
-                  on_done: Optional[Callable[[int], None]] = None, busy: bool = False) -> None:
+                  on_done: Optional[Callable[[int], None]] = None, busy: bool = False,
+                  spin_polls: int = 0, nap_s: Tuple[float, float] = IDLE_NAP_S) -> None:
     """Wait until every request completes, or raise :class:`TransportTimeout` at ``deadline``.
 
     Parameters
@@ -40,8 +101,9 @@ def wait_requests(transport: "Transport", requests: List[Any], deadline: Optiona
     transport : Transport
         Whose ``test`` and ``cancel`` are used.
     requests : list
-        Request handles. ``on_done`` may append to the list while waiting (an acknowledgement
-        posted once a transfer ends); appended ones are waited for too.
+        Request handles, or :class:`CollectiveRequest` objects (which test themselves and name
+        their own missing peers). ``on_done`` may append to the list while waiting (an
+        acknowledgement posted once a transfer ends); appended ones are waited for too.
     deadline : float, optional
         ``time.perf_counter()`` value; None waits for ever.
     peers : sequence of int, optional
@@ -54,14 +116,22 @@ def wait_requests(transport: "Transport", requests: List[Any], deadline: Optiona
         Called with the index of each request as it completes.
     busy : bool
         Yield instead of sleeping between idle polls (see :func:`~.poll.poll`).
+    spin_polls, nap_s
+        The poll loop's back-off (see :func:`~.poll.poll`): a latency-bound wait such as a
+        control cycle spins a little before its first pause.
     """
     done: List[bool] = []
+
+    def tested(req: Any) -> bool:
+        if isinstance(req, CollectiveRequest):
+            return req.test()
+        return transport.test(req)
 
     def step() -> int:
         done.extend([False] * (len(requests) - len(done)))
         state = IDLE
         for k in range(len(done)):
-            if not done[k] and transport.test(requests[k]):
+            if not done[k] and tested(requests[k]):
                 done[k] = True
                 state = PROGRESS
                 if on_done is not None:
@@ -70,14 +140,21 @@ def wait_requests(transport: "Transport", requests: List[Any], deadline: Optiona
             return DONE
         return state
 
-    if poll(step, deadline, busy=busy):
+    if poll(step, deadline, busy=busy, spin_polls=spin_polls, nap_s=nap_s):
         return
     pending = [k for k in range(len(done)) if not done[k]]
+    missing: List[int] = []
     for k in pending:
         # A receive cancels cleanly; a send to a dead peer may not, which is why a job should
         # abort after such an error rather than finalize.
-        transport.cancel(requests[k])
-    missing = [peers[k] for k in pending] if peers is not None else []
+        req = requests[k]
+        if isinstance(req, CollectiveRequest):
+            req.cancel()
+            missing += req.pending_peers()
+        else:
+            transport.cancel(req)
+            if peers is not None:
+                missing.append(peers[k])
     raise TransportTimeout(what(pending) if callable(what) else what, missing)
 
 
@@ -190,7 +267,33 @@ def allgather_bytes(transport: "Transport", data: bytes, timeout_s: float,
     return [got[p] for p in range(transport.size)]
 
 
-def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "ReduceOp",
+def _post_allreduce(transport: "Transport", buf: np.ndarray, op: "ControlOp"
+                    ) -> Tuple[List[Any], List[int], Callable[[], None]]:
+    """Post a point-to-point allreduce of ``buf``: its requests, their peers, and the fold that
+    writes the result into ``buf`` once they all completed."""
+    n, me = transport.size, transport.rank
+    fold_op = _UFUNCS.get(op)
+    if fold_op is None:  # before posting: an unknown op must not leave messages behind
+        raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
+    tag = transport.alloc_tags(1)
+    mine = np.ascontiguousarray(buf).copy()
+    got = {p: np.empty_like(mine) for p in range(n) if p != me}
+    peers = [p for p in got] * 2
+    reqs = [transport.irecv(got[p], p, tag) for p in got]
+    reqs += [transport.isend(mine, p, tag) for p in got]
+
+    def fold() -> None:
+        # In rank order, so the result is bitwise identical everywhere.
+        got[me] = mine
+        acc = got[0].copy()
+        for p in range(1, n):
+            fold_op(acc, got[p], out=acc)
+        buf[...] = acc
+
+    return reqs, peers, fold
+
+
+def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "ControlOp",
                              timeout_s: Optional[float] = None, what: str = "allreduce") -> None:
     """Allreduce the small array ``buf`` in place by sending it to every other rank.
 
@@ -201,15 +304,9 @@ def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "Reduc
     its requests, such as :class:`~horotopo.reliability.TrackedTransport`, sees every one);
     with it, a deadline that passes raises :class:`TransportTimeout` naming the missing peers.
     """
-    n, me = transport.size, transport.rank
-    if n == 1:
+    if transport.size == 1:
         return
-    tag = transport.alloc_tags(1)
-    mine = np.ascontiguousarray(buf).copy()
-    got = {p: np.empty_like(mine) for p in range(n) if p != me}
-    peers = [p for p in got] * 2
-    reqs = [transport.irecv(got[p], p, tag) for p in got]
-    reqs += [transport.isend(mine, p, tag) for p in got]
+    reqs, peers, fold = _post_allreduce(transport, buf, op)
     if timeout_s is None:
         while reqs:  # waitsome, not waitall: what stays pending names the peers still missing
             done = set(transport.waitsome(reqs))
@@ -217,12 +314,17 @@ def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "Reduc
     else:
         wait_requests(transport, reqs, deadline_after(timeout_s), peers=peers,
                       what=_named(what, timeout_s, peers))
-    got[me] = mine
-    fold = _UFUNCS[op]
-    acc = got[0].copy()
-    for p in range(1, n):
-        fold(acc, got[p], out=acc)
-    buf[...] = acc
+    fold()
+
+
+def iallreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "ControlOp"
+                              ) -> CollectiveRequest:
+    """Start :func:`allreduce_point_to_point` without waiting: ``buf`` holds the result once the
+    returned request has completed (test it, or wait for it with ``transport.wait``)."""
+    if transport.size == 1:
+        return CollectiveRequest(transport, [], [], lambda: None)
+    reqs, peers, fold = _post_allreduce(transport, buf, op)
+    return CollectiveRequest(transport, reqs, peers, fold)
 
 
 def barrier_point_to_point(transport: "Transport", timeout_s: Optional[float] = None,

@@ -58,3 +58,29 @@ def test_a_rank_that_never_comes_is_named():
             assert e is None
         else:
             assert e == (f"settings: nothing from rank {absent} within 0.5 s", [absent]), e
+
+
+def test_iallreduce_control_matches_the_point_to_point_step():
+    """MPI's Iallreduce (the runtime's control cycle) and the generic point-to-point version
+    give the same vectors, waited for through the one poll loop."""
+    from horotopo.transport.base import Transport
+    from horotopo.transport.poll import deadline_after
+
+    n, me = COMM.size, COMM.rank
+    t = MPITransport(COMM)
+    try:
+        got = {}
+        for how, start in (("mpi", t.iallreduce_control),
+                           ("p2p", lambda buf, op: Transport.iallreduce_control(t, buf, op))):
+            flags = np.array([0b1111 & ~(1 << (me % 4)), (1 << 64) - 1], dtype=np.uint64)
+            total = np.array([me + 1, -me], dtype=np.int64)
+            reqs = [start(flags, "band"), start(total, "sum")]
+            t.wait(reqs, deadline_after(30), what=f"control ({how})")
+            got[how] = (flags.tolist(), total.tolist())
+    finally:
+        t.close()
+    want = 0b1111
+    for r in range(n):
+        want &= ~(1 << (r % 4))
+    assert got["mpi"] == got["p2p"] == ([want, (1 << 64) - 1],
+                                        [n * (n + 1) // 2, -(n * (n - 1) // 2)])
