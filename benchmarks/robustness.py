@@ -70,7 +70,7 @@ def worker(args: argparse.Namespace) -> int:
     me, n = comm.rank, comm.size
     from horotopo.api.basics import runtime
 
-    eng = runtime()._engine  # the AdaptiveEngine: which algorithm each call ran
+    eng = runtime().engine  # the AdaptiveEngine: which algorithm each call ran
     rows: List[Dict[str, Any]] = []
     wrong = 0
     for size in args.sizes:

@@ -1,14 +1,20 @@
 """Unit tests of the API runtime's pieces that need no MPI: ops, errors, cache, negotiation
 messages and fusion (with a recording engine). Multi-rank behaviour is in tests/mpi/."""
 import warnings
+from collections import OrderedDict
 
 import numpy as np
 import pytest
 
 import horotopo as hvd
 from horotopo.api import runtime as rtmod
+from horotopo.api.controller import Coordinator, ResponseCache, bits_of, trace_negotiations
+from horotopo.api.executors import Executor
 from horotopo.api.ops import check_op, handle_average_backwards_compatibility
-from horotopo.api.runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, Runtime, _Entry
+from horotopo.api.queue import RequestQueue
+from horotopo.api.records import Response, Signature
+from horotopo.api.runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST
+from horotopo.api.settings import Settings
 
 
 def test_op_constants_match_horovod():
@@ -61,11 +67,11 @@ def test_process_sets_and_join_say_they_are_unsupported():
 
 def test_bits_of_lists_set_bits_in_order():
     words = np.array([0b1011, 1 << 63, 0, 1], dtype=np.uint64)
-    assert rtmod._bits_of(words) == [0, 1, 3, 127, 192]
+    assert bits_of(words) == [0, 1, 3, 127, 192]
 
 
 def test_response_cache_is_lru_and_reuses_lowest_free_bit():
-    cache = rtmod._ResponseCache(3)
+    cache = ResponseCache(3)
     for name in "abc":
         cache.put(name, (name,))
     assert [cache.get(n)[0] for n in "abc"] == [0, 1, 2]
@@ -79,21 +85,19 @@ def test_response_cache_is_lru_and_reuses_lowest_free_bit():
 
 
 def test_cache_capacity_zero_caches_nothing():
-    cache = rtmod._ResponseCache(0)
+    cache = ResponseCache(0)
     cache.put("a", ("a",))
     assert cache.get("a") is None
 
 
 def _sig(kind=ALLREDUCE, dtype="float32", shape=(2, 3), op=hvd.Sum, pre=1.0, post=1.0, root=0,
          device=-1):
-    return (kind, dtype, shape, op, pre, post, root, device)
+    return Signature(kind, dtype, shape, op, pre, post, root, device)
 
 
 @pytest.fixture
 def coordinator():
-    rt = Runtime(None)
-    rt.size, rt.rank = 3, 0
-    return rt
+    return Coordinator(3, Settings.from_env())
 
 
 @pytest.mark.parametrize("other,message", [
@@ -111,26 +115,26 @@ def coordinator():
                      "CPU, but another rank specified device GPU."),
 ])
 def test_mismatch_messages_use_horovods_wording(coordinator, other, message):
-    kind, name, error, _, _ = coordinator._construct("t", {0: _sig(), 1: _sig(), 2: other})
-    assert (kind, name, error) == (ALLREDUCE, "t", message)
+    resp = coordinator.construct("t", {0: _sig(), 1: _sig(), 2: other})
+    assert (resp.kind, resp.name, resp.error) == (ALLREDUCE, "t", message)
 
 
 def test_broadcast_root_and_allgather_shape_messages(coordinator):
     b = lambda root: _sig(kind=BROADCAST, root=root)  # noqa: E731
-    assert coordinator._construct("b", {0: b(0), 1: b(1), 2: b(0)})[2] == (
+    assert coordinator.construct("b", {0: b(0), 1: b(1), 2: b(0)}).error == (
         "Mismatched BROADCAST root ranks: One rank specified root rank 0, but another rank "
         "specified root rank 1.")
     g = lambda shape: _sig(kind=ALLGATHER, shape=shape)  # noqa: E731
-    assert coordinator._construct("g", {0: g((2, 3)), 1: g((5, 4)), 2: g((1, 3))})[2] == (
+    assert coordinator.construct("g", {0: g((2, 3)), 1: g((5, 4)), 2: g((1, 3))}).error == (
         "Mismatched ALLGATHER tensor shapes: One rank sent a tensor with dimension 1 equal to 3, "
         "but another rank sent a tensor with dimension 1 equal to 4.")
-    assert coordinator._construct("g", {0: g((2, 3)), 1: g((2,)), 2: g((1, 3))})[2] == (
+    assert coordinator.construct("g", {0: g((2, 3)), 1: g((2,)), 2: g((1, 3))}).error == (
         "Mismatched ALLGATHER tensor shapes: One rank sent a tensor of rank 2, but another rank "
         "sent a tensor of rank 1.")
-    assert coordinator._construct("g", {0: g(()), 1: g(()), 2: g(())})[2] == (
+    assert coordinator.construct("g", {0: g(()), 1: g(()), 2: g(())}).error == (
         "Rank zero tried to ALLGATHER a rank-zero tensor.")
-    ok = coordinator._construct("g", {0: g((2, 3)), 1: g((0, 3)), 2: g((4, 3))})
-    assert ok[2] is None and ok[4] == [2, 0, 4]
+    ok = coordinator.construct("g", {0: g((2, 3)), 1: g((0, 3)), 2: g((4, 3))})
+    assert ok.error is None and ok.extra == [2, 0, 4]
 
 
 class RecordingEngine:
@@ -154,18 +158,52 @@ class RecordingEngine:
         return buf
 
 
+class Harness:
+    """The runtime's parts that run a cycle's responses, put together as the runtime does,
+    around a recording engine: the request queue, the pending entries and the executor (no
+    thread, no MPI). ``ready_times`` stands for the coordinator's, for the timeline."""
+
+    def __init__(self, size, threshold):
+        self.queue = RequestQueue()
+        self.queue.size = size
+        self.pending = OrderedDict()
+        self.engine = RecordingEngine(size)
+        self.executor = Executor(self.engine, 0, size, threshold,
+                                 {"engine_allreduces": 0, "fused_tensors": 0},
+                                 self.queue.finish)
+        self.ready_times = {}
+        self.tl = None
+        self.t_resp = 0.0
+
+    def enqueue(self, *args, **kwargs):
+        return self.queue.enqueue(*args, **kwargs)
+
+    def wait(self, hid):
+        return self.queue.wait(hid, alive=lambda: True)
+
+    def admit(self):
+        """Move what was enqueued to the pending entries, as a cycle does; return it."""
+        entries, _ = self.queue.take()
+        for e in entries:
+            self.pending[e.name] = e
+        return entries
+
+    def trace_negotiations(self, tl, responses):
+        self.tl = tl
+        self.t_resp = trace_negotiations(tl, responses, self.pending, self.ready_times)
+
+    def execute(self, responses):
+        self.executor.execute(responses, self.pending, self.tl, self.t_resp)
+
+
 def _runtime_with_engine(size=4, threshold=1 << 20):
-    rt = Runtime(None, fusion_threshold=threshold)
-    rt.size, rt.rank = size, 0
-    rt._engine = RecordingEngine(size)
-    return rt
+    return Harness(size, threshold)
 
 
 def _submit(rt, kind, name, array, op=hvd.Sum, pre=1.0, post=1.0, root=0):
     out = np.empty_like(array) if array is not None else None
     hid = rt.enqueue(kind, [(name, array, out)], op=op, prescale=pre, postscale=post, root=root)
-    entry = rt._incoming.pop()
-    rt._pending[name] = entry
+    (entry,) = rt.admit()
     return hid, entry
 
 
@@ -178,8 +216,8 @@ def test_fusion_groups_by_dtype_op_and_scale_and_respects_the_threshold():
     for name, dtype, n, op, pre in plan:
         hid, e = _submit(rt, ALLREDUCE, name, np.ones(n, dtype), op=op, pre=pre)
         entries[name] = (hid, e)
-    rt._execute([(ALLREDUCE, name, None, entries[name][1].sig, None) for name, *_ in plan])
-    calls = rt._engine.calls
+    rt.execute([Response(ALLREDUCE, name, None, entries[name][1].sig) for name, *_ in plan])
+    calls = rt.engine.calls
     # a+b fuse (32 bytes); f would make 64 bytes: still within 64, so it joins them.
     assert ("allreduce", "float32", 16, "sum", 1.0, 1.0) in calls
     assert ("allreduce", "float64", 4, "sum", 1.0, 1.0) in calls
@@ -195,16 +233,16 @@ def test_fusion_groups_by_dtype_op_and_scale_and_respects_the_threshold():
 def test_fusion_threshold_splits_buffers():
     rt = _runtime_with_engine(threshold=40)
     hids = [_submit(rt, ALLREDUCE, f"t{k}", np.full(4, k, np.float32))[0] for k in range(5)]
-    rt._execute([(ALLREDUCE, f"t{k}", None, rt._pending[f"t{k}"].sig, None) for k in range(5)])
-    assert [c[2] for c in rt._engine.calls] == [8, 8, 4]
+    rt.execute([Response(ALLREDUCE, f"t{k}", None, rt.pending[f"t{k}"].sig) for k in range(5)])
+    assert [c[2] for c in rt.engine.calls] == [8, 8, 4]
     assert [rt.wait(h)[0].tolist() for h in hids] == [[4.0 * k] * 4 for k in range(5)]
 
 
 def test_narrow_integers_are_widened_for_the_engine():
     rt = _runtime_with_engine(size=2)
     hid, e = _submit(rt, ALLREDUCE, "i8", np.array([100, -3], np.int8))
-    rt._execute([(ALLREDUCE, "i8", None, e.sig, None)])
-    assert rt._engine.calls[0][1] == "int64"
+    rt.execute([Response(ALLREDUCE, "i8", None, e.sig)])
+    assert rt.engine.calls[0][1] == "int64"
     assert rt.wait(hid)[0].tolist() == [-56, -6]     # wraps like native int8 arithmetic
 
 
@@ -213,8 +251,8 @@ def test_broadcasts_from_one_root_share_a_byte_buffer():
     h1, e1 = _submit(rt, BROADCAST, "x", np.arange(3, dtype=np.float64), root=0)
     h2, e2 = _submit(rt, BROADCAST, "y", np.arange(5, dtype=np.int16), root=0)
     h3, e3 = _submit(rt, BROADCAST, "z", np.arange(2, dtype=np.int16), root=1)
-    rt._execute([(BROADCAST, e.name, None, e.sig, None) for e in (e1, e2, e3)])
-    assert rt._engine.calls == [("broadcast", "uint8", 34, 0), ("broadcast", "uint8", 4, 1)]
+    rt.execute([Response(BROADCAST, e.name, None, e.sig) for e in (e1, e2, e3)])
+    assert rt.engine.calls == [("broadcast", "uint8", 34, 0), ("broadcast", "uint8", 4, 1)]
     assert rt.wait(h1)[0].tolist() == [0.0, 1.0, 2.0]
     assert rt.wait(h2)[0].tolist() == [0, 1, 2, 3, 4]
 
@@ -223,13 +261,13 @@ def test_error_responses_and_barriers_complete_their_handles():
     rt = _runtime_with_engine()
     h_err, e = _submit(rt, ALLREDUCE, "bad", np.ones(2, np.float32))
     h_bar = rt.enqueue(BARRIER, [("barrier.0", None, None)])
-    rt._pending["barrier.0"] = rt._incoming.pop()
-    rt._execute([(ALLREDUCE, "bad", "Mismatched things.", e.sig, None),
-                 (BARRIER, "barrier.0", None, rt._pending["barrier.0"].sig, None)])
+    rt.admit()
+    rt.execute([Response(ALLREDUCE, "bad", "Mismatched things.", e.sig),
+                Response(BARRIER, "barrier.0", None, rt.pending["barrier.0"].sig)])
     with pytest.raises(hvd.HorovodInternalError, match="Mismatched things."):
         rt.wait(h_err)
     assert rt.wait(h_bar) == [None]
-    assert not rt._names   # both names are free again
+    assert not rt.queue.pending_names   # both names are free again
 
 
 def test_duplicate_pending_name_is_a_value_error():

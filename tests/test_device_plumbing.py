@@ -21,8 +21,9 @@ import pytest
 
 import horotopo.gpu as gpu
 from horotopo.api import arrays
-from horotopo.api.runtime import ALLGATHER, ALLREDUCE, BROADCAST, Runtime
-from test_api import RecordingEngine
+from horotopo.api.records import Response
+from horotopo.api.runtime import ALLGATHER, ALLREDUCE, BROADCAST
+from test_api import Harness, RecordingEngine
 
 LOG = []
 
@@ -113,18 +114,15 @@ class DeviceRecordingEngine(RecordingEngine):
 
 
 def _runtime(size=4, threshold=1 << 20):
-    rt = Runtime(None, fusion_threshold=threshold)
-    rt.size, rt.rank = size, 0
-    rt._engine = DeviceRecordingEngine(size)
+    rt = Harness(size, threshold)
+    rt.engine = rt.executor.engine = DeviceRecordingEngine(size)
     return rt
 
 
 def _run(rt, kind, items, **kw):
     hid = rt.enqueue(kind, items, **kw)
-    entries = [rt._incoming.pop(0) for _ in items]
-    for e in entries:
-        rt._pending[e.name] = e
-    rt._execute([(kind, e.name, None, e.sig, None) for e in entries])
+    entries = rt.admit()
+    rt.execute([Response(kind, e.name, None, e.sig) for e in entries])
     return rt.wait(hid)
 
 
@@ -137,8 +135,8 @@ def test_fused_device_allreduce_stays_on_the_device_in_order():
     LOG.clear()
     got = _run(rt, ALLREDUCE, [("a", ins[0], outs[0]), ("b", ins[1], outs[1])], op=1,
                device=1, ready=ready.synchronize)
-    assert rt._engine.calls == [("allreduce", "float32", 8, "sum", 1.0, 1.0)]
-    assert rt._engine.modules == [("cupy", "cupy")]
+    assert rt.engine.calls == [("allreduce", "float32", 8, "sum", 1.0, 1.0)]
+    assert rt.engine.modules == [("cupy", "cupy")]
     # The ready event once (one per call), then the device made current, the engine, and the
     # stream synced (on the array's device) before the device is left.
     assert LOG == [("event-wait",), ("device", 1), ("engine",), ("device", 1),
@@ -146,7 +144,7 @@ def test_fused_device_allreduce_stays_on_the_device_in_order():
     assert got[0] is outs[0] and got[1] is outs[1]
     assert np.asarray(got[0]).tolist() == [0, 4, 8, 12, 16] and np.asarray(got[1]).tolist() \
         == [4, 4, 4]
-    ((key, buf),) = rt._fusion.items()
+    ((key, buf),) = rt.executor.buffers.buffers.items()
     assert key[:2] == ("cupy", 1) and isinstance(buf, ndarray)
 
 
@@ -156,11 +154,9 @@ def test_host_and_device_tensors_never_share_a_fusion_buffer():
     hid_h = rt.enqueue(ALLREDUCE, [("h", host_in, np.empty(4, np.float32))], op=1)
     hid_d = rt.enqueue(ALLREDUCE, [("d", dev_in, _dev(np.empty(4, np.float32)))], op=1,
                        device=0)
-    for e in list(rt._incoming):
-        rt._pending[e.name] = e
-    rt._incoming.clear()
-    rt._execute([(ALLREDUCE, n, None, rt._pending[n].sig, None) for n in ("h", "d")])
-    assert rt._engine.modules == [("numpy", "numpy"), ("cupy", "cupy")]
+    rt.admit()
+    rt.execute([Response(ALLREDUCE, n, None, rt.pending[n].sig) for n in ("h", "d")])
+    assert rt.engine.modules == [("numpy", "numpy"), ("cupy", "cupy")]
     assert rt.wait(hid_h)[0].tolist() == [4.0] * 4
     assert np.asarray(rt.wait(hid_d)[0]).tolist() == [4.0] * 4
 
@@ -170,8 +166,8 @@ def test_narrow_device_integers_widen_in_a_device_buffer():
     x = _dev(np.array([100, -3], np.int8))
     out = _dev(np.empty(2, np.int8))
     got = _run(rt, ALLREDUCE, [("i8", x, out)], op=1, device=1)
-    assert rt._engine.calls[0][1:3] == ("int64", 2)
-    assert rt._engine.modules == [("cupy", "cupy")]
+    assert rt.engine.calls[0][1:3] == ("int64", 2)
+    assert rt.engine.modules == [("cupy", "cupy")]
     assert np.asarray(got[0]).tolist() == [-56, -6]
 
 
@@ -179,17 +175,16 @@ def test_device_broadcast_and_allgather_use_device_buffers():
     rt = _runtime()
     a, b = _dev(np.arange(3, dtype=np.float64)), _dev(np.arange(2, dtype=np.int16))
     _run(rt, BROADCAST, [("x", a, a), ("y", b, b)], root=0, device=1)
-    assert rt._engine.calls == [("broadcast", "uint8", 28, 0)]
-    assert rt._engine.modules == [("cupy",)]
-    rt._engine.modules.clear()
+    assert rt.engine.calls == [("broadcast", "uint8", 28, 0)]
+    assert rt.engine.modules == [("cupy",)]
+    rt.engine.modules.clear()
     x = _dev(np.arange(6, dtype=np.float32).reshape(2, 3))
     hid = rt.enqueue(ALLGATHER, [("g", x, None)], device=1)
-    e = rt._incoming.pop()
-    rt._pending["g"] = e
-    rt._execute([(ALLGATHER, "g", None, e.sig, [2, 1, 0, 2])])
+    (e,) = rt.admit()
+    rt.execute([Response(ALLGATHER, "g", None, e.sig, [2, 1, 0, 2])])
     out = rt.wait(hid)[0]
     assert isinstance(out, ndarray) and out.shape == (5, 3)
-    assert rt._engine.modules == [("cupy",)] * 3   # ranks with rows: 0, 1 and 3
+    assert rt.engine.modules == [("cupy",)] * 3   # ranks with rows: 0, 1 and 3
     assert np.asarray(out[:2]).tolist() == np.asarray(x).tolist()
 
 
@@ -199,12 +194,11 @@ def test_device_error_still_resolves_the_handle_and_leaves_the_device():
     def boom(*a, **k):
         raise RuntimeError("kernel failed")
 
-    rt._engine.allreduce = boom
+    rt.engine.allreduce = boom
     x = _dev(np.ones(2, np.float32))
     hid = rt.enqueue(ALLREDUCE, [("e", x, x)], op=1, device=1)
-    e = rt._incoming.pop()
-    rt._pending["e"] = e
-    rt._execute([(ALLREDUCE, "e", None, e.sig, None)])
+    (e,) = rt.admit()
+    rt.execute([Response(ALLREDUCE, "e", None, e.sig)])
     with pytest.raises(Exception, match="kernel failed"):
         rt.wait(hid)
     assert LOG[-1] == ("device-exit", 1) and ("stream-sync",) not in LOG

@@ -384,8 +384,9 @@ import horotopo as hvd
 from horotopo.api import basics
 hvd.init()
 rt = basics._runtime
-print("<" + json.dumps({"rank": hvd.rank(), "stall_check": rt.stall_check,
-                        "cycle_time_s": rt.cycle_time_s, "cache": rt._cache.capacity,
+print("<" + json.dumps({"rank": hvd.rank(), "stall_check": rt.settings.stall_check,
+                        "cycle_time_s": rt.settings.cycle_time_s,
+                        "cache": rt.controller.cache.capacity,
                         "level": logging.getLogger("horotopo").level}) + ">", flush=True)
 hvd.shutdown()
 """

@@ -13,6 +13,7 @@ import pytest
 import horotopo as hvd
 from horotopo import timeline
 from horotopo.algorithms.tree import TreeAllreduce, TreeBroadcast
+from horotopo.api.records import Response
 from horotopo.api.runtime import ALLREDUCE, BROADCAST
 from horotopo.plan import plan_from_trees
 from loop_transport import run_ranks
@@ -168,18 +169,17 @@ def test_runtime_writes_negotiation_queue_fusion_and_op_spans(tmp_path):
     path = tmp_path / "rt.json"
     rt = _runtime_with_engine(size=4)
     tl = timeline.start(str(path))
-    rt._tl = tl
     ha, ea = _submit(rt, ALLREDUCE, "grad.a", np.ones(4, np.float32))
     hb, eb = _submit(rt, ALLREDUCE, "grad.b", np.ones(2, np.float32))
     hc, ec = _submit(rt, BROADCAST, "weights", np.arange(3, dtype=np.float64))
     # grad.b went through rank 0's negotiation: every rank's request time gives a tick
     t = timeline.clock()
-    rt._ready_times["grad.b"] = {0: eb.t0, 1: t - 0.002, 2: t - 0.001, 3: t}
-    responses = [(ALLREDUCE, "grad.a", None, ea.sig, None), (ALLREDUCE, "grad.b", None, eb.sig,
-                                                              None),
-                 (BROADCAST, "weights", None, ec.sig, None)]
-    rt._trace_negotiations(tl, responses)
-    rt._execute(responses)
+    rt.ready_times["grad.b"] = {0: eb.t0, 1: t - 0.002, 2: t - 0.001, 3: t}
+    responses = [Response(ALLREDUCE, "grad.a", None, ea.sig),
+                 Response(ALLREDUCE, "grad.b", None, eb.sig),
+                 Response(BROADCAST, "weights", None, ec.sig)]
+    rt.trace_negotiations(tl, responses)
+    rt.execute(responses)
     timeline.stop()
     assert rt.wait(ha)[0].tolist() == [4.0] * 4 and rt.wait(hc)[0].tolist() == [0.0, 1.0, 2.0]
     doc = load_trace(str(path))
@@ -198,18 +198,17 @@ def test_runtime_writes_negotiation_queue_fusion_and_op_spans(tmp_path):
             and ev["tid"] == 0 and "shape" in ev.get("args", {})}
     assert ends[a] == {"dtype": "float32", "shape": [4]}
     assert ends[w] == {"dtype": "float64", "shape": [3]}
-    assert rt._ready_times == {}
+    assert rt.ready_times == {}
 
 
 def test_runtime_marks_an_errors_op_span(tmp_path):
     path = tmp_path / "err.json"
     rt = _runtime_with_engine()
     tl = timeline.start(str(path))
-    rt._tl = tl
     h, e = _submit(rt, ALLREDUCE, "bad", np.ones(2, np.float32))
-    responses = [(ALLREDUCE, "bad", "Mismatched things.", e.sig, None)]
-    rt._trace_negotiations(tl, responses)
-    rt._execute(responses)
+    responses = [Response(ALLREDUCE, "bad", "Mismatched things.", e.sig)]
+    rt.trace_negotiations(tl, responses)
+    rt.execute(responses)
     timeline.stop()
     with pytest.raises(hvd.HorovodInternalError):
         rt.wait(h)

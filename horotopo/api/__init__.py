@@ -1,7 +1,8 @@
 """The Horovod-compatible runtime and its NumPy/CuPy front end (re-exported by ``horotopo``).
 
-See :mod:`horotopo.api.runtime` for how the background thread, negotiation, response cache and
-tensor fusion work.
+See :mod:`horotopo.api.runtime` for the background thread and its parts,
+:mod:`horotopo.api.controller` for negotiation and the response cache, and
+:mod:`horotopo.api.fusion` and :mod:`horotopo.api.executors` for tensor fusion and the ops.
 """
 from .arrays import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                      allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,

@@ -22,6 +22,7 @@ _runtime: Optional[Runtime] = None
 _atexit_done = False
 _init_lock = threading.Lock()
 _counters: Dict[str, int] = {}
+_counters_lock = threading.Lock()  # user threads may name unnamed ops concurrently
 
 PROCESS_SETS_UNSUPPORTED = ("process sets are not implemented in horotopo: every collective "
                             "runs over the global set (the communicator given to hvd.init()). "
@@ -30,14 +31,14 @@ PROCESS_SETS_UNSUPPORTED = ("process sets are not implemented in horotopo: every
 
 
 def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None:
-    """Start horotopo on ``comm`` (an mpi4py communicator or a list of world ranks).
+    """Start horotopo on ``comm`` (an MPI communicator or a list of world ranks).
 
     Collective over ``comm``: every rank plans the allreduce trees together (probing the
     links or reading ``HOROTOPO_TOPOLOGY``). Calling it again while running is a no-op.
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm or list of int, optional
+    comm : MPI communicator (``MPI.Comm``) or list of int, optional
         The ranks to run over; ``MPI.COMM_WORLD`` by default.
     process_sets : optional
         Only ``None`` (or an empty list) is supported; see :data:`PROCESS_SETS_UNSUPPORTED`.
@@ -129,8 +130,8 @@ def runtime() -> Runtime:
 def unnamed(kind: str) -> str:
     """Name for an op submitted without one: ``allreduce.noname.<k>``, counted per kind so that
     ranks running the same program agree even if their named ops differ."""
-    rt = runtime()
-    with rt._lock:
+    runtime()  # Horovod's error before init
+    with _counters_lock:
         k = _counters.get(kind, 0)
         _counters[kind] = k + 1
     return f"{kind}.noname.{k}"

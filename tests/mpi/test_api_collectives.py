@@ -51,14 +51,14 @@ def test_init_took_the_path_this_launch_asked_for():
     from horotopo.adapt import AdaptiveEngine
 
     rt = runtime()
-    assert isinstance(rt._engine, AdaptiveEngine)
+    assert isinstance(rt.engine, AdaptiveEngine)
     if os.environ.get(DEFAULT_INIT_ENV) == "1":
         assert not any(name in os.environ for name in INIT_VARIABLES), INIT_VARIABLES
         assert rt.setup.source == "probe", rt.setup.describe()
-        assert rt._engine.adapt is True
+        assert rt.engine.adapt is True
     elif not any(name in os.environ for name in INIT_VARIABLES):
         assert rt.setup.source == "uniform", rt.setup.describe()
-        assert rt._engine.adapt is False
+        assert rt.engine.adapt is False
     assert rt.setup.topology.n == rt.plan.n == hvd.size()
 
 
@@ -335,8 +335,9 @@ def test_fusion_packs_many_small_tensors_into_few_engine_calls():
 def test_stall_warning_names_the_missing_ranks(caplog):
     need_two()
     rt = runtime()
-    saved = (rt.stall_check, rt.stall_check_s, rt._reroute_s)
-    rt.stall_check, rt.stall_check_s, rt._reroute_s = True, 1.0, 0.5
+    cfg = rt.settings
+    saved = (cfg.stall_check, cfg.stall_check_s, cfg.reroute_s)
+    cfg.stall_check, cfg.stall_check_s, cfg.reroute_s = True, 1.0, 0.5
     r = hvd.rank()
     try:
         hvd.allreduce(np.ones(2), name="stall.cached")           # now in the cache
@@ -352,7 +353,7 @@ def test_stall_warning_names_the_missing_ranks(caplog):
             hvd.synchronize(h1)
             hvd.synchronize(h2)
     finally:
-        rt.stall_check, rt.stall_check_s, rt._reroute_s = saved
+        cfg.stall_check, cfg.stall_check_s, cfg.reroute_s = saved
     if r == 0:
         text = "\n".join(rec.getMessage() for rec in caplog.records)
         assert "waiting for remainder of ranks for more than 1 seconds" in text

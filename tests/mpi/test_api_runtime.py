@@ -22,12 +22,14 @@ def started():
 def test_init_wires_the_excepthook_watchdog_and_adaptive_engine():
     rt = runtime()
     assert sys.excepthook is reliability._excepthook
-    assert isinstance(rt._engine, AdaptiveEngine)
-    assert rt._engine.watchdog is not None
-    assert rt._engine.watchdog.timeout_s == reliability.timeout_from_env()
-    assert rt._ctrl_dog is not None and rt._ctrl_dog.timeout_s == rt._engine.watchdog.timeout_s
+    assert isinstance(rt.engine, AdaptiveEngine)
+    assert rt.engine.watchdog is not None
+    assert rt.engine.watchdog.timeout_s == reliability.timeout_from_env()
+    dog = rt.controller.watchdog
+    assert dog is not None and dog.timeout_s == rt.engine.watchdog.timeout_s
     # every rank holds the same model the plan was made on
-    digests = rt._ctrl.allgather((rt.setup.topology.n, rt.plan.digest, rt.setup.source))
+    digests = rt.controller.transport.allgather_object(
+        (rt.setup.topology.n, rt.plan.digest, rt.setup.source), 30)
     assert all(d == digests[0] for d in digests)
     assert rt.setup.topology.n == hvd.size()
 
@@ -36,7 +38,7 @@ def test_probe_off_model_is_not_adapted_by_default():
     rt = runtime()
     if rt.setup.source != "uniform":
         pytest.skip(f"the job was started on a {rt.setup.source} model, not HOROTOPO_PROBE=off")
-    assert rt._engine.adapt is False
+    assert rt.engine.adapt is False
 
 
 def test_retune_switches_every_rank_to_the_same_plan():
@@ -44,8 +46,8 @@ def test_retune_switches_every_rank_to_the_same_plan():
     before = rt.plan.digest
     event = hvd.retune()
     assert event["old_digest"] == before and event["switched"] is True
-    assert rt.plan.digest == event["new_digest"] == rt._engine.plan.digest
-    seen = rt._ctrl.allgather(event["new_digest"])
+    assert rt.plan.digest == event["new_digest"] == rt.engine.plan.digest
+    seen = rt.controller.transport.allgather_object(event["new_digest"], 30)
     assert all(d == seen[0] for d in seen)
     # collectives still give exact results on the new plan, on every algorithm's path
     n = hvd.size()

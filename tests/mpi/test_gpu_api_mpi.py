@@ -51,15 +51,15 @@ def cp():
     cupy.cuda.Device(COMM.rank % cupy.cuda.runtime.getDeviceCount()).use()
     start()
     rt = runtime()
-    spy = EngineSpy(rt._engine)
-    rt._engine = spy
+    spy = EngineSpy(rt.engine)
+    rt.engine = spy
     yield cupy
-    rt._engine = spy.engine
+    rt.engine = spy.engine
 
 
 @pytest.fixture
 def spy(cp):
-    s = runtime()._engine
+    s = runtime().engine
     s.modules.clear()
     return s
 

@@ -36,7 +36,7 @@ def verdict(check, name):
 def forced_algorithms(monkeypatch):
     """Buffers of BIG elements go through the trees, smaller ones through MPI_Allreduce, on
     every rank (whatever the cost model would pick), so the file's content is known."""
-    inner = runtime()._engine.engine
+    inner = runtime().engine.engine
     plain = inner.allreduce
 
     def allreduce(sendbuf, recvbuf=None, **kwargs):

@@ -1,0 +1,367 @@
+"""The controller: one control cycle per runtime cycle, through the transport.
+
+Every cycle (``HOROVOD_CYCLE_TIME`` ms, default 1):
+
+1. Pending requests are classified against the *response cache*. A request whose name and
+   signature match a cached response sets that response's bit. All ranks then run one tiny
+   bitwise-AND allreduce (the transport's ``iallreduce_control``) over
+   ``[flags | hit bits | valid bits]``; a bit that survives the AND is ready everywhere and
+   runs without asking anybody. In steady state (the same gradients every step) this
+   allreduce is the only control traffic. Flags and the "valid" bits are stored inverted so
+   that the AND computes an OR: "some rank wants to shut down", "some rank has uncached
+   requests", "some rank saw a cached name with different parameters".
+2. If any rank has uncached requests, they are negotiated *by name* through rank 0 (the
+   transport's gather and broadcast of objects), so ranks may submit in any order. Rank 0
+   (:class:`Coordinator`) checks that every rank asked for the same thing and answers with
+   Horovod's mismatch message otherwise (:mod:`.checks`). New responses enter the cache in the
+   same order on every rank, so the caches (and their bit positions) stay identical without
+   further messages.
+3. Rank 0 inspects stalls: names that only some ranks asked for are reported with the missing
+   ranks, and end the job after ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``.
+
+The waits of a cycle run under a watchdog of their own (the runtime's), so a rank whose
+background thread stops cycling (killed, stopped, stuck) ends the job within the timeout
+instead of hanging it.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .. import timeline as _timeline
+from .checks import first_mismatch
+from .errors import SHUT_DOWN
+from .records import ALLGATHER, ALLREDUCE, BROADCAST, Entry, Request, Response, Signature
+from .settings import Settings, log
+
+__all__ = ["ResponseCache", "bits_of", "Coordinator", "Controller", "trace_negotiations"]
+
+_FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
+_FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
+
+# The control wait is latency-bound (it is all a cached step waits for): spin on the test a
+# little before pausing, then pause from 20 us up to 1 ms, so an idle job costs about nothing.
+_SPIN_POLLS = 50
+_NAP_S = (2e-5, 1e-3)
+
+
+class ResponseCache:
+    """Name -> (bit, signature), LRU-ordered, identical on every rank.
+
+    Every mutation is driven by data that all ranks share (the AND result and rank 0's
+    responses, applied in the same order), so bit assignments agree everywhere.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, capacity)
+        self._by_name: "OrderedDict[str, Tuple[int, Signature]]" = OrderedDict()
+        self._by_bit: Dict[int, str] = {}
+        self._free = list(range(self.capacity))
+
+    def get(self, name: str) -> Optional[Tuple[int, Signature]]:
+        return self._by_name.get(name)
+
+    def entry_at(self, bit: int) -> Tuple[str, Signature]:
+        name = self._by_bit[bit]
+        return name, self._by_name[name][1]
+
+    def touch(self, name: str) -> None:
+        if name in self._by_name:
+            self._by_name.move_to_end(name)
+
+    def put(self, name: str, sig: Signature) -> None:
+        if self.capacity == 0:
+            return
+        if name in self._by_name:
+            bit = self._by_name[name][0]
+            self._by_name[name] = (bit, sig)
+            self._by_name.move_to_end(name)
+            return
+        if not self._free:
+            _, (old_bit, _) = self._by_name.popitem(last=False)
+            del self._by_bit[old_bit]
+            heapq.heappush(self._free, old_bit)
+        bit = heapq.heappop(self._free)
+        self._by_name[name] = (bit, sig)
+        self._by_bit[bit] = name
+
+    def erase_bit(self, bit: int) -> None:
+        name = self._by_bit.pop(bit, None)
+        if name is not None:
+            del self._by_name[name]
+            heapq.heappush(self._free, bit)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def bits_of(words: np.ndarray) -> List[int]:
+    """Indices of the set bits of a uint64 word vector, ascending."""
+    out: List[int] = []
+    for w, word in enumerate(words.tolist()):
+        while word:
+            low = word & -word
+            out.append(w * 64 + low.bit_length() - 1)
+            word ^= low
+    return out
+
+
+@dataclass(slots=True)
+class _Slot:
+    """Rank 0's record of one name under negotiation."""
+
+    t0: float                                      # the earliest request for it
+    reqs: Dict[int, Signature] = field(default_factory=dict)
+    ready: Dict[int, float] = field(default_factory=dict)  # when each rank asked
+    warned: float = 0.0                            # the last stall warning naming it
+
+
+class Coordinator:
+    """Rank 0's side of negotiation: which rank asked for what, the responses, the stalls.
+
+    Parameters
+    ----------
+    size : int
+        The number of ranks: a name is ready once this many have asked for it.
+    settings : Settings
+        The stall check's settings, read at every inspection.
+    """
+
+    def __init__(self, size: int, settings: Settings) -> None:
+        self.size = size
+        self.settings = settings
+        self.table: "OrderedDict[str, _Slot]" = OrderedDict()
+        # When each rank asked for a negotiated name, kept for the timeline's per-rank ticks.
+        self.ready_times: Dict[str, Dict[int, float]] = {}
+        self.stall_reason: Optional[str] = None
+        self._last_stall_check = 0.0
+
+    def respond(self, gathered: List[List[Request]], keep_ready_times: bool) -> List[Response]:
+        """Take every rank's new requests (rank order); answer the names all ranks asked for."""
+        now = time.monotonic()
+        for r, lst in enumerate(gathered):
+            for req in lst:
+                asked = now - req.age_s
+                slot = self.table.get(req.name)
+                if slot is None:
+                    slot = self.table[req.name] = _Slot(t0=asked)
+                slot.reqs[r] = req.sig
+                slot.ready[r] = asked
+                slot.t0 = min(slot.t0, asked)
+        ready = [n for n, slot in self.table.items() if len(slot.reqs) == self.size]
+        slots = [(n, self.table.pop(n)) for n in ready]
+        if keep_ready_times:
+            self.ready_times.update((n, slot.ready) for n, slot in slots)
+        return [self.construct(n, slot.reqs) for n, slot in slots]
+
+    def construct(self, name: str, reqs: Dict[int, Signature]) -> Response:
+        """One response for ``name`` from every rank's request, or Horovod's error."""
+        sigs = [reqs[r] for r in sorted(reqs)]
+        first = sigs[0]
+        error = first_mismatch(first.kind, sigs)
+        extra = [s.shape[0] for s in sigs] if error is None and first.kind == ALLGATHER \
+            else None
+        return Response(first.kind, name, error, first, extra)
+
+    def inspect_stalls(self, now: float) -> Optional[str]:
+        """Warn about names that wait for some ranks; return the stall-shutdown reason the
+        first time a name has waited longer than ``stall_shutdown_s`` (else None)."""
+        cfg = self.settings
+        if now - self._last_stall_check < min(1.0, cfg.stall_check_s):
+            return None
+        self._last_stall_check = now
+        missing: Dict[int, List[str]] = {}
+        for name, slot in self.table.items():
+            if now - slot.t0 > cfg.stall_check_s and now - slot.warned > cfg.stall_check_s:
+                slot.warned = now
+                for r in range(self.size):
+                    if r not in slot.reqs:
+                        missing.setdefault(r, []).append(name)
+        if missing:
+            lines = [f"{r}: [{', '.join(sorted(names))}]" for r, names in sorted(missing.items())]
+            log.warning("One or more tensors were submitted to be reduced, gathered or "
+                        "broadcasted by subset of ranks and are waiting for remainder of ranks "
+                        "for more than %g seconds. This may indicate that different ranks are "
+                        "trying to submit different tensors or that only subset of ranks is "
+                        "submitting tensors, which will cause deadlock. \nMissing ranks:\n%s",
+                        cfg.stall_check_s, "\n".join(lines))
+        if cfg.stall_shutdown_s > 0 and self.stall_reason is None:
+            late = {name: sorted(set(range(self.size)) - set(slot.reqs))
+                    for name, slot in self.table.items()
+                    if now - slot.t0 > cfg.stall_shutdown_s}
+            if late:
+                what = "; ".join(f"{name} (missing ranks {', '.join(map(str, ranks))})"
+                                 for name, ranks in sorted(late.items()))
+                self.stall_reason = (f"{SHUT_DOWN} (stalled for more than "
+                                     f"{cfg.stall_shutdown_s:g} s, "
+                                     f"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: {what})")
+                log.error("horotopo: %s", self.stall_reason)
+                return self.stall_reason
+        return None
+
+
+def trace_negotiations(tl: _timeline.Timeline, responses: List[Response],
+                       pending: Mapping[str, Entry],
+                       ready_times: Dict[str, Dict[int, float]]) -> float:
+    """Draw each response's NEGOTIATE_<KIND> span; return now, when the responses are known.
+
+    The span runs from the first request for the name (this rank's enqueue, or an earlier
+    rank's) until now, when every rank knows it is ready; with a tick per rank at its request,
+    for names negotiated through rank 0 (a cached name's requests never reach rank 0, so it
+    has no ticks). ``ready_times`` entries are consumed.
+    """
+    now = time.monotonic()
+    for resp in responses:
+        name = resp.name
+        entry = pending.get(name)
+        asked = ready_times.pop(name, None)
+        start = entry.t0 if entry is not None else now
+        if asked:
+            start = min(start, min(asked.values()))
+        args: Dict[str, Any] = {"cached": asked is None}
+        if resp.error is not None:
+            args["error"] = resp.error
+        tl.complete(name, f"NEGOTIATE_{resp.kind}", start, now, args)
+        for r, at in sorted((asked or {}).items()):
+            tl.complete(name, str(r), at, at)
+    return now
+
+
+class Controller:
+    """This rank's control cycle over a control transport (its own, so no tag meets data).
+
+    Parameters
+    ----------
+    transport : Transport
+        The control transport: ``iallreduce_control``, ``wait``, ``gather_object`` and
+        ``broadcast_object`` are all the controller uses.
+    settings : Settings
+        Cache capacity, re-route and stall settings.
+    watchdog : Watchdog
+        Guards each wait of a cycle (:class:`horotopo.reliability.Watchdog`: ``guard(what)``
+        and ``timeout_s``); the controller owns it and closes it.
+    stats : dict
+        Counters the controller adds to: ``cycles``, ``negotiations``, ``cache_hits``.
+    on_stall : callable
+        Called (on rank 0) with the reason when the stall shutdown ends the job.
+    """
+
+    def __init__(self, transport: Any, settings: Settings, watchdog: Any,
+                 stats: Dict[str, int], on_stall: Callable[[str], None]) -> None:
+        self.transport = transport
+        self.rank, self.size = transport.rank, transport.size
+        self.settings = settings
+        self.watchdog = watchdog
+        self.guard: Callable[[str], ContextManager[None]] = watchdog.guard
+        # The transport's own deadline on each wait is a backstop behind the watchdog, which
+        # names the stuck rank (with the liveness pings) and ends the job first; this ends
+        # only a wait that it could not (an abort that failed), with TransportTimeout.
+        self.backstop_s = 2 * float(watchdog.timeout_s)
+        self.stats = stats
+        self.on_stall = on_stall
+        self.cache = ResponseCache(settings.cache_capacity)
+        self.coordinator = Coordinator(self.size, settings)
+        self.t_resp = 0.0  # when this cycle's responses became known (timeline)
+        self._words = max(1, (self.cache.capacity + 63) // 64)
+        self._everything = (1 << (64 * self._words)) - 1
+        self._vec = np.empty(1 + 2 * self._words, dtype=np.uint64)
+
+    def cycle(self, pending: Mapping[str, Entry], stopping: bool,
+              tl: Optional[_timeline.Timeline]) -> Optional[List[Response]]:
+        """One control cycle; the responses to run now, in the same order on every rank, or
+        None once some rank has asked to stop."""
+        now = time.monotonic()
+        words = self._words
+        nbytes = 8 * words
+        reroute_s = self.settings.reroute_s
+        # Bits are gathered in Python ints (numpy scalar ops cost ~1 us each).
+        hits = invalid = 0
+        to_send: List[Entry] = []
+        for entry in pending.values():
+            if entry.sent:
+                continue
+            cached = self.cache.get(entry.name)
+            if cached is None:
+                to_send.append(entry)
+                continue
+            bit, sig = cached
+            if sig == entry.sig and now - entry.t0 < reroute_s:
+                hits |= 1 << bit
+            else:
+                # Different parameters (or a stall): drop the entry everywhere and let
+                # rank 0 look at this request.
+                invalid |= 1 << bit
+                to_send.append(entry)
+        flags = _FLAG_RUNNING | _FLAG_ALL_CACHED
+        if stopping:
+            flags &= ~_FLAG_RUNNING
+        if to_send:
+            flags &= ~_FLAG_ALL_CACHED
+        vec = self._vec
+        vec[0] = flags
+        vec[1:1 + words] = np.frombuffer(hits.to_bytes(nbytes, "little"), dtype="<u8")
+        vec[1 + words:] = np.frombuffer((self._everything & ~invalid).to_bytes(nbytes, "little"),
+                                        dtype="<u8")
+
+        what = f"cycle {self.stats['cycles']}"
+        with self.guard(what):
+            request = self.transport.iallreduce_control(vec, "band")
+            self.transport.wait([request], self._deadline(), what=f"control {what}",
+                                spin_polls=_SPIN_POLLS, nap_s=_NAP_S)
+        self.stats["cycles"] += 1
+        flags = int(vec[0])
+        if not flags & _FLAG_RUNNING:
+            return None
+
+        for bit in bits_of(~vec[1 + words:]):
+            if bit < self.cache.capacity:
+                self.cache.erase_bit(bit)
+        responses: List[Response] = []
+        for bit in bits_of(vec[1:1 + words]):
+            name, sig = self.cache.entry_at(bit)
+            self.cache.touch(name)
+            responses.append(Response(sig.kind, name, None, sig))
+        self.stats["cache_hits"] += len(responses)
+
+        if not flags & _FLAG_ALL_CACHED:
+            with self.guard(f"negotiation in cycle {self.stats['cycles']}"):
+                negotiated = self._negotiate(to_send, keep_ready_times=tl is not None)
+            self.stats["negotiations"] += 1
+            for resp in negotiated:
+                if resp.error is None and resp.kind in (ALLREDUCE, BROADCAST):
+                    self.cache.put(resp.name, resp.sig)
+            responses.extend(negotiated)
+        if self.rank == 0 and self.settings.stall_check:
+            reason = self.coordinator.inspect_stalls(time.monotonic())
+            if reason is not None:
+                self.on_stall(reason)
+        if tl is not None and responses:
+            self.t_resp = trace_negotiations(tl, responses, pending,
+                                             self.coordinator.ready_times)
+        return responses
+
+    def close(self) -> None:
+        """Stop the watchdog and free the control transport (after the last cycle)."""
+        self.watchdog.close()
+        self.transport.close()
+
+    def _deadline(self) -> float:
+        return time.perf_counter() + self.backstop_s
+
+    def _negotiate(self, to_send: List[Entry], keep_ready_times: bool) -> List[Response]:
+        now = time.monotonic()
+        msgs = [Request(e.name, e.sig, now - e.t0) for e in to_send]
+        for e in to_send:
+            e.sent = True
+        gathered = self.transport.gather_object(msgs, 0, self.backstop_s,
+                                                what="negotiation (gather to rank 0)")
+        responses = None
+        if self.rank == 0:
+            responses = self.coordinator.respond(gathered, keep_ready_times)
+        return self.transport.broadcast_object(responses, 0, self.backstop_s,
+                                               what="negotiation (rank 0's responses)")

@@ -1,0 +1,150 @@
+"""The user-thread side of the runtime: the request queue and the handle table.
+
+User calls enqueue here and wait on handles; the background thread takes what was enqueued
+once per cycle and resolves the handles. One lock guards what both threads touch.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
+from .ops import Average
+from .records import BROADCAST, Entry, Handle, Signature, dtype_name
+
+__all__ = ["RequestQueue", "Item"]
+
+#: One tensor of a call: (name, input, output); the data-less ops have neither array.
+Item = Tuple[str, Optional[Any], Optional[Any]]
+
+
+class RequestQueue:
+    """Requests waiting for the background thread, and the handles of every call in flight.
+
+    Attributes
+    ----------
+    size : int
+        The number of ranks once set-up has found it (-1 before): broadcast roots are checked
+        against it.
+    dead : str or None
+        Why the runtime ended, once it has (every later call fails with it).
+    """
+
+    def __init__(self) -> None:
+        self.size = -1
+        self.dead: Optional[str] = None
+        self._lock = threading.Lock()
+        self._done_cv = threading.Condition(threading.Lock())
+        self._incoming: List[Entry] = []
+        self._names: Set[str] = set()     # names pending on this rank (duplicate check)
+        self._handles: Dict[int, Handle] = {}
+        self._ids = itertools.count()
+        self._stop_requested = False
+
+    # ---- user threads
+
+    def enqueue(self, kind: str, items: Sequence[Item], op: int = Average,
+                prescale: float = 1.0, postscale: float = 1.0, root: int = 0, device: int = -1,
+                ready: Optional[Callable[[], None]] = None) -> int:
+        """Queue ``items`` as one call; return its handle id (see :meth:`.Runtime.enqueue`).
+
+        Raises
+        ------
+        ValueError
+            A name is already pending on this rank (Horovod's duplicate-name error), or a
+            broadcast root is out of range.
+        HorovodInternalError
+            The runtime has shut down.
+        """
+        with self._lock:
+            if self.dead is not None or self._stop_requested:
+                raise HorovodInternalError(SHUT_DOWN)
+            names = [name for name, _, _ in items]
+            if len(set(names)) != len(names) or any(n in self._names for n in names):
+                raise ValueError(DUPLICATE_NAME)
+            if kind == BROADCAST and self.size > 0 and not 0 <= int(root) < self.size:
+                raise ValueError(f"root_rank {root} is out of range: there are {self.size} "
+                                 f"ranks")
+            hid = next(self._ids)
+            handle = Handle(hid, len(items))
+            for index, (name, array, output) in enumerate(items):
+                if array is not None:
+                    sig = Signature(kind, dtype_name(array.dtype), tuple(map(int, array.shape)),
+                                    int(op), float(prescale), float(postscale), int(root),
+                                    int(device))
+                else:
+                    # root carries a data-less op's one parameter (retune's probe mode)
+                    sig = Signature(kind, "uint8", (), int(op), 1.0, 1.0, int(root),
+                                    int(device))
+                self._incoming.append(Entry(name, sig, array, output, handle, index, ready))
+                self._names.add(name)
+            self._handles[hid] = handle
+        return hid
+
+    def next_id(self) -> int:
+        """A fresh id from the handle counter (Horovod names unnamed ops after it)."""
+        with self._lock:
+            return next(self._ids)
+
+    def poll(self, hid: int) -> bool:
+        handle = self._handles.get(hid)
+        return True if handle is None else handle.done
+
+    def wait(self, hid: int, alive: Callable[[], bool]) -> List[Any]:
+        """Block until ``hid`` completes; return its results and forget the handle.
+
+        ``alive`` says whether the background thread still runs: a wait whose handle can no
+        longer complete fails with the reason the runtime ended.
+        """
+        handle = self._handles.get(hid)
+        if handle is None:
+            raise ValueError(f"unknown or already synchronized handle {hid!r}")
+        if not handle.done:
+            with self._done_cv:
+                while not handle.done:
+                    self._done_cv.wait(0.2)
+                    if not handle.done and not alive():
+                        self._handles.pop(hid, None)
+                        raise HorovodInternalError(self.dead or SHUT_DOWN)
+        self._handles.pop(hid, None)
+        if handle.error is not None:
+            raise HorovodInternalError(handle.error)
+        return handle.results
+
+    def request_stop(self) -> None:
+        """Ask the background thread to stop (it tells every rank at its next cycle)."""
+        with self._lock:
+            self._stop_requested = True
+
+    # ---- the background thread
+
+    def take(self) -> Tuple[List[Entry], bool]:
+        """What was enqueued since the last call, and whether a stop was asked for."""
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+            return incoming, self._stop_requested
+
+    def close(self, reason: str) -> List[Entry]:
+        """Refuse further calls with ``reason``; return what was enqueued and never taken."""
+        with self._lock:
+            self.dead = reason
+            leftovers, self._incoming = self._incoming, []
+        return leftovers
+
+    def finish(self, entries: List[Entry], values: Optional[List[Any]] = None,
+               error: Optional[str] = None) -> None:
+        """Resolve ``entries`` with ``values`` (or ``error``), free their names, wake waiters."""
+        with self._lock:
+            for e in entries:
+                self._names.discard(e.name)
+        for k, e in enumerate(entries):
+            e.handle.resolve(e.index, None if values is None else values[k], error)
+        with self._done_cv:
+            self._done_cv.notify_all()
+
+    @property
+    def pending_names(self) -> Set[str]:
+        """The names enqueued on this rank and not finished yet (a copy)."""
+        with self._lock:
+            return set(self._names)

@@ -1,0 +1,165 @@
+"""The runtime's records: what a rank asks for, what it holds while it waits, what it is told.
+
+Plain typed values shared by the parts of the runtime (:mod:`.controller`, :mod:`.fusion`,
+:mod:`.executors`, :mod:`.runtime`). A :class:`Signature` travels between ranks (negotiation,
+the response cache) and is compared every cycle, so it is a ``NamedTuple``: immutable, compared
+and built at tuple speed (a frozen dataclass costs about 3 us to build, which at a few hundred
+tensors a step shows in the step time). The other records live on one rank or cross it once
+per negotiation; they are slotted dataclasses.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+__all__ = ["ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "RETUNE_MODES",
+           "NATIVE_DTYPES", "WIDENED_DTYPES", "SUPPORTED_DTYPES", "dtype_name", "Signature",
+           "Handle", "Entry", "Request", "Response"]
+
+ALLREDUCE = "ALLREDUCE"
+RETUNE = "RETUNE"
+ALLGATHER = "ALLGATHER"
+BROADCAST = "BROADCAST"
+BARRIER = "BARRIER"
+
+RETUNE_MODES = ("quick", "full")  # retune()'s mode travels as an index in the request
+
+# Dtypes the engine reduces natively; narrower integers and bool are widened to int64 for the
+# reduction and narrowed back (sum and product wrap exactly as native arithmetic would).
+# bfloat16 arrays are ml_dtypes' (host) or CuPy's (device) and need ml-dtypes to exist at all.
+NATIVE_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int32", "int64"})
+WIDENED_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "bool"})
+SUPPORTED_DTYPES = NATIVE_DTYPES | WIDENED_DTYPES
+
+_DTYPE_NAMES: Dict[np.dtype, str] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, memoized: NumPy computes the name in Python on every access, which
+    costs more than the rest of an enqueue."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
+class Signature(NamedTuple):
+    """What one rank asks for under a name; every rank must ask for the same.
+
+    Attributes
+    ----------
+    kind : str
+        ALLREDUCE, ALLGATHER, BROADCAST, BARRIER or RETUNE.
+    dtype : str
+        The input's dtype name ("uint8" for the data-less ops).
+    shape : tuple of int
+        The input's shape (``()`` for the data-less ops).
+    op : int
+        Horovod's reduction op (:mod:`.ops`).
+    prescale, postscale : float
+        Allreduce's scale factors.
+    root : int
+        Broadcast's root rank, or retune's index in :data:`RETUNE_MODES`.
+    device : int
+        The CUDA device of the tensors, -1 on the host.
+    """
+
+    kind: str
+    dtype: str
+    shape: Tuple[int, ...]
+    op: int
+    prescale: float
+    postscale: float
+    root: int
+    device: int
+
+    @property
+    def on_host(self) -> bool:
+        return self.device < 0
+
+    @property
+    def nbytes(self) -> int:
+        # Not np.dtype(name): "bfloat16" is a NumPy dtype name only once ml_dtypes is imported.
+        itemsize = 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * itemsize
+
+
+class Handle:
+    """Completion state of one enqueued call (one or several tensors)."""
+
+    __slots__ = ("id", "results", "error", "done", "_left")
+
+    def __init__(self, hid: int, count: int) -> None:
+        self.id = hid
+        self.results: List[Any] = [None] * count
+        self.error: Optional[str] = None
+        # A plain flag plus the queue's shared condition: a threading.Event per handle costs
+        # more than the rest of an enqueue.
+        self.done = count == 0
+        self._left = count
+
+    def resolve(self, index: int, value: Any = None, error: Optional[str] = None) -> None:
+        """Set result ``index`` (or the call's first error); done after the last one.
+
+        Only the background thread resolves; :meth:`.queue.RequestQueue.finish` then notifies
+        the waiters.
+        """
+        if error is not None and self.error is None:
+            self.error = error
+        self.results[index] = value
+        self._left -= 1
+        if self._left == 0:
+            self.done = True
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One tensor of a request, as this rank holds it while it waits.
+
+    ``ready`` waits for the caller's device stream to finish writing the input; ``t0`` is when
+    it was enqueued; ``sent`` is set once its request went to the coordinator (rank 0).
+    """
+
+    name: str
+    sig: Signature
+    array: Optional[Any]
+    output: Optional[Any]
+    handle: Handle
+    index: int
+    ready: Optional[Callable[[], None]] = None
+    t0: float = field(default_factory=time.monotonic)
+    sent: bool = False
+
+
+@dataclass(slots=True)
+class Request:
+    """What a rank tells the coordinator about an uncached name: its signature, and how long
+    ago it asked (so rank 0 can time stalls and draw each rank's request on the timeline)."""
+
+    name: str
+    sig: Signature
+    age_s: float
+
+
+@dataclass(slots=True)
+class Response:
+    """What every rank is told to run, in the same order everywhere.
+
+    Attributes
+    ----------
+    kind, name, sig
+        The op, its name and the agreed signature (rank 0's).
+    error : str or None
+        Horovod's mismatch message when the ranks asked for different things.
+    extra : list of int or None
+        Allgather's first dimension on each rank, in rank order.
+    """
+
+    kind: str
+    name: str
+    error: Optional[str]
+    sig: Signature
+    extra: Optional[List[int]] = None
