@@ -1,8 +1,13 @@
 """Reduction operations and data types the engine accepts, with Horovod's scaling rules.
 
-Ops are named by strings: ``"sum"``, ``"average"``, ``"min"``, ``"max"``, ``"product"``
-(case-insensitive). ``"average"`` reduces with ``"sum"`` and folds ``1 / size`` into the
-postscale factor, exactly as Horovod does (``postscale_factor /= size``).
+This module holds the package's one vocabulary of reduction ops, :class:`ReduceOp`: the engine,
+the transport (:data:`Reduction`, the library's op table), the GPU kernels and the NumPy paths
+(:data:`UFUNCS`) all name ops by its members, and Horovod's integer constants (``hvd.Sum``,
+``hvd.Average``, ...) map onto it at the API edge (:mod:`horotopo.api.ops`). A member is a
+``str`` (``ReduceOp.SUM == "sum"``, with the same hash), so callers may pass the plain names:
+``"sum"``, ``"average"``, ``"min"``, ``"max"``, ``"product"`` (case-insensitive).
+``"average"`` reduces with ``"sum"`` and folds ``1 / size`` into the postscale factor, exactly
+as Horovod does (``postscale_factor /= size``).
 
 Scaling follows Horovod's ``ScaleBuffer``: floating-point buffers are multiplied in their own
 precision (float16 through float32, rounded back once); integer buffers are multiplied in float64
@@ -15,23 +20,70 @@ second to import), and a bfloat16 request without it raises ValueError saying to
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Set, Tuple
+import enum
+from typing import Callable, Dict, Literal, Optional, Set, Tuple
 
 import numpy as np
 
-from .gpu.elementwise import bfloat16_dtype
-
-__all__ = ["OPS", "REDUCTIONS", "ALLREDUCE_DTYPES", "BROADCAST_DTYPES", "BFLOAT16_MISSING",
-           "normalize_op", "reduction_of", "op_code", "dtype_code", "check_dtype",
+__all__ = ["ReduceOp", "Reduction", "OPS", "REDUCTIONS", "UFUNCS", "ALLREDUCE_DTYPES",
+           "BROADCAST_DTYPES", "BFLOAT16_MISSING", "bfloat16_dtype", "normalize_op",
+           "reduction_of", "op_code", "dtype_code", "check_dtype", "is_allreduce_dtype",
            "effective_scales"]
 
-OPS: Tuple[str, ...] = ("sum", "average", "min", "max", "product")
-REDUCTIONS: Tuple[str, ...] = ("sum", "min", "max", "product")
+
+class ReduceOp(str, enum.Enum):
+    """The reduction ops, by their canonical (engine) names.
+
+    A ``str`` subclass whose ``str()`` is the name, so a member goes wherever a name went
+    (dict keys, messages, the transport's ``op`` argument) and a name finds a member's entry.
+    """
+
+    SUM = "sum"
+    AVERAGE = "average"
+    MIN = "min"
+    MAX = "max"
+    PRODUCT = "product"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        # Python 3.11 formats mixed-in enums as "ReduceOp.SUM"; messages want the name.
+        return format(self.value, spec)
+
+    @property
+    def reduction(self) -> "ReduceOp":
+        """The elementwise reduction that implements this op (``AVERAGE`` -> ``SUM``)."""
+        return ReduceOp.SUM if self is ReduceOp.AVERAGE else self
+
+
+#: The elementwise reductions (every op but ``"average"``), as a type for the layers that
+#: move data (the transport's ``allreduce``, the GPU kernels): a Literal of
+#: :class:`ReduceOp`'s values, kept equal to :data:`REDUCTIONS` by tests/test_ops.py.
+Reduction = Literal["sum", "min", "max", "product"]
+
+OPS: Tuple[str, ...] = tuple(op.value for op in ReduceOp)
+REDUCTIONS: Tuple[str, ...] = tuple(op.value for op in ReduceOp if op.reduction is op)
+#: NumPy's in-place loop for each elementwise reduction (for host bfloat16, ml_dtypes' own:
+#: each element computed in float32 and rounded to nearest even once).
+UFUNCS: Dict[str, Callable[..., object]] = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum,
+                                             ReduceOp.MAX: np.maximum,
+                                             ReduceOp.PRODUCT: np.multiply}
 ALLREDUCE_DTYPES: Tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int32",
                                      "int64")
 BROADCAST_DTYPES: Tuple[str, ...] = ALLREDUCE_DTYPES + ("uint8",)
 BFLOAT16_MISSING = ("bfloat16 needs the ml-dtypes package for its NumPy dtype: "
                     "pip install ml-dtypes")
+
+
+def bfloat16_dtype() -> Optional[np.dtype]:
+    """NumPy's bfloat16 dtype from ml_dtypes, or None when ml_dtypes is not installed."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
 
 # Codes for the metadata exchange; stable, distinct and positive. Keyed by np.dtype objects
 # (hashable and cheap to look up; dtype.name is slow enough to show up per call). NumPy's own
@@ -43,6 +95,8 @@ _BFLOAT16_CODE = len(_NUMPY_DTYPES) + 1
 _ALLREDUCE_SET: Set[np.dtype] = {np.dtype(name) for name in ALLREDUCE_DTYPES
                                  if name != "bfloat16"}
 _OP_CODES: Dict[str, int] = {name: k + 1 for k, name in enumerate(OPS)}
+# A plain dict for the per-call lookup (an Enum call costs about a microsecond).
+_REDUCTION_OF: Dict[str, str] = {op.value: op.reduction.value for op in ReduceOp}
 _bf16: Optional[np.dtype] = None  # ml_dtypes' bfloat16 once registered by _bfloat16()
 
 
@@ -70,7 +124,7 @@ def _bfloat16() -> np.dtype:
 
 
 def normalize_op(op: str) -> str:
-    """Return the canonical name of ``op``.
+    """Return the canonical name of ``op`` (a :class:`ReduceOp` value, as a plain str).
 
     Raises
     ------
@@ -78,7 +132,7 @@ def normalize_op(op: str) -> str:
         If ``op`` is not one of :data:`OPS`.
     """
     if op in _OP_CODES:
-        return op
+        return op.value if isinstance(op, ReduceOp) else op
     name = op.strip().lower() if isinstance(op, str) else None
     if name not in _OP_CODES:
         raise ValueError(f"op must be one of {', '.join(OPS)}; got {op!r}")
@@ -87,8 +141,7 @@ def normalize_op(op: str) -> str:
 
 def reduction_of(op: str) -> str:
     """The elementwise reduction that implements ``op`` (``"average"`` -> ``"sum"``)."""
-    name = normalize_op(op)
-    return "sum" if name == "average" else name
+    return _REDUCTION_OF[normalize_op(op)]
 
 
 def op_code(op: str) -> int:
@@ -126,6 +179,12 @@ def check_dtype(dtype: object, broadcast: bool = False) -> np.dtype:
     allowed = BROADCAST_DTYPES if broadcast else ALLREDUCE_DTYPES
     what = "broadcast" if broadcast else "allreduce"
     raise ValueError(f"{what} supports dtypes {', '.join(allowed)}; got {dt.name}")
+
+
+def is_allreduce_dtype(dtype: np.dtype) -> bool:
+    """Whether the allreduce algorithms take ``dtype`` (one set lookup: a per-call check;
+    bfloat16 counts once :func:`check_dtype` has registered it)."""
+    return dtype in _ALLREDUCE_SET
 
 
 def effective_scales(op: str, prescale: float, postscale: float, size: int) -> Tuple[float, float]:

@@ -43,3 +43,34 @@ def test_codes_are_distinct_and_positive():
     assert len(set(codes)) == len(codes) and min(codes) > 0
     assert ops.dtype_code("complex128") == 0
     assert len({ops.op_code(o) for o in ops.OPS}) == len(ops.OPS)
+
+
+def test_one_op_vocabulary_every_layer_maps_onto():
+    from typing import Literal, get_args
+
+    from horotopo.api import ops as api_ops
+    from horotopo.gpu import _env, elementwise, kernels
+    from horotopo.transport import base, p2p
+
+    assert ops.REDUCTIONS == ("sum", "min", "max", "product")
+    assert ops.OPS == tuple(o.value for o in ops.ReduceOp)
+    assert get_args(ops.Reduction) == ops.REDUCTIONS  # the type spells the same names
+    assert base.ReduceOp is ops.Reduction
+    assert get_args(base.ControlOp) == (ops.Reduction, Literal["band"])
+    assert _env.OPS == ops.REDUCTIONS
+    assert set(kernels.OP_SUFFIX) == set(elementwise._UFUNC) == set(ops.UFUNCS) \
+        == set(ops.REDUCTIONS)
+    assert set(p2p._UFUNCS) == set(ops.REDUCTIONS) | {"band"}
+    # Horovod's constants land on canonical names; Average on its reduction, sum.
+    assert set(api_ops.OP_NAMES.values()) <= set(ops.REDUCTIONS)
+    assert api_ops.OP_NAMES[api_ops.Average] == ops.ReduceOp.AVERAGE.reduction == "sum"
+
+
+def test_reduce_op_members_are_their_names():
+    assert ops.ReduceOp.PRODUCT == "product" and {"product": 1}[ops.ReduceOp.PRODUCT] == 1
+    assert f"{ops.ReduceOp.MIN}" == str(ops.ReduceOp.MIN) == "min"
+    assert ops.normalize_op(ops.ReduceOp.MAX) == "max" and type(ops.normalize_op(
+        ops.ReduceOp.MAX)) is str
+    assert ops.reduction_of(ops.ReduceOp.AVERAGE) == "sum"
+    assert [o for o in ops.ReduceOp if o.reduction is o] == [
+        ops.ReduceOp.SUM, ops.ReduceOp.MIN, ops.ReduceOp.MAX, ops.ReduceOp.PRODUCT]

@@ -6,6 +6,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..ops import ReduceOp
+
 __all__ = ["Average", "Sum", "Adasum", "Min", "Max", "Product", "OP_NAMES",
            "handle_average_backwards_compatibility", "check_op", "horovod_dtype_name",
            "shape_string"]
@@ -17,9 +19,12 @@ Min = 3
 Max = 4
 Product = 5
 
-#: The engine's name for each op. Average maps to "sum": the runtime folds 1/size into the
-#: postscale factor, as Horovod does, so that averages fuse with other sums of equal scale.
-OP_NAMES = {Average: "sum", Sum: "sum", Min: "min", Max: "max", Product: "product"}
+#: Horovod's constants mapped onto the package's one op vocabulary (:class:`horotopo.ops.
+#: ReduceOp`), as plain names. Average maps to its reduction, "sum": the runtime folds 1/size
+#: into the postscale factor, as Horovod does, so that averages fuse with other sums of equal
+#: scale.
+OP_NAMES = {Average: ReduceOp.AVERAGE.reduction.value, Sum: ReduceOp.SUM.value,
+            Min: ReduceOp.MIN.value, Max: ReduceOp.MAX.value, Product: ReduceOp.PRODUCT.value}
 
 ADASUM_UNSUPPORTED = ("Adasum is not implemented in horotopo: it needs Horovod's "
                       "vector-halving/distance-doubling reduction, which the tree engine does "

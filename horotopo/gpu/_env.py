@@ -10,8 +10,11 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-#: Names accepted for the reduction ops, as the engine spells them.
-OPS = ("sum", "min", "max", "product")
+from ..ops import REDUCTIONS
+
+#: The elementwise reductions the device steps take: :data:`horotopo.ops.REDUCTIONS` (average
+#: is a sum with a postscale of 1/size, applied by the caller).
+OPS = REDUCTIONS
 
 
 def cupy_module() -> Any:
@@ -107,3 +110,21 @@ def torch_bfloat16_as_int16(x: Any) -> Optional[Any]:
 
         return x.view(torch.int16)
     return None
+
+
+def synchronize(array: Any) -> None:
+    """Complete the queued stream work that produces ``array`` (no-op for host arrays).
+
+    MPI reads device memory from outside any stream, so a buffer written by a kernel must be
+    finished before it is handed to a send.
+    """
+    if is_torch_cuda(array):
+        import torch  # present: array is a torch tensor
+
+        torch.cuda.current_stream(array.device).synchronize()
+    elif is_cupy_array(array):
+        with array.device:
+            cupy_module().cuda.get_current_stream().synchronize()
+    elif hasattr(type(array), "__cuda_array_interface__"):
+        # Another producer: its stream is unknown to us, so finish everything on the device.
+        cupy_module().cuda.Device().synchronize()

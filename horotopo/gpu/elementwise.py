@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..ops import UFUNCS, bfloat16_dtype
 from ..transport.wire import wire_view
 from ._env import check_op, dtype_name
 
@@ -31,16 +32,8 @@ COMPUTE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
 __all__ = ["COMPUTE", "bfloat16_dtype", "bf16_bits_to_float32", "float32_to_bf16_bits",
            "wire_view", "reduce_arrays", "scale_array"]
 
-_UFUNC = {"sum": "add", "min": "minimum", "max": "maximum", "product": "multiply"}
-
-
-def bfloat16_dtype() -> Optional[np.dtype]:
-    """NumPy's bfloat16 dtype from ml_dtypes, or None when ml_dtypes is not installed."""
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return np.dtype(ml_dtypes.bfloat16)
+# The ufunc's name per reduction, from horotopo.ops' one table (looked up on xp, NumPy or CuPy).
+_UFUNC = {op: ufunc.__name__ for op, ufunc in UFUNCS.items()}
 
 
 def bf16_bits_to_float32(xp: Any, bits: Any) -> Any:

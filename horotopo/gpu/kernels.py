@@ -5,25 +5,35 @@ runs. When it cannot be loaded (no source next to the package, an NVRTC failure)
 reduces fall back to CuPy elementwise operations (horotopo/gpu/elementwise.py), which compute
 the same bits; a warning says so once.
 
+The device steps themselves (:func:`reduce_into`, :func:`scale`, :func:`as_cupy_array`; and
+:func:`synchronize`, from ``_env``) live here too, in the package's low modules, so that the
+buffer layer (:mod:`horotopo.buffers`) calls them without importing the GPU package's upper
+modules; :mod:`horotopo.gpu` re-exports them as its public API.
+
 ``HOROTOPO_GPU_KERNELS`` picks the path: ``auto`` (default: native, else fallback), ``native``
 (fail if the kernels cannot be loaded) or ``fallback`` (never load them).
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import config
-from ._env import OPS, check_op, cupy_module
+from ..ops import ReduceOp
+from ._env import (OPS, check_op, cupy_module, dtype_name, is_cupy_array, is_device_array,
+                   is_torch_cuda, synchronize, torch_bfloat16_as_int16)
+from .elementwise import bfloat16_dtype, reduce_arrays, scale_array
 
-#: Reduction op (engine spelling) -> kernel op suffix.
-OP_SUFFIX: Dict[str, str] = {"sum": "sum", "min": "min", "max": "max", "product": "prod"}
+#: Reduction op (:class:`horotopo.ops.ReduceOp`) -> kernel op suffix.
+OP_SUFFIX: Dict[str, str] = {ReduceOp.SUM: "sum", ReduceOp.MIN: "min", ReduceOp.MAX: "max",
+                             ReduceOp.PRODUCT: "prod"}
 #: dtype name -> kernel dtype suffix.
 DTYPE_SUFFIX: Dict[str, str] = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
                                 "float64": "f64"}
@@ -213,3 +223,139 @@ def launch_scale(out: Any, a: Any, dtype: str, factor: float) -> None:
     cp = cupy_module()
     fn = load_native().get_function(scale_kernel_name(dtype))
     fn((_grid(cp, n),), (BLOCK,), (a, out, np.float64(factor), np.uint64(n)))
+
+
+# -- device steps on CuPy arrays and CUDA torch tensors (re-exported by horotopo.gpu) ------
+def _as_cupy(x: Any, dtype: Optional[str]) -> Any:
+    """(cupy array, dtype name) for a CuPy array or CUDA torch tensor, without copying."""
+    as_int16 = torch_bfloat16_as_int16(x)
+    if as_int16 is not None:  # the kernels take bfloat16 as 16-bit words, CuPy bf16 or not
+        return cupy_module().asarray(as_int16), "bfloat16"
+    if not is_device_array(x):
+        raise TypeError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__} "
+                        "(host arrays go through host_reduce_into)")
+    arr = as_cupy_array(x)
+    return arr, dtype or dtype_name(arr.dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def cupy_bfloat16() -> Optional[np.dtype]:
+    """ml_dtypes' bfloat16 when this CuPy can hold arrays of it (CuPy 14 with ml-dtypes), else
+    None: older CuPy raises on the dtype, and bfloat16 then travels as 16-bit words."""
+    bf16 = bfloat16_dtype()
+    if bf16 is None:
+        return None
+    try:
+        cupy_module().empty(0, dtype=bf16).view(np.uint16).view(bf16)
+    except Exception:  # TypeError or NotImplementedError, depending on the CuPy version
+        return None
+    return bf16
+
+
+def as_cupy_array(x: Any) -> Any:
+    """A CuPy array over the memory of a CuPy array or CUDA torch tensor, never a copy.
+
+    bfloat16 torch tensors become CuPy bfloat16 arrays where CuPy has the dtype
+    (:func:`cupy_bfloat16`).
+
+    Raises
+    ------
+    TypeError
+        For anything else, and for a bfloat16 tensor when CuPy lacks bfloat16 (the message
+        says what to install).
+    """
+    if is_cupy_array(x):
+        return x
+    if is_torch_cuda(x):
+        x = x.detach()  # a tensor that requires grad refuses __cuda_array_interface__
+    as_int16 = torch_bfloat16_as_int16(x)
+    if as_int16 is not None:
+        bf16 = cupy_bfloat16()
+        if bf16 is None:
+            raise TypeError("bfloat16 CUDA tensors need CuPy with bfloat16 (CuPy >= 14 and "
+                            "ml-dtypes: pip install 'cupy-cuda12x>=14' ml-dtypes)")
+        return cupy_module().asarray(as_int16).view(bf16)
+    if is_torch_cuda(x):
+        return cupy_module().asarray(x)  # zero-copy through __cuda_array_interface__
+    raise TypeError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__}")
+
+
+def _checked_pair(dst: Any, src: Any, dtype: Optional[str]) -> Tuple[Any, Any, str]:
+    a, name = _as_cupy(dst, dtype)
+    b, src_name = _as_cupy(src, dtype)
+    if name != src_name or a.dtype != b.dtype:
+        raise ValueError(f"reduce needs equal dtypes, got {name} and {src_name}")
+    if a.size != b.size:
+        raise ValueError(f"reduce needs equal sizes, got {a.size} and {b.size}")
+    if a.device.id != b.device.id:
+        raise ValueError(f"reduce needs both arrays on one device, got devices {a.device.id} "
+                         f"and {b.device.id}")
+    return a, b, name
+
+
+def backend(dst: Any, dtype: Optional[str] = None) -> str:
+    """Which path :func:`reduce_into` takes for this array: "native" or "fallback"."""
+    a, name = _as_cupy(dst, dtype)
+    return backend_for(name, bool(a.flags.c_contiguous))
+
+
+def reduce_into(dst: Any, src: Any, op: str, prescale: float = 1.0, postscale: float = 1.0,
+                *, src_scale: float = 1.0, dtype: Optional[str] = None) -> Any:
+    """One reduce step on the device: ``dst = postscale * ((prescale * dst) OP (src_scale * src))``.
+
+    Parameters
+    ----------
+    dst, src : cupy.ndarray or CUDA torch.Tensor
+        Same size, dtype and device. ``dst`` is overwritten; ``src`` is only read.
+    op : str
+        "sum", "min", "max" or "product" (average: sum, then postscale 1/size at the root).
+    prescale : float
+        Multiplies ``dst``, the local contribution: pass Horovod's prescale_factor on the step
+        that first combines a rank's own data, and 1.0 on later steps (the children's partial
+        results were prescaled where they started). A leaf uses :func:`scale` instead.
+    postscale : float
+        Multiplies the result: Horovod's postscale_factor (or 1/size for average) on the last
+        step at the root, 1.0 elsewhere.
+    src_scale : float
+        Multiplies ``src``; 1.0 for the engine's use.
+    dtype : str, optional
+        "bfloat16" when bfloat16 data sits in a 2-byte integer array (CuPy has no bfloat16);
+        bfloat16 torch tensors are recognised without it.
+
+    Returns
+    -------
+    same as ``dst``
+        ``dst``. The work is queued on the current stream: call :func:`synchronize` before MPI
+        reads ``dst``.
+
+    Raises
+    ------
+    ValueError
+        Unknown op, mismatched arrays, or scale factors on an integer dtype.
+    """
+    check_op(op)
+    a, b, name = _checked_pair(dst, src, dtype)
+    if name == "bfloat16" and a.dtype.itemsize != 2:
+        raise ValueError(f"bfloat16 data must be in a 2-byte dtype, got {a.dtype}")
+    contiguous = bool(a.flags.c_contiguous and b.flags.c_contiguous)
+    if backend_for(name, contiguous) == "native":
+        with a.device:
+            launch_reduce(a, a, b, op, name, prescale, src_scale, postscale)
+    else:
+        with a.device:
+            reduce_arrays(cupy_module(), a, b, op, prescale, postscale, src_scale, name)
+    return dst
+
+
+def scale(dst: Any, factor: float, *, dtype: Optional[str] = None) -> Any:
+    """``dst *= factor`` on the device, rounded like :func:`reduce_into`'s scale factors."""
+    a, name = _as_cupy(dst, dtype)
+    if factor == 1.0:
+        return dst
+    if backend_for(name, bool(a.flags.c_contiguous)) == "native":
+        with a.device:
+            launch_scale(a, a, name, factor)
+    else:
+        with a.device:
+            scale_array(cupy_module(), a, factor, name)
+    return dst

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pickle
 import socket
-from typing import Any, List, Literal, Optional, Sequence, Tuple
+from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
 
+from ..ops import Reduction
 from . import p2p
 from .p2p import Describe, allreduce_point_to_point
 from .poll import IDLE_NAP_S, TransportError, TransportTimeout
@@ -22,9 +23,11 @@ from .poll import IDLE_NAP_S, TransportError, TransportTimeout
 __all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "ControlOp",
            "WrappedTransport", "allreduce_point_to_point"]
 
-ReduceOp = Literal["sum", "min", "max", "product"]
+#: The data reductions: the package's one op vocabulary (:mod:`horotopo.ops`), here under the
+#: name the transport's callers know.
+ReduceOp = Reduction
 #: The control steps' ops: the reductions, and a bitwise AND for vectors of flag bits.
-ControlOp = Literal["sum", "min", "max", "product", "band"]
+ControlOp = Union[Reduction, Literal["band"]]
 
 
 class Transport:
@@ -84,6 +87,11 @@ class Transport:
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: ReduceOp) -> None:
         """Library allreduce (``sendbuf is recvbuf`` means in place). Optional."""
         raise TransportError(f"{type(self).__name__} has no library allreduce")
+
+    @property
+    def has_library_allreduce(self) -> bool:
+        """Whether :meth:`allreduce` is implemented (the engine's library algorithm needs it)."""
+        return type(self).allreduce is not Transport.allreduce
 
     def cancel(self, request: Any) -> None:
         """Give up on a pending request after a timeout (best effort; a no-op by default)."""
@@ -201,6 +209,12 @@ class WrappedTransport(Transport):
 
     def alloc_tags(self, count: int) -> int:
         return self.inner.alloc_tags(count)
+
+    @property
+    def has_library_allreduce(self) -> bool:
+        # A wrapper's allreduce delegates to the inner one, so both must have it.
+        return type(self).allreduce is not Transport.allreduce \
+            and self.inner.has_library_allreduce
 
     def irecv_any(self, buf: Any, tag: int) -> Any:
         return self.inner.irecv_any(buf, tag)

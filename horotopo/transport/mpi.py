@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import config
+from ..ops import ReduceOp as _Op
 from .base import ControlOp, ReduceOp, TagAllocator, Transport, TransportError
 from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
@@ -16,7 +17,9 @@ __all__ = ["MPITransport", "as_transport", "supports_threads", "thread_multiple"
            "NAMED_MAX_RANKS", "ARRIVAL_TAG", "world_rank_size", "abort_world",
            "checked_thread_level", "world_comm", "as_comm", "group_comm"]
 
-_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "product": MPI.PROD}
+# The library's op per horotopo.ops.ReduceOp (whose members are their names, so a name finds
+# its entry too).
+_OPS = {_Op.SUM: MPI.SUM, _Op.MIN: MPI.MIN, _Op.MAX: MPI.MAX, _Op.PRODUCT: MPI.PROD}
 _CONTROL_OPS = dict(_OPS, band=MPI.BAND)  # the control steps' ops (base.ControlOp)
 _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
     ("float32", MPI.FLOAT), ("float64", MPI.DOUBLE), ("int32", MPI.INT32_T),

@@ -17,6 +17,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..ops import UFUNCS
 from .poll import (DONE, IDLE, IDLE_NAP_S, PROGRESS, TransportTimeout, deadline_after,
                    poll)
 
@@ -31,8 +32,7 @@ __all__ = ["Describe", "CollectiveRequest", "wait_requests", "broadcast_bytes", 
 Describe = Union[str, Callable[[List[int]], str]]
 
 # "band" (bitwise AND) is for control vectors of flag bits, such as the runtime's cycle.
-_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply,
-           "band": np.bitwise_and}
+_UFUNCS = dict(UFUNCS, band=np.bitwise_and)
 
 
 class CollectiveRequest:
