@@ -1,29 +1,96 @@
 """The buffer layer: array-module lookup, flat views, segment/chunk splitting, reductions.
 
 Everything here dispatches on the array's module so that CuPy arrays plug in: for a CuPy array
-the reduction and synchronization go to :mod:`horotopo.gpu` (``reduce_into``, ``synchronize``);
-for NumPy arrays, NumPy ufuncs write into the destination in place. CuPy is detected from the
-array's type without importing it, so CPU-only installs never import cupy.
+the reduction and synchronization go to the GPU package's low modules
+(:mod:`horotopo.gpu.kernels`: ``reduce_into``, ``scale``, ``synchronize``); for NumPy arrays,
+NumPy ufuncs write into the destination in place. CuPy is detected from the array's type
+without importing it, so CPU-only installs never import cupy.
 
-Torch tensors enter through :func:`as_array`, which gives the NumPy or CuPy array over their
-memory (never a copy); everything past that sees only NumPy and CuPy arrays.
+Other frameworks' buffers (a front end's tensors) enter through :func:`as_array`, by a
+:class:`BufferAdapter` that the front end registers when it is imported
+(:func:`register_adapter`; ``horotopo.torch`` registers torch's): it gives the NumPy or CuPy
+array over the buffer's memory (never a copy), so everything past that sees only NumPy and CuPy
+arrays and this layer knows no framework.
 """
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["is_device_array", "is_torch_tensor", "as_array", "device_scope", "array_module",
-           "flat_view", "contiguous_flat", "segment_bounds", "chunk_bounds", "reduce_into",
-           "combine_into", "scale_into", "copy_into", "synchronize", "ScratchPool"]
+from .ops import UFUNCS
+
+__all__ = ["BufferAdapter", "register_adapter", "unregister_adapter", "adapter_for",
+           "is_device_array", "is_foreign", "as_array", "empty_like", "device_scope",
+           "array_module", "flat_view", "contiguous_flat", "segment_bounds", "chunk_bounds",
+           "reduce_into", "combine_into", "scale_into", "copy_into", "synchronize",
+           "ScratchPool"]
 
 # For host bfloat16 (ml_dtypes) these are ml_dtypes' own loops: each element is computed in
 # float32 and rounded to nearest even once, the same bits as horotopo.gpu.host_reduce_into
 # (only NaN payloads may differ) at about 9x its speed (1M elements: 1.7 ms against 15 ms).
-_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "product": np.multiply}
+_UFUNCS = UFUNCS
+
+
+class BufferAdapter(Protocol):
+    """How one framework's buffers (say, a front end's tensors) become the engine's arrays.
+
+    A front end registers one with :func:`register_adapter` when it is imported; the engine
+    then takes that framework's buffers and hands its results back as such buffers.
+    """
+
+    def as_array(self, buf: Any) -> Any:
+        """The NumPy or CuPy array over ``buf``'s memory (a view, never a copy), once the
+        framework's own pending work that writes ``buf`` is done (MPI reads it outside any
+        stream). Raises TypeError for a buffer it cannot view."""
+        ...
+
+    def empty_like(self, buf: Any) -> Any:
+        """A new, uninitialised buffer of ``buf``'s framework, shape, dtype and device."""
+        ...
+
+
+_ADAPTERS: Dict[str, BufferAdapter] = {}
+# type -> its adapter or None, so that the per-call lookup is one dict hit after the first.
+_BY_TYPE: Dict[type, Optional[BufferAdapter]] = {}
+
+
+def register_adapter(module: str, adapter: BufferAdapter) -> None:
+    """Take buffers whose type comes from the top-level package ``module`` through ``adapter``.
+
+    Parameters
+    ----------
+    module : str
+        The top-level package that defines the buffer types (``type(buf).__module__`` up to
+        its first dot).
+    adapter : BufferAdapter
+        Replaces an adapter registered earlier for ``module``.
+    """
+    if module in ("numpy", "cupy"):
+        raise ValueError(f"{module} arrays are the engine's own; they need no adapter")
+    _ADAPTERS[module] = adapter
+    _BY_TYPE.clear()
+
+
+def unregister_adapter(module: str) -> None:
+    """Forget ``module``'s adapter (its buffers are rejected again)."""
+    _ADAPTERS.pop(module, None)
+    _BY_TYPE.clear()
+
+
+def adapter_for(buf: Any) -> Optional[BufferAdapter]:
+    """The adapter registered for ``buf``'s framework, or None (NumPy, CuPy, anything else)."""
+    if not _ADAPTERS:
+        return None
+    kind = type(buf)
+    try:
+        return _BY_TYPE[kind]
+    except KeyError:
+        found = _ADAPTERS.get(kind.__module__.split(".", 1)[0])
+        _BY_TYPE[kind] = found
+        return found
 
 
 def is_device_array(arr: Any) -> bool:
@@ -31,44 +98,45 @@ def is_device_array(arr: Any) -> bool:
     return type(arr).__module__.split(".", 1)[0] == "cupy"
 
 
-def is_torch_tensor(arr: Any) -> bool:
-    """True for a torch tensor (checked by type, so torch is never imported here)."""
-    return type(arr).__module__.split(".", 1)[0] == "torch"
+def is_foreign(buf: Any) -> bool:
+    """True for a buffer that enters through a registered adapter (not NumPy or CuPy)."""
+    return adapter_for(buf) is not None
 
 
 def as_array(buf: Any) -> Any:
     """The NumPy or CuPy array over ``buf``'s memory, for the engine to work on.
 
-    NumPy and CuPy arrays come back unchanged. A CUDA torch tensor becomes a CuPy view
-    (:func:`horotopo.gpu.as_cupy_array`) once torch's current stream has finished the work
-    that writes it, since MPI and the engine's stream know nothing of torch's. A CPU tensor
-    becomes a NumPy view (bfloat16 as ml_dtypes' bfloat16). Anything else is returned as is,
-    for the caller's dtype checks to reject.
+    NumPy and CuPy arrays come back unchanged; a buffer of a framework with a registered
+    adapter becomes its adapter's view. Anything else is returned as is, for the caller's
+    dtype checks to reject, except objects that export their memory (``__dlpack__``) from a
+    framework with no adapter: that TypeError says an adapter is missing.
 
     Raises
     ------
     TypeError
-        A bfloat16 tensor where the matching array type is missing (ml-dtypes on the host,
-        bfloat16 support in CuPy on the device); the message names what to install.
+        From the adapter (a buffer it cannot view), or for an unadapted framework's buffer.
     """
-    if not is_torch_tensor(buf):
-        return buf
-    if buf.is_cuda:
-        gpu = _gpu()
-        gpu.synchronize(buf)
-        return gpu.as_cupy_array(buf)
-    import torch  # present: buf is a torch tensor
+    adapter = adapter_for(buf)
+    if adapter is not None:
+        return adapter.as_array(buf)
+    if hasattr(buf, "__dlpack__") and not isinstance(buf, np.ndarray) \
+            and not is_device_array(buf):
+        kind = type(buf)
+        raise TypeError(f"{kind.__module__}.{kind.__qualname__} is not a NumPy or CuPy array "
+                        f"and no buffer adapter is registered for "
+                        f"{kind.__module__.split('.', 1)[0]!r} buffers (a front end registers "
+                        "its own when it is imported)")
+    return buf
 
-    t = buf.detach()
-    if t.dtype == torch.bfloat16:
-        from .gpu.elementwise import bfloat16_dtype
-        from .ops import BFLOAT16_MISSING
 
-        bf16 = bfloat16_dtype()
-        if bf16 is None:
-            raise TypeError(BFLOAT16_MISSING)
-        return t.view(torch.int16).numpy().view(bf16)
-    return t.numpy()
+def empty_like(buf: Any) -> Any:
+    """A new, uninitialised buffer like ``buf``: of its framework (through its adapter) for a
+    foreign buffer, else a NumPy or CuPy array of its shape and dtype on its device."""
+    adapter = adapter_for(buf)
+    if adapter is not None:
+        return adapter.empty_like(buf)
+    with device_scope(buf):
+        return array_module(buf).empty(buf.shape, dtype=buf.dtype)
 
 
 def device_scope(arr: Any) -> Any:
@@ -80,9 +148,10 @@ def device_scope(arr: Any) -> Any:
 
 
 def _gpu() -> Any:
-    from . import gpu  # only reached for CuPy arrays
+    # The GPU package's low module, only reached for CuPy arrays (its import needs no cupy).
+    from .gpu import kernels
 
-    return gpu
+    return kernels
 
 
 def array_module(arr: Any) -> Any:

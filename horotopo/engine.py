@@ -1,6 +1,14 @@
 """The allreduce/broadcast engine: validates buffers, agrees on metadata, picks and runs an
 algorithm from :mod:`horotopo.algorithms` along a :class:`~horotopo.plan.Plan`.
 
+The algorithms come from the registry (:mod:`horotopo.algorithms.registry`): candidates in
+priority order, each enabled or not for a call; the cost model picks among the enabled ones
+unless the caller forces one by name. The transport, GPU staging included, is chosen once at
+set-up (:func:`horotopo.gpu.transport.transport_for`). The engine works on NumPy and CuPy
+arrays; other frameworks' buffers come in through the adapters their front ends register with
+the buffer layer (``import horotopo.torch`` registers torch's, see
+:func:`horotopo.buffers.register_adapter`), and a call returns its own kind of buffer.
+
 Every call starts with one small library allreduce of ``(count, dtype, op, algorithm)`` and an
 error flag (min and max of each in one MPI_MIN), so a buffer that differs in size or dtype across
 ranks, or invalid arguments on any rank, raise on every rank before any data moves: never a hang
@@ -21,23 +29,23 @@ import numpy as np
 
 from . import ops as _ops
 from . import timeline as _timeline
-from .algorithms import (DEFAULT_COST_MODEL, CostModel, MPIAllreduce, RingAllreduce,
-                         TreeAllreduce, TreeBroadcast)
+from .algorithms import DEFAULT_COST_MODEL, CostModel
 from .algorithms.cost import calibrated_model
+from .algorithms.registry import ALLREDUCE, BROADCAST, REGISTRY, Candidates
 from .buffers import (ScratchPool, array_module, as_array, contiguous_flat, copy_into,
-                      device_scope, flat_view, is_torch_tensor, scale_into, synchronize)
-from .gpu.transport import staging_if_needed
+                      empty_like, flat_view, is_foreign, scale_into, synchronize)
+from .gpu.transport import transport_for
 from .plan import Plan
-from .transport import Transport, as_transport
 
 __all__ = ["Engine", "MismatchError", "ALGORITHMS"]
 
-ALGORITHMS = ("tree", "mpi", "ring")
+#: The allreduce algorithms registered when this module was imported, in priority order (the
+#: metadata check's codes number them; see :mod:`horotopo.algorithms.registry`).
+ALGORITHMS = tuple(c.name for c in REGISTRY[ALLREDUCE])
 #: Engine.calibrate()'s default ladder. Steps of 16x and 4x: the second size must be large
 #: enough, even on a slow network where the budget stops the ladder there, for bandwidth (not
 #: per-call latency) to set its time, or the fit extrapolates a slope it never saw.
 CALIBRATION_SIZES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
-_ALG_CODES = {name: k + 1 for k, name in enumerate(ALGORITHMS)}
 
 
 class MismatchError(ValueError):
@@ -51,14 +59,17 @@ class Engine:
     ----------
     comm : mpi4py.MPI.Comm or Transport
         A communicator (the engine ``Dup()``-s it and frees the duplicate in :meth:`close`) or
-        a ready :class:`~horotopo.transport.Transport` (which the caller keeps owning).
+        a ready :class:`~horotopo.transport.Transport` (which the caller keeps owning). Either
+        is wrapped for GPU staging here, once, where MPI needs it
+        (:func:`horotopo.gpu.transport.transport_for`).
     plan : Plan
         The schedule; ``plan.n`` must equal the number of ranks and every rank must pass the
         same plan (checked by digest).
     chunk_bytes : int, optional
         Bytes per chunk message; defaults to ``plan.chunk_bytes``.
     cost_model : CostModel, optional
-        Chooses tree or MPI when ``algorithm`` is None; defaults to the measured defaults in
+        Chooses among the enabled algorithms (tree or MPI) when ``algorithm`` is None;
+        defaults to the measured defaults in
         :data:`horotopo.algorithms.DEFAULT_COST_MODEL` (see :meth:`calibrate`).
     window : int, optional
         Chunks per tree and reduce child that may hold receive scratch at once; None sizes it
@@ -73,8 +84,7 @@ class Engine:
 
     def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
                  cost_model: Optional[CostModel] = None, window: Optional[int] = None) -> None:
-        self._owns = not isinstance(comm, Transport)
-        self.transport = as_transport(comm)
+        self.transport, self._owns = transport_for(comm)
         self.plan = plan
         self.chunk_bytes = int(chunk_bytes or plan.chunk_bytes)
         self.cost_model = cost_model or DEFAULT_COST_MODEL
@@ -94,17 +104,14 @@ class Engine:
         except Exception:
             self.close()
             raise
-        try:
-            # Device buffers go through pinned host slots unless MPI takes device pointers.
-            self.transport = staging_if_needed(self.transport)
-        except Exception:
-            self.close()
-            raise
         self._pool = ScratchPool()
-        self._tree = TreeAllreduce(self.transport, plan, window=window, pool=self._pool)
-        self._bcast = TreeBroadcast(self.transport, plan, window=window, pool=self._pool)
-        self._mpi = MPIAllreduce(self.transport)
-        self._ring = RingAllreduce(self.transport, pool=self._pool)
+        # Every registered candidate, bound to this transport and plan once; a call only asks
+        # which are enabled and runs one.
+        self.allreduce_algorithms = Candidates.bind(ALLREDUCE, self.transport, plan,
+                                                    self._pool, window)
+        self.broadcast_algorithms = Candidates.bind(BROADCAST, self.transport, plan,
+                                                    self._pool, window)
+        self._codes = {name: k + 1 for k, name in enumerate(self.allreduce_algorithms.names)}
 
     # -----------------------------------------------------------------------------------------
     @property
@@ -115,9 +122,11 @@ class Engine:
     def size(self) -> int:
         return self.transport.size
 
-    def choose(self, nbytes: int) -> str:
-        """The algorithm the cost model picks for an allreduce of ``nbytes``."""
-        return self.cost_model.choose(self.plan, nbytes, self.chunk_bytes)
+    def choose(self, nbytes: int, buffer: Any = None) -> str:
+        """The allreduce algorithm the engine picks for ``nbytes`` (of ``buffer``'s dtype, or
+        any allreduce dtype): the cost model's choice among the enabled candidates."""
+        return self.allreduce_algorithms.select(self.plan, buffer, nbytes, self.chunk_bytes,
+                                                self.cost_model).name
 
     def allreduce(self, sendbuf: Any, recvbuf: Any = None, op: str = "sum",
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -127,13 +136,14 @@ class Engine:
         Parameters
         ----------
         sendbuf : array
-            NumPy or CuPy array, or torch tensor (CPU or CUDA, worked on in place of its own
+            NumPy or CuPy array, or a buffer of a framework whose adapter is registered (a
+            torch tensor once ``horotopo.torch`` is imported; worked on in place of its own
             memory, see :func:`horotopo.buffers.as_array`), of float16, bfloat16, float32,
             float64, int32 or int64, any shape.
         recvbuf : array, optional
             Output of the same size and dtype, C-contiguous. None returns a new array (a new
-            tensor for a tensor) of ``sendbuf``'s shape; ``recvbuf is sendbuf`` reduces in
-            place.
+            buffer of the same framework for an adapted one) of ``sendbuf``'s shape;
+            ``recvbuf is sendbuf`` reduces in place.
         op : str
             ``"sum"``, ``"average"``, ``"min"``, ``"max"`` or ``"product"``.
         prescale_factor, postscale_factor : float
@@ -141,7 +151,8 @@ class Engine:
             reduction and the result by ``postscale_factor`` after it. Integer buffers are
             scaled in float64 and cast back (truncating), as Horovod does.
         algorithm : str, optional
-            ``"tree"``, ``"mpi"`` or ``"ring"``; None lets the cost model choose.
+            A registered allreduce algorithm (``"tree"``, ``"ring"``, ``"mpi"``), forced; None
+            lets the cost model choose among the enabled ones.
 
         Returns
         -------
@@ -152,37 +163,39 @@ class Engine:
         ------
         MismatchError
             On every rank, when ranks disagree on size, dtype, op or algorithm, or when any
-            rank passed invalid arguments (that rank raises its own ValueError).
+            rank passed invalid arguments (that rank raises its own ValueError; a forced
+            algorithm that is not enabled for the call is one, naming the enabled ones).
         """
         err: Optional[Exception] = None
         count = dcode = ocode = acode = 0
-        result = recvbuf  # what the caller gets back: a torch tensor stays a torch tensor
+        result = recvbuf  # what the caller gets back: an adapted buffer stays of its kind
+        foreign = False
         try:
             if not hasattr(sendbuf, "dtype"):
                 sendbuf = np.asarray(sendbuf)
-            if recvbuf is None and is_torch_tensor(sendbuf):
-                result = recvbuf = sendbuf.new_empty(tuple(sendbuf.shape))
+            foreign = is_foreign(sendbuf)
+            if recvbuf is None and foreign:
+                result = recvbuf = empty_like(sendbuf)
             same = recvbuf is sendbuf
             sendbuf = as_array(sendbuf)
             recvbuf = sendbuf if same else as_array(recvbuf)
             opn = _ops.normalize_op(op)
             dtype = _ops.check_dtype(sendbuf.dtype)
-            if algorithm is not None and algorithm not in ALGORITHMS:
-                raise ValueError(f"algorithm must be None or one of {', '.join(ALGORITHMS)}; "
-                                 f"got {algorithm!r}")
             in_place = _check_recvbuf(sendbuf, recvbuf)
             pre, post = _ops.effective_scales(opn, prescale_factor, postscale_factor, self.size)
             count = int(sendbuf.size)
-            alg = algorithm or self.choose(count * dtype.itemsize)
-            dcode, ocode, acode = _ops.dtype_code(dtype), _ops.op_code(opn), _ALG_CODES[alg]
+            chosen = self.allreduce_algorithms.select(self.plan, sendbuf,
+                                                      count * dtype.itemsize,
+                                                      self.chunk_bytes, self.cost_model,
+                                                      algorithm)
+            alg = chosen.name
+            dcode, ocode, acode = _ops.dtype_code(dtype), _ops.op_code(opn), self._codes[alg]
         except (ValueError, TypeError) as exc:
             err = exc
         self._agree("allreduce", [("element count", count), ("dtype", dcode), ("op", ocode),
                                   ("algorithm", acode)], err)
         if recvbuf is None:
-            with device_scope(sendbuf):
-                result = recvbuf = array_module(sendbuf).empty(sendbuf.shape,
-                                                               dtype=sendbuf.dtype)
+            result = recvbuf = empty_like(sendbuf)
         out = flat_view(recvbuf)
         src = out if in_place else contiguous_flat(sendbuf)
         self.last_algorithm = alg
@@ -201,14 +214,9 @@ class Engine:
         if self.size == 1:
             if src is not out:
                 copy_into(out, src)
-        elif alg == "tree":
-            self._tree.run(src, out, base, self._chunk_elems(dtype))
-            self.last_messages = self._tree.last_messages
-        elif alg == "ring":
-            self._ring.run(src, out, base, self._chunk_elems(dtype))
-            self.last_messages = self._ring.last_messages
         else:
-            self._mpi.run(src, out, base)
+            chosen.runner.run(src, out, base, self._chunk_elems(dtype))
+            self.last_messages = chosen.last_messages
         if post != 1.0:
             scale_into(out, out, post)
         if tl is not None:
@@ -217,50 +225,58 @@ class Engine:
             tl.activity(f"{alg.upper()}_ALLREDUCE", t_run, args={
                 "algorithm": alg, "bytes": count * dtype.itemsize, "dtype": dtype.name,
                 "plan": self.plan.digest[:8]})
-        if is_torch_tensor(result):
-            synchronize(out)  # torch's stream knows nothing of the engine's kernels
+        if foreign:
+            synchronize(out)  # the buffer's own framework knows nothing of the engine's stream
         return result
 
-    def broadcast(self, buf: Any, root: int) -> Any:
+    def broadcast(self, buf: Any, root: int, algorithm: Optional[str] = None) -> Any:
         """Broadcast ``buf`` from rank ``root`` to every rank, in place; returns ``buf``.
 
-        ``buf`` is a C-contiguous NumPy or CuPy array (or torch tensor) of uint8 or any
-        allreduce dtype.
+        ``buf`` is a C-contiguous NumPy or CuPy array (or an adapted framework's buffer, see
+        :meth:`allreduce`) of uint8 or any allreduce dtype. ``algorithm`` forces a registered
+        broadcast algorithm (``"tree"``); None takes the first enabled one.
 
         Raises
         ------
         MismatchError
-            On every rank, when ranks disagree on size, dtype or root, or any rank passed an
-            invalid buffer or root (that rank raises its own ValueError).
+            On every rank, when ranks disagree on size, dtype, root or algorithm, or any rank
+            passed an invalid buffer, root or algorithm (that rank raises its own ValueError).
         """
         err: Optional[Exception] = None
-        count = dcode = 0
+        count = dcode = acode = 0
         r = -1
         result = buf
+        foreign = is_foreign(buf)
+        chosen = None
         try:
             buf = as_array(buf)
             dtype = _ops.check_dtype(buf.dtype, broadcast=True)
             flat = flat_view(buf)
             r = _check_root(root, self.size)
             count, dcode = int(buf.size), _ops.dtype_code(dtype)
+            chosen = self.broadcast_algorithms.select(self.plan, flat, int(flat.nbytes),
+                                                      self.chunk_bytes, None, algorithm)
+            acode = 1 + self.broadcast_algorithms.names.index(chosen.name)
         except (ValueError, TypeError, AttributeError) as exc:
             err = exc if not isinstance(exc, AttributeError) else TypeError(
                 f"broadcast needs an array, got {type(buf).__name__}")
-        self._agree("broadcast", [("element count", count), ("dtype", dcode), ("root", r)], err)
-        self.last_algorithm = "tree"
+        self._agree("broadcast", [("element count", count), ("dtype", dcode), ("root", r),
+                                  ("algorithm", acode)], err)
+        assert chosen is not None  # _agree raised otherwise
+        self.last_algorithm = chosen.name
         if count and self.size > 1:
             tl = _timeline.active()
             t_run = _timeline.clock() if tl is not None else 0.0
             if r == self.rank:
                 synchronize(flat)
-            self._bcast.run(flat, r, self._chunk_elems(dtype))
-            if is_torch_tensor(result):
+            chosen.runner.run(flat, r, self._chunk_elems(dtype))
+            if foreign:
                 synchronize(flat)  # staged receives end in copies on the engine's stream
             if tl is not None:
-                tl.activity("TREE_BROADCAST", t_run, args={
-                    "algorithm": "tree", "root": r, "bytes": int(flat.nbytes),
+                tl.activity(f"{chosen.name.upper()}_BROADCAST", t_run, args={
+                    "algorithm": chosen.name, "root": r, "bytes": int(flat.nbytes),
                     "plan": self.plan.digest[:8]})
-        self.last_messages = self._bcast.last_messages
+        self.last_messages = chosen.last_messages
         return result
 
     def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 2,

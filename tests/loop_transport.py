@@ -95,8 +95,12 @@ class LoopTransport(Transport):
         allreduce_point_to_point(self, recvbuf, op)
 
 
-def run_ranks(size, body):
-    """Run ``body(transport)`` on ``size`` threads; return their results in rank order."""
+def run_ranks(size, body, transport=None):
+    """Run ``body(transport)`` on ``size`` threads; return their results in rank order.
+
+    ``transport(world, rank)`` makes each rank's transport (default: a LoopTransport), for
+    tests of a transport variant (one without a library allreduce, say).
+    """
     world = LoopWorld(size)
     out, errors = [None] * size, []
 
@@ -106,7 +110,9 @@ def run_ranks(size, body):
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=main, args=(t,)) for t in world.transports()]
+    ranks = (world.transports() if transport is None
+             else [transport(world, r) for r in range(size)])
+    threads = [threading.Thread(target=main, args=(t,)) for t in ranks]
     for th in threads:
         th.start()
     for th in threads:

@@ -142,6 +142,7 @@ def test_single_rank_engine_scales_bfloat16(bf16, alg):
 
 def test_engine_takes_torch_bfloat16_tensors_through_ml_dtypes(bf16):
     torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    import horotopo.torch  # noqa: F401 (registers the engine's torch buffer adapter)
     t = torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16)
     with Engine(MPI.COMM_SELF, _ring1()) as eng:
         got = eng.allreduce(t, op="sum", prescale_factor=2.0)

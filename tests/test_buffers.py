@@ -122,13 +122,15 @@ _FakeDeviceArray.__module__ = "cupy._core.core"
 
 def test_device_arrays_dispatch_to_horotopo_gpu(monkeypatch):
     calls = []
-    fake_gpu = types.ModuleType("horotopo.gpu")
+    # The buffer layer calls the GPU package's low module (horotopo.gpu.kernels), never the
+    # package's upper modules (tests/import_contract.py): that module is the one faked here.
+    fake_gpu = types.ModuleType("horotopo.gpu.kernels")
     fake_gpu.reduce_into = lambda dst, src, op: calls.append(("reduce", dst.name, src, op))
     fake_gpu.synchronize = lambda arr: calls.append(("sync", arr.name))
-    monkeypatch.setitem(sys.modules, "horotopo.gpu", fake_gpu)
-    import horotopo
+    monkeypatch.setitem(sys.modules, "horotopo.gpu.kernels", fake_gpu)
+    import horotopo.gpu
 
-    monkeypatch.setattr(horotopo, "gpu", fake_gpu, raising=False)
+    monkeypatch.setattr(horotopo.gpu, "kernels", fake_gpu, raising=False)
     dev = _FakeDeviceArray("d")
     assert B.is_device_array(dev) and not B.is_device_array(np.zeros(1))
     B.reduce_into(dev, "s", "max")

@@ -24,8 +24,12 @@ import numpy as np
 
 from ..plan import Plan
 
-__all__ = ["CostModel", "DEFAULT_COST_MODEL", "fit_line", "fit_affine", "messages_per_rank",
-           "calibrated_model", "Selector", "agree_max", "size_bucket"]
+__all__ = ["CostModel", "DEFAULT_COST_MODEL", "MODELLED", "fit_line", "fit_affine",
+           "messages_per_rank", "calibrated_model", "Selector", "agree_max", "size_bucket"]
+
+#: The algorithms the cost model and the Selector time and choose between (the registry,
+#: :mod:`horotopo.algorithms.registry`, asks them only when all of these are enabled).
+MODELLED: Tuple[str, ...] = ("tree", "mpi")
 
 
 def messages_per_rank(plan: Plan, nbytes: int, chunk_bytes: int) -> float:

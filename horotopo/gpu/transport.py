@@ -7,11 +7,11 @@ this lazily.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..transport.base import WrappedTransport
+from ..transport.base import Transport, WrappedTransport
 from .staging import CupyCopier
 
 
@@ -214,3 +214,33 @@ def staging_if_needed(transport: Any) -> Any:
     if cuda_aware(comm):
         return transport
     return StagingTransport(transport)
+
+
+def transport_for(comm_or_transport: Any) -> Tuple[Transport, bool]:
+    """The transport an engine runs on, chosen once at its set-up; and whether it owns it.
+
+    A communicator becomes an :class:`~horotopo.transport.MPITransport` on a duplicate (owned:
+    the engine closes it); a :class:`~horotopo.transport.Transport` is used as given (the
+    caller keeps owning it). Either is then wrapped in :class:`StagingTransport` when device
+    buffers need staging (:func:`staging_if_needed`, collective), so the engine's per-call
+    code never asks. Every rank must call it, in the same order as its other collectives.
+
+    Returns
+    -------
+    (Transport, bool)
+        The transport, and True when the caller must close it (it made the duplicate).
+    """
+    owns = not isinstance(comm_or_transport, Transport)
+    if owns:
+        # Only a communicator needs the MPI door; a given Transport (a simulator's) does not.
+        from ..transport.mpi import as_transport
+
+        transport = as_transport(comm_or_transport)
+    else:
+        transport = comm_or_transport
+    try:
+        return staging_if_needed(transport), owns
+    except Exception:
+        if owns:
+            transport.close()
+        raise

@@ -14,6 +14,7 @@ from ..api.errors import HorotopoInternalError, HorovodInternalError, HostsUpdat
 from ..api.ops import (Adasum, Average, Max, Min, Product, Sum,
                        handle_average_backwards_compatibility)
 from . import collectives as _collectives
+from . import adapter as _adapter
 from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
@@ -24,6 +25,9 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
+
+# The engine takes torch tensors through this adapter: the engine knows no torch itself.
+_adapter.register()
 
 
 def init(comm=None, process_sets=None) -> None:

@@ -353,6 +353,7 @@ def test_benchmark_rows_have_the_documented_keys_and_no_wrong(op, dtype, alg):
 def test_torch_cpu_tensors_in_and_out(alg):
     """Engine calls on torch tensors work on the tensors' own memory and return tensors."""
     torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    import horotopo.torch  # noqa: F401 (registers the engine's torch buffer adapter)
     with Engine(COMM, random_plan(5, 256) if alg == "tree" else ring_plan(256)) as eng:
         x = inputs(1000, "float32", "sum", 3)
         want = reference(x, "sum")
