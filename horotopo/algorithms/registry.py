@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .. import ops as _ops
+from ..ops import is_allreduce_dtype
 from ..buffers import ScratchPool
 from ..plan import Plan
 from ..transport.base import Transport
@@ -87,20 +88,19 @@ class Bound:
     """A candidate bound to an engine's transport and plan: ``enabled(plan, buffer)`` and the
     runner."""
 
-    __slots__ = ("candidate", "runner", "_transport")
+    # Plain attributes, not properties: the engine asks every candidate on every call.
+    __slots__ = ("candidate", "name", "runner", "_check", "_transport")
 
     def __init__(self, candidate: Candidate, transport: Transport, plan: Plan,
                  pool: ScratchPool, window: Optional[int]) -> None:
         self.candidate = candidate
+        self.name = candidate.name
+        self._check = candidate.enabled
         self._transport = transport
         self.runner = candidate.make(transport, plan, pool, window)
 
-    @property
-    def name(self) -> str:
-        return self.candidate.name
-
     def enabled(self, plan: Plan, buffer: Any) -> bool:
-        return self.candidate.enabled(self._transport, plan, buffer)
+        return self._check(self._transport, plan, buffer)
 
     @property
     def last_messages(self) -> int:
@@ -140,7 +140,7 @@ class Candidates:
 
     def enabled(self, plan: Plan, buffer: Any) -> List[str]:
         """The names of the candidates that can run this call, in priority order."""
-        return [b.name for b in self.bound if b.enabled(plan, buffer)]
+        return [b.name for b in self.bound if b._check(b._transport, plan, buffer)]
 
     def select(self, plan: Plan, buffer: Any, nbytes: int, chunk_bytes: int,
                chooser: Optional[Chooser], forced: Optional[str] = None) -> Bound:
@@ -173,20 +173,18 @@ class Candidates:
 
 
 # -- the default candidates -------------------------------------------------------------------
-def _allreduce_dtype(buffer: Any) -> bool:
-    return buffer is None or _ops.is_allreduce_dtype(buffer.dtype)
-
-
+# Each check is a few attribute lookups: they run for every candidate on every call.
 def _tree_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
-    return bool(plan.trees) and _allreduce_dtype(buffer)
+    return bool(plan.trees) and (buffer is None or is_allreduce_dtype(buffer.dtype))
 
 
 def _ring_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
-    return _allreduce_dtype(buffer)
+    return buffer is None or is_allreduce_dtype(buffer.dtype)
 
 
 def _library_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
-    return transport.has_library_allreduce and _allreduce_dtype(buffer)
+    return transport.has_library_allreduce and (buffer is None
+                                                or is_allreduce_dtype(buffer.dtype))
 
 
 def _broadcast_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
