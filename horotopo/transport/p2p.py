@@ -6,6 +6,9 @@ the in-process test transport and a simulator's as well as MPI's. They move smal
 directly) and every rank knows exactly which peers it is still waiting for: a deadline that
 passes raises :class:`~horotopo.transport.poll.TransportTimeout` naming them.
 
+Every wait goes through ``transport.wait`` (whose default is :func:`wait_requests`), so a
+transport that cannot wait in wall-clock time (a simulator's) waits its own way.
+
 Each step takes one tag from ``alloc_tags`` (every rank calls the steps in the same order, as
 for any collective) and sends an 8-byte length before each payload on that tag; the
 non-overtaking rule keeps the two in order.
@@ -192,8 +195,8 @@ def _receive_sized(transport: "Transport", sources: Sequence[int], tag: int, dea
                 requests.append(transport.irecv(bodies[p], p, tag))
                 peers.append(p)
 
-    wait_requests(transport, requests, deadline, peers=peers,
-                  what=_named(what, timeout_s, peers), on_done=on_done)
+    transport.wait(requests, deadline, peers=peers,
+                   what=_named(what, timeout_s, peers), on_done=on_done)
     return {p: bodies[p].tobytes() for p in sources}
 
 
@@ -225,8 +228,8 @@ def broadcast_bytes(transport: "Transport", data: Optional[bytes], root: int,
         others = [p for p in range(transport.size) if p != root]
         sends = _send_sized(transport, payload, others, tag)
         peers = _doubled(others, payload)
-        wait_requests(transport, sends, deadline, peers=peers,
-                      what=_named(what, timeout_s, peers))
+        transport.wait(sends, deadline, peers=peers,
+                       what=_named(what, timeout_s, peers))
         return bytes(data)
     return _receive_sized(transport, [root], tag, deadline, what, timeout_s)[root]
 
@@ -240,8 +243,8 @@ def gather_bytes(transport: "Transport", data: bytes, root: int, timeout_s: floa
     if transport.rank != root:
         sends = _send_sized(transport, payload, [root], tag)
         peers = _doubled([root], payload)
-        wait_requests(transport, sends, deadline, peers=peers,
-                      what=_named(what, timeout_s, peers))
+        transport.wait(sends, deadline, peers=peers,
+                       what=_named(what, timeout_s, peers))
         return None
     others = [p for p in range(transport.size) if p != root]
     got = _receive_sized(transport, others, tag, deadline, what, timeout_s)
@@ -312,8 +315,8 @@ def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "Contr
             done = set(transport.waitsome(reqs))
             reqs = [r for i, r in enumerate(reqs) if i not in done]
     else:
-        wait_requests(transport, reqs, deadline_after(timeout_s), peers=peers,
-                      what=_named(what, timeout_s, peers))
+        transport.wait(reqs, deadline_after(timeout_s), peers=peers,
+                       what=_named(what, timeout_s, peers))
     fold()
 
 

@@ -1,0 +1,99 @@
+"""Run ranks over a simulated topology, one simulation per child process.
+
+SimGrid allows one platform per process (the first run seals it), and an internal SimGrid
+error aborts the whole process; a forked child per simulation gives each run a fresh engine,
+frees its memory afterwards, and turns a crash into an exception here.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import traceback
+from typing import Any, Callable, Optional
+
+from ..topology import Topology
+from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, Simulation,
+                                   SimulatedTransport, SimulationError, load_simgrid)
+from .platform import build_platform
+
+__all__ = ["run_simulated", "run_here"]
+
+
+def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
+             scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS) -> SimRun:
+    """Build ``topology`` and run ``fn(transport)`` on every rank, in this process (which can
+    hold only this one simulation; see :func:`run_simulated`)."""
+    sim = Simulation(costs)
+    platform = build_platform(sim, topology)
+    return sim.run(platform.hosts, fn, scale=scale, names=platform.names)
+
+
+def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any],
+           scale: float, costs: SimCosts) -> None:
+    try:
+        out: Any = ("ok", run_here(topology, fn, scale=scale, costs=costs))
+    except BaseException as exc:  # noqa: BLE001 - sent to the parent, which raises
+        cause = exc.__cause__ if isinstance(exc, SimulationError) and exc.__cause__ else exc
+        out = ("error", f"{exc}", "".join(traceback.format_exception(cause)))
+    try:
+        conn.send_bytes(pickle.dumps(out))
+    except Exception as exc:  # noqa: BLE001 - an unpicklable result
+        conn.send_bytes(pickle.dumps(("error", f"the results cannot be sent back: {exc}", "")))
+    conn.close()
+
+
+def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
+                  scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
+                  timeout_s: Optional[float] = None) -> SimRun:
+    """Run ``fn(transport)`` on every rank of ``topology``, simulated, in a child process.
+
+    Parameters
+    ----------
+    topology : Topology
+        The network (declared or measured form) and where each rank runs.
+    fn : callable
+        Each rank's body, given its :class:`~horotopo.transport.simulated.SimulatedTransport`;
+        its return value (picklable) is the rank's result. The child is forked, so ``fn`` may
+        be any callable, a closure included.
+    scale : float
+        Simulated bytes per real byte of the algorithms' messages.
+    costs : SimCosts
+        Software costs charged as simulated time.
+    timeout_s : float, optional
+        Wall-clock limit for the child.
+
+    Returns
+    -------
+    SimRun
+        Results per rank, the simulated clock, messages, wall time.
+
+    Raises
+    ------
+    SimulationError
+        A rank raised (the message and the rank's traceback), the ranks deadlocked, or the
+        child died (SimGrid aborts on internal errors) or passed ``timeout_s``.
+    """
+    load_simgrid()  # a missing simulator is said here, in the caller's process
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, topology, fn, scale, costs), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        if not recv.poll(timeout_s):
+            raise SimulationError(f"the simulation did not finish within {timeout_s} s of "
+                                  "wall time")
+        try:
+            out = pickle.loads(recv.recv_bytes())
+        except EOFError:
+            proc.join()
+            raise SimulationError(f"the simulation process died (exit code {proc.exitcode}); "
+                                  "SimGrid aborts on internal errors, see its stderr") from None
+    finally:
+        if proc.is_alive() and timeout_s is not None:
+            proc.terminate()
+        proc.join()
+        recv.close()
+    if out[0] == "ok":
+        return out[1]
+    raise SimulationError(f"{out[1]}\n--- in the simulation:\n{out[2]}".rstrip())

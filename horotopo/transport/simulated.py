@@ -1,0 +1,634 @@
+"""A transport whose ranks are SimGrid actors in one process: horotopo's own code over a
+simulated network.
+
+Every rank runs its function in a SimGrid actor (:func:`run_simulated`); a message is a
+``Mailbox.put_async`` charged in *simulated* bytes: ``scale`` times the bytes the rank really
+holds, so a rank can keep a small array while the simulation moves the full-size buffer (the
+results are still checked exactly, on the small arrays). The control steps (the engine's
+metadata check, a plan's broadcast, a barrier) are charged their true size. Software costs are
+charged as simulated time (:class:`SimCosts`): a fixed cost per message posted, and a cost per
+received byte (the copy or the reduce that follows a receive).
+
+Matching is MPI's: one mailbox per (source, destination, tag), which SimGrid matches in FIFO
+order, so messages of one (source, tag) stream never overtake each other. SimGrid pairs a send
+with its receive (rendezvous): a send completes once the receiver has posted its receive and
+the bytes have crossed the network, as MPI allows for any message size.
+
+Waiting must go through :meth:`SimulatedTransport.waitsome`, ``waitall`` or ``wait``: they
+block in simulated time. (The generic poll loop sleeps in wall-clock time, which would stop the
+whole simulation.) A deadline counts simulated seconds from the moment the wait begins.
+
+SimGrid comes from Debian's ``python3-simgrid`` (3.32, a CPython 3.11 extension): ``apt-get
+install python3-simgrid``. A virtual environment does not see Debian's dist-packages folder, so
+:func:`load_simgrid` adds it to ``sys.path`` for that import only when the plain import fails.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..ops import UFUNCS
+from .base import TagAllocator, Transport, TransportError, TransportTimeout
+from .p2p import Describe
+
+__all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
+           "SimulatedTransport", "SimRun", "SimulationError", "run_simulated", "INSTALL_HINT"]
+
+INSTALL_HINT = ("the simulator needs SimGrid's Python bindings: on Debian or Ubuntu, "
+                "`sudo apt-get install -y python3-simgrid` (3.32, a CPython 3.11 extension; "
+                "the venv finds it in /usr/lib/python3/dist-packages)")
+
+# Where Debian puts python3-* extension modules; a venv's sys.path does not include it.
+_DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
+
+# The control steps fold with these, "band" for vectors of flag bits (as in p2p).
+_UFUNCS = dict(UFUNCS, band=np.bitwise_and)
+
+
+class SimulatorMissing(ImportError):
+    """SimGrid's Python bindings cannot be imported; the message says how to install them."""
+
+
+class SimulationError(RuntimeError):
+    """A simulated run failed: a rank raised (the first error is the cause) or deadlocked."""
+
+
+def load_simgrid() -> ModuleType:
+    """The ``simgrid`` module, from the environment or from Debian's dist-packages folder.
+
+    Raises
+    ------
+    SimulatorMissing
+        Neither has it (the message says how to install it).
+    """
+    try:
+        import simgrid  # type: ignore[import-not-found]
+        return simgrid
+    except ImportError:
+        pass
+    folder = str(_DEBIAN_DIST_PACKAGES)
+    if not (_DEBIAN_DIST_PACKAGES / "simgrid.cpython-311-x86_64-linux-gnu.so").exists() \
+            and not any(_DEBIAN_DIST_PACKAGES.glob("simgrid.*.so")):
+        raise SimulatorMissing(INSTALL_HINT)
+    # Appended for this import only: Debian's folder also holds other packages (numpy...) that
+    # must not shadow the venv's.
+    sys.path.append(folder)
+    try:
+        import simgrid  # type: ignore[import-not-found]
+        return simgrid
+    except ImportError as exc:
+        raise SimulatorMissing(f"{INSTALL_HINT}; importing it failed: {exc}") from exc
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+
+
+@dataclass(frozen=True)
+class SimCosts:
+    """Software costs charged as simulated time on the rank that spends them.
+
+    Attributes
+    ----------
+    per_message_s : float
+        Python CPU per message (each send and receive posted, with its completion handling).
+    recv_s_per_byte : float
+        CPU per received (simulated) byte: the copy or reduce that follows a receive.
+    """
+
+    per_message_s: float
+    recv_s_per_byte: float
+
+    @classmethod
+    def from_overhead(cls, summary: Mapping[str, Any]) -> "SimCosts":
+        """Costs from the JSON that ``benchmarks/engine_overhead.py`` prints.
+
+        ``per_message_s`` is its ``python_cpu_s_per_message`` (the least over chunks of at
+        most 4 KiB, where moving bytes costs next to nothing). ``recv_s_per_byte`` is the
+        Python CPU of its largest-chunk row less that per-message cost, over the bytes the
+        busiest rank receives in that row: its plan is the ring's chains, where a rank
+        receives ``2 (n - 1) / n`` of the buffer (half reduced, half copied).
+        """
+        per = float(summary["python_cpu_s_per_message"])
+        n = int(summary["ranks"])
+        row = max(summary["rows"], key=lambda r: r["chunk_bytes"])
+        received = 2 * (n - 1) / n * float(summary["bytes"])
+        cpu = float(row["python_cpu_s"]) - int(row["messages"]) * per
+        return cls(per_message_s=per, recv_s_per_byte=max(cpu, 0.0) / received)
+
+
+#: Measured on this machine (2 cores, MPICH over shared memory) by
+#: ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M`` and
+#: :meth:`SimCosts.from_overhead`: 11.34 us of Python CPU per message (4 KiB chunks, 768
+#: messages per call), and 0.878 ms of Python CPU at 1 MiB chunks (12 messages) for the
+#: 1.5 MiB a rank receives: 0.47 ns per received byte.
+DEFAULT_COSTS = SimCosts(per_message_s=11.34e-6, recv_s_per_byte=0.472e-9)
+
+
+class _Request:
+    """One posted message. Posting is deferred to the rank's next wait or test (see
+    :meth:`SimulatedTransport._flush`), so the CPU cost charged before it delays it."""
+
+    __slots__ = ("kind", "buf", "mailbox", "payload", "charged", "comm", "handle", "done",
+                 "peer")
+
+    def __init__(self, kind: str, buf: Any, mailbox: Any, peer: int,
+                 payload: Any = None, charged: int = 0) -> None:
+        self.kind = kind
+        self.buf = buf
+        self.mailbox = mailbox
+        self.peer = peer
+        self.payload = payload
+        self.charged = charged
+        self.comm: Any = None
+        self.handle: Any = None
+        self.done = False
+
+
+class _Rounds:
+    """A collective step in flight as rounds of point-to-point requests (a generator yields
+    each round's requests once the previous round has completed; its return ends it)."""
+
+    __slots__ = ("gen", "current", "done")
+
+    def __init__(self, gen: Iterator[List[_Request]]) -> None:
+        self.gen = gen
+        self.current: List[_Request] = []
+        self.done = False
+        self.advance()
+
+    def advance(self) -> None:
+        while not self.done and all(r.done for r in self.current):
+            try:
+                self.current = next(self.gen)
+            except StopIteration:
+                self.done = True
+                self.current = []
+
+    def pending(self) -> List[_Request]:
+        return [r for r in self.current if not r.done]
+
+
+@dataclass
+class SimRun:
+    """What :func:`run_simulated` returns.
+
+    Attributes
+    ----------
+    results : list
+        ``fn(transport)``'s value per rank.
+    clock_s : float
+        Simulated seconds from the start to the last rank's return.
+    finish_s : list of float
+        Simulated seconds at which each rank returned.
+    messages : int
+        Messages sent, all ranks together.
+    wall_s : float
+        Wall-clock seconds the simulation took here.
+    """
+
+    results: List[Any]
+    clock_s: float
+    finish_s: List[float]
+    messages: int
+    wall_s: float
+
+
+_USED = False
+
+
+def _engine(sg: ModuleType) -> Any:
+    """SimGrid's engine, for the one simulation this process may hold.
+
+    SimGrid keeps one engine and one platform per process, sealed by the first run: a second
+    platform cannot join it. :func:`horotopo.simulation.run_simulated` therefore runs each
+    simulation in a child process of its own.
+    """
+    global _USED
+    if _USED:
+        raise SimulationError("this process already holds a simulation (SimGrid allows one per "
+                              "process); use horotopo.simulation.run_simulated, which runs each "
+                              "in a child process")
+    _USED = True
+    return sg.Engine(["horotopo", "--log=root.thres:critical"])
+
+
+class Simulation:
+    """One simulated platform in the process's SimGrid engine.
+
+    Build the platform on :attr:`zone` (:mod:`horotopo.simulation.platform` does it from a
+    topology), then :meth:`run` ranks on its hosts (once: the run seals the platform). One per
+    process (see :func:`_engine`).
+
+    Parameters
+    ----------
+    costs : SimCosts
+        The software costs charged as simulated time.
+    """
+
+    def __init__(self, costs: SimCosts = DEFAULT_COSTS) -> None:
+        self.sg = load_simgrid()
+        self.engine = _engine(self.sg)
+        self.costs = costs
+        # The first zone is the platform's root; routes are listed pair by pair (full zone).
+        self.zone = self.sg.NetZone.create_full_zone("horotopo")
+        self._mailboxes: Dict[Tuple[int, int, int], Any] = {}
+        self.messages = 0
+
+    def mailbox(self, src: int, dst: int, tag: int) -> Any:
+        key = (src, dst, tag)
+        box = self._mailboxes.get(key)
+        if box is None:
+            box = self.sg.Mailbox.by_name(f"{src}>{dst}#{tag}")
+            self._mailboxes[key] = box
+        return box
+
+    def run(self, hosts: Sequence[Any], fn: Callable[["SimulatedTransport"], Any], *,
+            scale: float = 1.0, names: Optional[Sequence[str]] = None) -> SimRun:
+        """Run ``fn(transport)`` as one actor per rank; rank ``i`` on ``hosts[i]``.
+
+        Parameters
+        ----------
+        hosts : sequence of simgrid.Host
+            One per rank (ranks may share a host).
+        fn : callable
+            The rank's body; its return value is the rank's result.
+        scale : float
+            Simulated bytes per real byte of the point-to-point data messages.
+        names : sequence of str, optional
+            Each rank's ``processor_name`` (default: its host's name).
+
+        Raises
+        ------
+        SimulationError
+            A rank raised (the first error, by rank, is the cause), or ranks deadlocked.
+        """
+        sg = self.sg
+        n = len(hosts)
+        if n < 1:
+            raise ValueError("a simulation needs at least one rank")
+        if not scale > 0:
+            raise ValueError(f"scale must be positive, got {scale!r}")
+        results: List[Any] = [None] * n
+        finish: List[Optional[float]] = [None] * n
+        errors: Dict[int, BaseException] = {}
+        start = sg.Engine.clock
+        sent0 = self.messages
+        labels = list(names) if names is not None else [h.name for h in hosts]
+
+        def actor(rank: int) -> Callable[[], None]:
+            def body() -> None:
+                transport = SimulatedTransport(self, rank, n, scale, labels[rank])
+                try:
+                    results[rank] = fn(transport)
+                    transport._flush()  # sends posted but never waited for still go out
+                except sg.ActorKilled:
+                    raise  # a deadlock: SimGrid kills the blocked actors; let it
+                except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+                    errors[rank] = exc
+                finish[rank] = sg.Engine.clock - start
+            return body
+
+        for rank in range(n):
+            sg.Actor.create(f"rank{rank}", hosts[rank], actor(rank))
+        t0 = time.perf_counter()
+        self.engine.run()
+        wall = time.perf_counter() - t0
+        if errors:
+            first = min(errors)
+            raise SimulationError(f"rank {first} raised {type(errors[first]).__name__}: "
+                                  f"{errors[first]}") from errors[first]
+        stuck = [r for r in range(n) if finish[r] is None]
+        if stuck:
+            raise SimulationError(
+                f"deadlock: rank{'s' if len(stuck) > 1 else ''} "
+                f"{', '.join(map(str, stuck[:16]))}{' ...' if len(stuck) > 16 else ''} never "
+                f"returned (simulated clock {sg.Engine.clock - start:.6f} s)")
+        done = [float(f) for f in finish]  # type: ignore[arg-type]
+        return SimRun(results=results, clock_s=max(done), finish_s=done,
+                      messages=self.messages - sent0, wall_s=wall)
+
+
+class SimulatedTransport(Transport):
+    """One rank's transport inside a :class:`Simulation` (made by :meth:`Simulation.run`).
+
+    Attributes
+    ----------
+    scale : float
+        Simulated bytes per real byte of the point-to-point messages the algorithms post;
+        the control steps are charged their true size.
+    """
+
+    def __init__(self, sim: Simulation, rank: int, size: int, scale: float,
+                 processor_name: str) -> None:
+        self.sim = sim
+        self._sg = sim.sg
+        self._rank = rank
+        self._size = size
+        self.scale = float(scale)
+        self._name = processor_name
+        self._tags = TagAllocator(1 << 20)
+        self._queue: List[_Request] = []
+        self._debt = 0.0          # simulated CPU seconds spent since the last wait
+        self._unscaled = 0        # > 0 inside a control step
+        self._snapshot: Optional[Tuple[Any, np.ndarray, _Request]] = None
+
+    # ---- identity ---------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def processor_name(self) -> str:
+        return self._name
+
+    def now(self) -> float:
+        """The simulated clock, in seconds (the simulation's, from SimGrid's start)."""
+        return float(self._sg.Engine.clock)
+
+    def alloc_tags(self, count: int) -> int:
+        return self._tags.alloc(count)
+
+    # ---- messages -----------------------------------------------------------------------------
+    def _bytes_of(self, buf: Any) -> np.ndarray:
+        arr = np.asarray(buf)
+        if not arr.flags.c_contiguous:
+            raise TransportError("the simulated transport moves contiguous arrays only")
+        return arr.reshape(-1).view(np.uint8)
+
+    def isend(self, buf: Any, dest: int, tag: int) -> _Request:
+        return self._isend(buf, dest, tag, scaled=not self._unscaled)
+
+    def _isend(self, buf: Any, dest: int, tag: int, scaled: bool) -> _Request:
+        """Post a send charged ``scale`` times its bytes when ``scaled``, else its bytes."""
+        self._check_peer(dest)
+        raw = self._bytes_of(buf)
+        # MPI forbids touching a buffer while a send of it is pending, so a buffer sent again
+        # (a broadcast root's payload to every rank) is copied once, not once per destination.
+        snap = self._snapshot
+        if snap is not None and snap[0] is buf and not snap[2].done \
+                and snap[1].nbytes == raw.nbytes:
+            payload = snap[1]
+        else:
+            payload = raw.copy()
+        charged = int(round(raw.nbytes * self.scale)) if scaled else raw.nbytes
+        req = _Request("send", None, self.sim.mailbox(self._rank, dest, tag), dest,
+                       (payload, charged), charged)
+        self._snapshot = (buf, payload, req)
+        self._post(req)
+        return req
+
+    def irecv(self, buf: Any, source: int, tag: int) -> _Request:
+        self._check_peer(source)
+        req = _Request("recv", self._bytes_of(buf), self.sim.mailbox(source, self._rank, tag),
+                       source)
+        self._post(req)
+        return req
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise TransportError(f"rank {self._rank} cannot message rank {peer} of "
+                                 f"{self._size}")
+
+    def _post(self, req: _Request) -> None:
+        self._debt += self.sim.costs.per_message_s
+        self._queue.append(req)
+
+    def _flush(self) -> None:
+        """Spend the CPU time owed, then post the queued messages (in posting order, so each
+        mailbox keeps MPI's order)."""
+        if self._debt > 0:
+            debt, self._debt = self._debt, 0.0
+            self._sg.this_actor.sleep_for(debt)
+        if self._queue:
+            queue, self._queue = self._queue, []
+            for req in queue:
+                if req.kind == "send":
+                    req.comm = req.mailbox.put_async(req.payload, req.charged)
+                    self.sim.messages += 1
+                else:
+                    req.comm, req.handle = req.mailbox.get_async()
+
+    def _complete(self, req: _Request) -> None:
+        req.done = True
+        if req.kind == "recv":
+            payload, charged = req.handle.get()
+            if payload.nbytes != req.buf.nbytes:
+                raise TransportError(
+                    f"rank {self._rank}: a {payload.nbytes}-byte message from rank {req.peer} "
+                    f"for a {req.buf.nbytes}-byte receive")
+            req.buf[...] = payload
+            self._debt += charged * self.sim.costs.recv_s_per_byte
+            req.handle = None
+        req.payload = None
+        req.comm = None
+
+    def test(self, request: Any) -> bool:
+        self._flush()
+        if isinstance(request, _Rounds):
+            return self._test_rounds(request)
+        if not request.done and request.comm.test():
+            self._complete(request)
+        return request.done
+
+    def _test_rounds(self, rounds: _Rounds) -> bool:
+        for r in rounds.pending():
+            if r.comm is None:
+                self._flush()
+            if r.comm.test():
+                self._complete(r)
+        rounds.advance()
+        return rounds.done
+
+    def cancel(self, request: Any) -> None:
+        reqs = request.pending() if isinstance(request, _Rounds) else [request]
+        for r in reqs:
+            if not r.done and r.comm is not None:
+                r.comm.cancel()
+            r.done = True
+
+    def waitsome(self, requests: Sequence[Any]) -> List[int]:
+        self._flush()
+        ready = [k for k, r in enumerate(requests) if r.done]
+        if ready:
+            return ready
+        k = self._sg.Comm.wait_any([r.comm for r in requests])
+        self._complete(requests[k])
+        return [k]
+
+    def waitall(self, requests: Sequence[Any]) -> None:
+        pending = [r for r in requests if not r.done]
+        while pending:
+            self.waitsome(pending)
+            pending = [r for r in pending if not r.done]
+
+    def wait(self, requests: List[Any], deadline: Optional[float], *,
+             peers: Optional[Sequence[int]] = None, what: Describe = "wait",
+             on_done: Any = None, busy: bool = False, spin_polls: int = 0,
+             nap_s: Tuple[float, float] = (0.0, 0.0)) -> None:
+        """Wait for every request in simulated time (see :meth:`Transport.wait`).
+
+        ``deadline`` is a ``time.perf_counter()`` value, as for every transport; what remains
+        of it when the wait begins is counted in simulated seconds. ``busy``, ``spin_polls``
+        and ``nap_s`` tune a wall-clock poll loop and mean nothing here.
+        """
+        sim_deadline = None if deadline is None else \
+            self.now() + max(0.0, deadline - time.perf_counter())
+        done: List[bool] = []
+        while True:
+            self._flush()
+            done.extend([False] * (len(requests) - len(done)))
+            comms: List[Any] = []
+            owners: List[Tuple[int, _Request]] = []
+            progressed = False
+            for k in range(len(done)):
+                if done[k]:
+                    continue
+                req = requests[k]
+                if isinstance(req, _Rounds):
+                    req.advance()
+                    if req.done:
+                        finished = True
+                    else:
+                        finished = False
+                        for part in req.pending():
+                            comms.append(part.comm)
+                            owners.append((k, part))
+                else:
+                    finished = req.done
+                    if not finished:
+                        comms.append(req.comm)
+                        owners.append((k, req))
+                if finished:
+                    done[k] = progressed = True
+                    if on_done is not None:
+                        on_done(k)
+            if progressed:
+                continue  # on_done may have appended requests; the queue may need posting
+            if all(done):
+                return
+            if any(c is None for c in comms):
+                continue  # a round posted parts that are queued: flush them first
+            if sim_deadline is None:
+                got = self._sg.Comm.wait_any(comms)
+            else:
+                got = self._sg.Comm.wait_any_for(comms, max(0.0, sim_deadline - self.now()))
+            if got < 0:
+                self._time_out(requests, done, peers, what)
+            self._complete(owners[got][1])
+
+    def _time_out(self, requests: List[Any], done: List[bool], peers: Optional[Sequence[int]],
+                  what: Describe) -> None:
+        pending = [k for k in range(len(done)) if not done[k]]
+        missing: List[int] = []
+        for k in pending:
+            req = requests[k]
+            if isinstance(req, _Rounds):
+                missing += [r.peer for r in req.pending()]
+            elif peers is not None:
+                missing.append(peers[k])
+            self.cancel(req)
+        raise TransportTimeout(what(pending) if callable(what) else what, missing)
+
+    # ---- the control steps: true size, log-depth where the generic step is quadratic -------
+    @contextmanager
+    def _true_size(self) -> Iterator[None]:
+        self._unscaled += 1
+        try:
+            yield
+        finally:
+            self._unscaled -= 1
+
+    def iallreduce_control(self, buf: Any, op: Any) -> _Rounds:
+        """Start a recursive-doubling allreduce of the small vector ``buf`` (``log2 n`` rounds
+        instead of the generic step's ``n``-way exchange); wait for it with :meth:`wait`."""
+        fold = _UFUNCS.get(op)
+        if fold is None:
+            raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
+        return _Rounds(self._doubling(np.asarray(buf), fold, self.alloc_tags(1), False))
+
+    def _doubling(self, buf: np.ndarray, fold: Any, tag: int, scaled: bool
+                  ) -> Iterator[List[_Request]]:
+        """Recursive doubling; with ``n`` not a power of two, the first ``2 r`` ranks pair up
+        first (the even one hands its vector to the odd one and gets the result back). Every
+        fold puts the lower rank's operand first, so every rank ends with the same bits."""
+        n, me = self._size, self._rank
+        if n == 1:
+            return
+        acc = buf.reshape(-1).copy()
+        got = np.empty_like(acc)
+        p = 1 << (n.bit_length() - 1)
+        r = n - p
+        if me < 2 * r and me % 2 == 0:
+            yield [self._isend(acc, me + 1, tag, scaled)]
+            yield [self.irecv(got, me + 1, tag)]
+            buf.reshape(-1)[...] = got
+            return
+        if me < 2 * r:
+            yield [self.irecv(got, me - 1, tag)]
+            acc = fold(got, acc)
+            vr = me // 2
+        else:
+            vr = me - r
+        mask = 1
+        while mask < p:
+            partner_v = vr ^ mask
+            partner = 2 * partner_v + 1 if partner_v < r else partner_v + r
+            send = acc.copy()
+            yield [self._isend(send, partner, tag, scaled), self.irecv(got, partner, tag)]
+            acc = fold(got, acc) if partner_v < vr else fold(acc, got)
+            mask <<= 1
+        if me < 2 * r:
+            yield [self._isend(acc, me - 1, tag, scaled)]
+        buf.reshape(-1)[...] = acc
+
+    def allreduce_control(self, buf: Any, op: Any, timeout_s: Optional[float] = None,
+                          what: str = "allreduce") -> None:
+        req = self.iallreduce_control(buf, op)
+        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        self.wait([req], deadline, what=f"{what}: nothing within {timeout_s} s (simulated)")
+
+    def allreduce(self, sendbuf: Any, recvbuf: Any, op: Any) -> None:
+        """The simulated MPI library's allreduce: recursive doubling, charged at ``scale``
+        (a data allreduce, unlike the control steps)."""
+        if recvbuf is not sendbuf:
+            recvbuf[...] = sendbuf
+        fold = _UFUNCS.get(op)
+        if fold is None:
+            raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
+        self.wait([_Rounds(self._doubling(np.asarray(recvbuf), fold, self.alloc_tags(1),
+                                          True))], None)
+
+    def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
+        self.allreduce_control(np.zeros(1, dtype=np.uint8), "max", timeout_s, what)
+
+    def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
+                        what: str = "broadcast") -> bytes:
+        with self._true_size():
+            return super().broadcast_bytes(data, root, timeout_s, what)
+
+    def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
+                     ) -> Optional[List[bytes]]:
+        with self._true_size():
+            return super().gather_bytes(data, root, timeout_s, what)
+
+    def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
+                        ) -> List[bytes]:
+        """A gather to rank 0 and a broadcast back: ``O(n)`` messages, where the generic
+        all-to-all step's ``n (n - 1)`` would swamp a simulation of thousands of ranks."""
+        with self._true_size():
+            got = super().gather_bytes(data, 0, timeout_s, what)
+            blob = json.dumps([b.hex() for b in got]).encode() if got is not None else None
+            out = super().broadcast_bytes(blob, 0, timeout_s, what)
+        return [bytes.fromhex(h) for h in json.loads(out)]

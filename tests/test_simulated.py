@@ -1,0 +1,311 @@
+"""The simulated transport (SimGrid actors in one process): MPI's matching rules, simulated
+deadlines, byte scaling, the platform built from a topology, and the engine's test grid
+(tree and ring, random plans, exact small-integer data, same bits on every rank) without
+mpiexec.
+
+The grid: n in {1..8, 13, 16}; per n and algorithm, every count of {0, 1, 7, 1000, 100003}
+with every dtype, the op rotating so that each dtype meets every op and each count every op
+(25 allreduces per algorithm and n, not the full 125: the file stays under a minute on two
+cores). Skipped, with the install command, where SimGrid is missing; .ci/run installs it.
+"""
+import hashlib
+
+import numpy as np
+import pytest
+
+from horotopo.transport.simulated import SimulatorMissing, load_simgrid
+
+try:
+    load_simgrid()
+except SimulatorMissing as _exc:
+    pytest.skip(str(_exc), allow_module_level=True)
+
+from horotopo.engine import Engine  # noqa: E402
+from horotopo.generate import racks, random_declared, random_measured, uniform_star  # noqa: E402
+from horotopo.packing import ring_parents  # noqa: E402
+from horotopo.plan import plan_from_trees  # noqa: E402
+from horotopo.simulation import SimCosts, SimulationError, run_simulated  # noqa: E402
+from horotopo.simulation.platform import resource_latencies  # noqa: E402
+from horotopo.topology import from_dict  # noqa: E402
+from horotopo.transport import simulated  # noqa: E402
+from horotopo.transport.base import TransportTimeout  # noqa: E402
+from horotopo.validate import validate  # noqa: E402
+
+COUNTS = [0, 1, 7, 1000, 100003]
+DTYPES = ["float16", "float32", "float64", "int32", "int64"]
+OPS = ["sum", "average", "min", "max", "product"]
+FREE = SimCosts(per_message_s=0.0, recv_s_per_byte=0.0)
+
+
+def star(n, gbps=1.0):
+    return from_dict(uniform_star(n, gbps))
+
+
+# ---- the transport's rules -------------------------------------------------------------------
+def test_messages_of_one_source_and_tag_keep_their_order_and_tags_do_not_mix():
+    def body(t):
+        if t.rank == 0:
+            reqs = [t.isend(np.full(3, k, np.int32), 1, 5) for k in range(4)]
+            reqs.append(t.isend(np.full(3, 99, np.int32), 1, 6))
+            t.waitall(reqs)
+            return None
+        # the tag-6 receive is posted first and must not take a tag-5 message
+        bufs = [np.empty(3, np.int32) for _ in range(5)]
+        reqs = [t.irecv(bufs[4], 0, 6)] + [t.irecv(bufs[k], 0, 5) for k in range(4)]
+        t.waitall(reqs)
+        return [int(b[0]) for b in bufs]
+
+    assert run_simulated(star(2), body).results[1] == [0, 1, 2, 3, 99]
+
+
+def test_a_wait_times_out_in_simulated_time_naming_the_missing_peer():
+    def body(t):
+        if t.rank == 1:
+            req = t.irecv(np.empty(1), 0, 3)
+            t0 = t.now()
+            try:
+                t.wait([req], __import__("time").perf_counter() + 2.0, peers=[0],
+                       what="waiting for rank 0")
+            except TransportTimeout as exc:
+                return str(exc), exc.missing, t.now() - t0
+            return "no timeout", (), 0.0
+        return None
+
+    what, missing, waited = run_simulated(star(2), body).results[1]
+    assert what == "waiting for rank 0" and missing == (0,)
+    assert 1.5 < waited <= 2.0  # simulated seconds: what remained of the deadline
+
+
+def test_control_steps_agree_on_every_size():
+    def body(t):
+        n = t.size
+        v = np.array([t.rank + 1, -t.rank], dtype=np.int64)
+        t.allreduce_control(v, "sum")
+        w = np.array([t.rank], dtype=np.int64)
+        t.allreduce_control(w, "max", timeout_s=5.0)
+        got = t.broadcast_object({"r": n - 1} if t.rank == n - 1 else None, n - 1, 5.0)
+        every = t.allgather_object(t.rank * 10, 5.0)
+        t.barrier(5.0)
+        return v.tolist(), int(w[0]), got, every
+
+    for n in (1, 3, 6, 8):  # recursive doubling with and without ranks left over
+        want = ([n * (n + 1) // 2, -n * (n - 1) // 2], n - 1, {"r": n - 1},
+                [10 * r for r in range(n)])
+        assert run_simulated(star(n), body, scale=1e6).results == [want] * n
+
+
+def test_scale_charges_the_simulated_bytes_on_the_link():
+    nbytes, factor = 1000, 4096.0
+    topo = from_dict({"name": "pair", "switches": ["sw"],
+                      "links": [{"ends": ["a", "sw"], "gbps": 1.0},
+                                {"ends": ["b", "sw"], "gbps": 1.0}], "ranks": ["a", "b"]})
+
+    def body(t):
+        buf = np.zeros(nbytes, np.uint8)
+        t0 = t.now()
+        t.waitall([t.isend(buf, 1, 1) if t.rank == 0 else t.irecv(buf, 0, 1)])
+        return t.now() - t0
+
+    plain = run_simulated(topo, body, costs=FREE).clock_s
+    scaled = run_simulated(topo, body, scale=factor, costs=FREE).clock_s
+    ideal = nbytes * factor / 125e6  # bytes over 1 gbps
+    assert ideal <= scaled <= 1.1 * ideal  # SimGrid's TCP model gets ~97% of the rate
+    assert plain < scaled / 100
+
+
+def test_costs_are_charged_per_message_and_per_received_byte():
+    costs = SimCosts(per_message_s=1e-3, recv_s_per_byte=1e-6)
+
+    def body(t):
+        buf = np.zeros(100, np.uint8)
+        t.waitall([t.isend(buf, 1, 1) if t.rank == 0 else t.irecv(buf, 0, 1)])
+        t.waitall([t.isend(buf, 0, 2) if t.rank == 1 else t.irecv(buf, 1, 2)])
+        return t.now()
+
+    free = run_simulated(star(2, 100.0), body, costs=FREE).clock_s
+    paid = run_simulated(star(2, 100.0), body, costs=costs).clock_s
+    # rank 0 posts twice (2 ms) and pays for 100 received bytes (0.1 ms) before finishing
+    assert paid - free == pytest.approx(2e-3 + 1e-4, rel=0.05)
+
+
+def test_costs_from_the_overhead_benchmark_summary():
+    summary = {"ranks": 4, "bytes": 1 << 20, "python_cpu_s_per_message": 1e-5,
+               "rows": [{"chunk_bytes": 4096, "messages": 768, "python_cpu_s": 0.01},
+                        {"chunk_bytes": 1 << 20, "messages": 12, "python_cpu_s": 1.62e-3}]}
+    c = SimCosts.from_overhead(summary)
+    assert c.per_message_s == 1e-5
+    assert c.recv_s_per_byte == pytest.approx((1.62e-3 - 12e-5) / (1.5 * (1 << 20)))
+
+
+def test_a_rank_error_and_a_deadlock_are_reported():
+    def raises(t):
+        if t.rank == 1:
+            raise KeyError("boom")
+        return 1
+
+    with pytest.raises(SimulationError, match="rank 1 raised KeyError.*boom"):
+        run_simulated(star(2), raises)
+
+    def hangs(t):
+        if t.rank == 0:
+            t.waitall([t.irecv(np.empty(1), 1, 9)])
+
+    with pytest.raises(SimulationError, match="deadlock: rank 0 never returned"):
+        run_simulated(star(2), hangs)
+
+
+def test_missing_simgrid_says_how_to_install(monkeypatch, tmp_path):
+    import sys
+    monkeypatch.setitem(sys.modules, "simgrid", None)  # makes `import simgrid` fail
+    monkeypatch.setattr(simulated, "_DEBIAN_DIST_PACKAGES", tmp_path)
+    with pytest.raises(SimulatorMissing, match="apt-get install -y python3-simgrid"):
+        simulated.load_simgrid()
+
+
+# ---- the platform ---------------------------------------------------------------------------
+def test_platform_routes_and_latencies_follow_the_model():
+    doc = racks([2, 2], nic_gbps=1.0, uplink_gbps=0.25)
+    for link in doc["links"]:
+        link["latency_ms"] = 0.5 if "spine" in link["ends"] else 0.1
+    topo = from_dict(doc)
+    lat = resource_latencies(topo)
+    for i in range(topo.n):
+        for j in range(topo.n):
+            assert sum(lat[r] for r in topo.routes[i][j]) == pytest.approx(topo.latency_s[i][j])
+    meas = from_dict(random_measured(4, 3))
+    lat = resource_latencies(meas)
+    assert sum(lat[r] for r in meas.routes[1][2]) == pytest.approx(meas.latency_s[1][2])
+
+    # Two flows across the one 0.25 gbps uplink share it; inside a rack they do not.
+    def body(t):
+        buf = np.zeros(250_000, np.uint8)
+        peer = {0: 1, 1: 0, 2: 3, 3: 2}[t.rank]   # interleaved: 0,2 in rack 0; 1,3 in rack 1
+        reqs = [t.isend(buf, peer, 1) if t.rank in (0, 2) else t.irecv(buf, peer, 1)]
+        t.waitall(reqs)
+        return t.now()
+
+    cross = run_simulated(from_dict(racks([2, 2])), body, costs=FREE).clock_s
+    assert cross >= 2 * 250_000 / (0.25e9 / 8)  # both 250 kB flows through one uplink
+
+
+# ---- the engine's grid ----------------------------------------------------------------------
+def random_arborescence(n, root, rng):
+    order = [root] + [int(v) for v in rng.permutation([v for v in range(n) if v != root])]
+    parent = [-1] * n
+    for i in range(1, n):
+        parent[order[i]] = order[int(rng.integers(0, i))]
+    return parent
+
+
+def random_plan(n, seed, chunk_bytes):
+    rng = np.random.default_rng(seed)
+    spec = []
+    for _ in range(int(rng.integers(1, 4))):
+        root = int(rng.integers(0, n))
+        spec.append((root, random_arborescence(n, root, rng), random_arborescence(n, root, rng),
+                     float(rng.uniform(0.1, 2.0))))
+    plan = plan_from_trees(n, spec, chunk_bytes=chunk_bytes)
+    validate(plan)
+    return plan
+
+
+def inputs(n, rank, count, dtype, op, seed):
+    """Small integers whose reductions over up to 16 ranks are exact in every dtype (products
+    take a 2 on at most 4 ranks: float16 holds 2**4 exactly and 2**16 overflows)."""
+    rng = np.random.default_rng(1000 * seed + rank)
+    if op == "product":
+        x = rng.choice([-1, 1, 2] if rank < 4 else [-1, 1], count)
+    elif op in ("min", "max"):
+        x = rng.integers(-50, 51, count)
+    else:
+        x = rng.integers(0, 4, count)
+    return x.astype(dtype)
+
+
+def scaled(values, factor, dtype):
+    """Horovod's scaling: floats in their precision (half via float32), ints via float64."""
+    dtype = np.dtype(dtype)
+    if factor == 1.0:
+        return values.astype(dtype)
+    if dtype.kind == "f":
+        if dtype == np.float16:
+            return (values.astype(np.float32) * np.float32(factor)).astype(np.float16)
+        return values.astype(dtype) * dtype.type(factor)
+    return (values.astype(np.float64) * factor).astype(dtype)
+
+
+def reference(n, count, dtype, op, seed):
+    wide = np.float64 if np.dtype(dtype).kind == "f" else np.int64
+    every = np.stack([inputs(n, r, count, dtype, op, seed).astype(wide) for r in range(n)]) \
+        if count else np.zeros((n, 0), wide)
+    fold = {"sum": np.sum, "average": np.sum, "min": np.min, "max": np.max,
+            "product": np.prod}[op]
+    out = fold(every, axis=0).astype(wide)
+    return scaled(out.astype(dtype), 1.0 / n if op == "average" else 1.0, dtype)
+
+
+CASES = [(count, dtype, OPS[(c + d) % len(OPS)])
+         for c, count in enumerate(COUNTS) for d, dtype in enumerate(DTYPES)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8, 13, 16])
+def test_engine_grid_exact_and_identical_on_every_rank(n):
+    chunk = 32 << 10
+    plans = {"tree": random_plan(n, 100 + n, chunk),
+             "ring": plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
+                                     chunk_bytes=chunk)}
+    topo = from_dict(random_declared(n, seed=n)) if n > 1 else star(1)
+
+    def body(t):
+        rows = []
+        for alg, plan in plans.items():
+            eng = Engine(t, plan)
+            for k, (count, dtype, op) in enumerate(CASES):
+                x = inputs(n, t.rank, count, dtype, op, k)
+                before = x.copy()
+                in_place = k % 2 == 1
+                got = eng.allreduce(x, x if in_place else None, op=op, algorithm=alg)
+                want = reference(n, count, dtype, op, k)
+                ok = (got is x) if in_place else (got is not x and np.array_equal(x, before))
+                exact = got.dtype == want.dtype and np.array_equal(got, want)
+                rows.append((alg, count, dtype, op, ok and exact,
+                             hashlib.sha256(np.ascontiguousarray(got).tobytes()).hexdigest()))
+        return rows
+
+    run = run_simulated(topo, body, scale=1.0)
+    for k, row in enumerate(run.results[0]):
+        label = "{} n={} count={} {} {}".format(row[0], n, *row[1:4])
+        wrong = [r for r in range(n) if not run.results[r][k][4]]
+        assert not wrong, f"{label}: wrong on ranks {wrong}"
+        assert len({run.results[r][k][5] for r in range(n)}) == 1, \
+            f"{label}: results differ across ranks"
+    assert run.clock_s > 0 or n == 1
+
+
+def test_scaled_engine_run_is_checked_on_small_arrays_and_charged_full_size():
+    """A 64 MiB float32 allreduce simulated with 64 KiB per rank (scale 1024), chunks scaled
+    down alike so the pipeline has the full-size run's chunk count: exact results, and a
+    simulated time no better than the bound the network allows."""
+    n, full, factor = 4, 64 << 20, 1024
+    topo = star(n, 1.0)
+    plan = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
+                           chunk_bytes=1 << 20)
+
+    def body(t):
+        eng = Engine(t, plan, chunk_bytes=plan.chunk_bytes // factor,
+                     window=simulated_window(plan.chunk_bytes))
+        x = np.full(full // 4 // factor, t.rank + 1, np.float32)
+        t0 = t.now()
+        got = eng.allreduce(x, algorithm="ring")
+        return bool(np.all(got == n * (n + 1) / 2)), t.now() - t0
+
+    run = run_simulated(topo, body, scale=factor, costs=FREE)
+    assert all(ok for ok, _ in run.results)
+    # ring moves 2 (n-1)/n of the buffer through every NIC at 1 gbps
+    bound = 2 * (n - 1) / n * full / 125e6
+    assert bound <= run.clock_s <= 1.5 * bound
+
+
+def simulated_window(chunk_bytes):
+    from horotopo.schedule import window_for
+    return window_for(chunk_bytes)
