@@ -309,3 +309,19 @@ def test_scaled_engine_run_is_checked_on_small_arrays_and_charged_full_size():
 def simulated_window(chunk_bytes):
     from horotopo.schedule import window_for
     return window_for(chunk_bytes)
+
+
+def test_simulate_command_plans_shares_and_runs_both_algorithms(tmp_path, capsys):
+    """`horotopo simulate`: the plan made on rank 0 and shared by the plan protocol beats the
+    ring on interleaved racks, every result is exact, and the JSON has the rows."""
+    import json
+
+    from horotopo.cli import main
+    path = tmp_path / "racks.json"
+    path.write_text(json.dumps(racks([2, 2])))
+    assert main(["simulate", str(path), "--size", "1M", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rows = {r["algorithm"]: r for r in res["rows"]}
+    assert res["ranks"] == 4 and res["init_simulated_s"] > 0
+    assert rows["tree"]["wrong"] == rows["ring"]["wrong"] == 0
+    assert rows["tree"]["time_s"] < rows["ring"]["time_s"]
