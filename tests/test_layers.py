@@ -1,0 +1,70 @@
+"""The import contract of tests/import_contract.py, on the package and on deliberate breaches."""
+from __future__ import annotations
+
+import pathlib
+import textwrap
+
+from import_contract import LAYERS, layer_of, violations
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_package_keeps_the_import_contract():
+    found = violations(ROOT)
+    assert not found, "import contract broken:\n" + "\n".join(map(str, found))
+
+
+def test_every_package_module_is_in_a_layer():
+    for path in (ROOT / "horotopo").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        assert layer_of(module) is not None, module
+
+
+def _write(root: pathlib.Path, files: dict) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    # The same layer names as the package: plan importing the API is the breach to catch.
+    _write(tmp_path, {
+        "horotopo/__init__.py": "",
+        "horotopo/plan.py": "from .api import runtime\n",
+        "horotopo/api/__init__.py": "",
+        "horotopo/api/runtime.py": "from .. import plan\n",
+    })
+    found = violations(tmp_path)
+    assert [(v.module, v.imported, v.line) for v in found] == [
+        ("horotopo.plan", "horotopo.api.runtime", 1)]
+    assert "layer 'plan' may not import layer 'api'" in found[0].why
+
+
+def test_mpi4py_outside_its_door_is_caught(tmp_path):
+    _write(tmp_path, {
+        "horotopo/__init__.py": "",
+        "horotopo/probe/__init__.py": "def f():\n    from mpi4py import MPI\n",
+        "horotopo/transport/__init__.py": "",
+        "horotopo/transport/mpi.py": "from mpi4py import MPI\n",
+    })
+    found = violations(tmp_path)
+    assert [(v.module, v.line) for v in found] == [("horotopo.probe", 2)]
+    assert "may import mpi4py" in found[0].why
+
+
+def test_absolute_and_package_imports_resolve_to_the_module(tmp_path):
+    # "from horotopo import config" names the foundation module, not the package's __init__
+    # (which is API level): it must not be reported.
+    _write(tmp_path, {
+        "horotopo/__init__.py": "",
+        "horotopo/config.py": "",
+        "horotopo/topology.py": "from horotopo import config\nfrom . import config as c\n",
+    })
+    assert violations(tmp_path) == []
+
+
+def test_layers_are_named_once():
+    names = [name for name, _ in LAYERS]
+    assert len(names) == len(set(names))
