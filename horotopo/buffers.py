@@ -82,9 +82,9 @@ def unregister_adapter(module: str) -> None:
 
 def adapter_for(buf: Any) -> Optional[BufferAdapter]:
     """The adapter registered for ``buf``'s framework, or None (NumPy, CuPy, anything else)."""
-    if not _ADAPTERS:
-        return None
     kind = type(buf)
+    if kind is np.ndarray or not _ADAPTERS:  # the engine's usual case, first
+        return None
     try:
         return _BY_TYPE[kind]
     except KeyError:
@@ -116,6 +116,8 @@ def as_array(buf: Any) -> Any:
     TypeError
         From the adapter (a buffer it cannot view), or for an unadapted framework's buffer.
     """
+    if type(buf) is np.ndarray:  # the engine's usual case, first
+        return buf
     adapter = adapter_for(buf)
     if adapter is not None:
         return adapter.as_array(buf)

@@ -65,10 +65,12 @@ Reduction = Literal["sum", "min", "max", "product"]
 OPS: Tuple[str, ...] = tuple(op.value for op in ReduceOp)
 REDUCTIONS: Tuple[str, ...] = tuple(op.value for op in ReduceOp if op.reduction is op)
 #: NumPy's in-place loop for each elementwise reduction (for host bfloat16, ml_dtypes' own:
-#: each element computed in float32 and rounded to nearest even once).
-UFUNCS: Dict[str, Callable[..., object]] = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum,
-                                             ReduceOp.MAX: np.maximum,
-                                             ReduceOp.PRODUCT: np.multiply}
+#: each element computed in float32 and rounded to nearest even once). Tables are keyed by the
+#: members' plain values: a lookup with a name then hits by identity, not by a str compare.
+UFUNCS: Dict[str, Callable[..., object]] = {ReduceOp.SUM.value: np.add,
+                                             ReduceOp.MIN.value: np.minimum,
+                                             ReduceOp.MAX.value: np.maximum,
+                                             ReduceOp.PRODUCT.value: np.multiply}
 ALLREDUCE_DTYPES: Tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int32",
                                      "int64")
 BROADCAST_DTYPES: Tuple[str, ...] = ALLREDUCE_DTYPES + ("uint8",)
@@ -95,7 +97,9 @@ _BFLOAT16_CODE = len(_NUMPY_DTYPES) + 1
 _ALLREDUCE_SET: Set[np.dtype] = {np.dtype(name) for name in ALLREDUCE_DTYPES
                                  if name != "bfloat16"}
 _OP_CODES: Dict[str, int] = {name: k + 1 for k, name in enumerate(OPS)}
-# A plain dict for the per-call lookup (an Enum call costs about a microsecond).
+# Plain dicts for the per-call lookups (an Enum call costs about a microsecond, an isinstance
+# against the Enum class a tenth of one).
+_CANONICAL: Dict[str, str] = {op.value: op.value for op in ReduceOp}
 _REDUCTION_OF: Dict[str, str] = {op.value: op.reduction.value for op in ReduceOp}
 _bf16: Optional[np.dtype] = None  # ml_dtypes' bfloat16 once registered by _bfloat16()
 
@@ -131,8 +135,9 @@ def normalize_op(op: str) -> str:
     ValueError
         If ``op`` is not one of :data:`OPS`.
     """
-    if op in _OP_CODES:
-        return op.value if isinstance(op, ReduceOp) else op
+    hit = _CANONICAL.get(op)  # a name or a member: its plain name, one dict lookup
+    if hit is not None:
+        return hit
     name = op.strip().lower() if isinstance(op, str) else None
     if name not in _OP_CODES:
         raise ValueError(f"op must be one of {', '.join(OPS)}; got {op!r}")
@@ -182,9 +187,9 @@ def check_dtype(dtype: object, broadcast: bool = False) -> np.dtype:
 
 
 def is_allreduce_dtype(dtype: np.dtype) -> bool:
-    """Whether the allreduce algorithms take ``dtype`` (one set lookup: a per-call check;
-    bfloat16 counts once :func:`check_dtype` has registered it)."""
-    return dtype in _ALLREDUCE_SET
+    """Whether the allreduce algorithms take ``dtype`` (one set lookup for the known ones;
+    bfloat16 is registered on its first sight, and is False without ml_dtypes)."""
+    return dtype in _ALLREDUCE_SET or (_is_bfloat16(dtype) and dtype_code(dtype) > 0)
 
 
 def effective_scales(op: str, prescale: float, postscale: float, size: int) -> Tuple[float, float]:

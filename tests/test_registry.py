@@ -188,3 +188,34 @@ def test_an_adapted_buffer_goes_in_and_its_kind_comes_back(monkeypatch):
     assert buffers.adapter_for(x) is None
     with pytest.raises(ValueError, match="need no adapter"):
         buffers.register_adapter("numpy", FakeAdapter())
+
+
+def test_enabled_is_asked_once_per_buffer_type_and_dtype_of_the_bound_plan(monkeypatch):
+    monkeypatch.setitem(REGISTRY, ALLREDUCE, list(REGISTRY[ALLREDUCE]))
+    asked = []
+
+    def only_float64(t, plan, buf):
+        asked.append(None if buf is None else buf.dtype.name)
+        return buf is not None and buf.dtype == np.float64
+
+    register(Candidate("f64", ALLREDUCE, "float64", only_float64,
+                       lambda t, plan, pool, window: None), before="tree")
+    plan = _ring(4)
+    bound = _bound(LoopWorld(4).transports()[0], plan)
+    f32, f64 = np.zeros(3, np.float32), np.zeros(5, np.float64)
+    for _ in range(3):
+        assert bound.select(plan, f32, 12, plan.chunk_bytes, SPLIT, forced="ring").name == "ring"
+    assert bound.select(plan, f64, 40, plan.chunk_bytes, None, forced="f64").name == "f64"
+    with pytest.raises(NotEnabledError, match="'f64' is not enabled"):
+        bound.select(plan, f32, 12, plan.chunk_bytes, None, forced="f64")
+    # Unforced, the first enabled algorithm the cost model times wins over a higher one it
+    # does not time.
+    assert bound.select(plan, np.ones(9), 72, plan.chunk_bytes, None).name == "tree"
+    assert asked == ["float32", "float64"]
+    # Another plan than the bound one is asked afresh (an engine's plan is fixed, a caller's
+    # query about another plan is not cached over it).
+    treeless = type("Treeless", (), {"trees": ()})()
+    assert bound.enabled(treeless, f32) == ["ring", "mpi"]
+    assert bound.enabled(treeless, f32) == ["ring", "mpi"]
+    assert asked == ["float32", "float64", "float32", "float32"]
+    assert bound.enabled(plan, f32) == ["tree", "ring", "mpi"]

@@ -70,7 +70,9 @@ class Candidate:
     requires : str
         What ``enabled`` checks, in words, for the error of a forced, disabled algorithm.
     enabled : callable
-        ``enabled(transport, plan, buffer) -> bool``.
+        ``enabled(transport, plan, buffer) -> bool``. It may depend on the transport, the plan
+        and the buffer's type and dtype, never on its size or contents: a bound engine asks
+        once per (buffer type, dtype) and keeps the answer (the size is the cost model's).
     make : callable
         ``make(transport, plan, pool, window)``: the runner; an allreduce runner has
         ``run(src, out, op, chunk_elems)``, a broadcast runner ``run(buf, root, chunk_elems)``,
@@ -108,12 +110,20 @@ class Bound:
 
 
 class Candidates:
-    """One kind's candidates bound to an engine (:meth:`bind`): choice and lookup per call."""
+    """One kind's candidates bound to an engine (:meth:`bind`): choice and lookup per call.
 
-    def __init__(self, kind: str, bound: Sequence[Bound]) -> None:
+    The enabled set of the bound plan is kept per (buffer type, dtype): the engine asks on
+    every call, and three Python checks per call cost as much as the rest of its set-up.
+    """
+
+    def __init__(self, kind: str, bound: Sequence[Bound], plan: Optional[Plan] = None) -> None:
         self.kind = kind
         self.bound: Tuple[Bound, ...] = tuple(bound)
         self._by_name: Dict[str, Bound] = {b.name: b for b in self.bound}
+        self._plan = plan
+        # (type, dtype) -> (enabled names in priority order, whether every modelled one is
+        # among them, the candidate taken when the chooser cannot be asked)
+        self._known: Dict[Tuple[type, Any], Tuple[Tuple[str, ...], bool, Optional[Bound]]] = {}
 
     @classmethod
     def bind(cls, kind: str, transport: Transport, plan: Plan, pool: ScratchPool,
@@ -123,7 +133,7 @@ class Candidates:
         table = REGISTRY if registry is None else registry
         if kind not in table:
             raise ValueError(f"no algorithms are registered for {kind!r}")
-        return cls(kind, [Bound(c, transport, plan, pool, window) for c in table[kind]])
+        return cls(kind, [Bound(c, transport, plan, pool, window) for c in table[kind]], plan)
 
     @property
     def names(self) -> Tuple[str, ...]:
@@ -140,7 +150,22 @@ class Candidates:
 
     def enabled(self, plan: Plan, buffer: Any) -> List[str]:
         """The names of the candidates that can run this call, in priority order."""
-        return [b.name for b in self.bound if b._check(b._transport, plan, buffer)]
+        return list(self._answer(plan, buffer)[0])
+
+    def _answer(self, plan: Plan, buffer: Any
+                ) -> Tuple[Tuple[str, ...], bool, Optional[Bound]]:
+        key = (type(buffer), getattr(buffer, "dtype", None))
+        if plan is self._plan:
+            known = self._known.get(key)
+            if known is not None:
+                return known
+        on = tuple(b.name for b in self.bound if b._check(b._transport, plan, buffer))
+        modelled = [name for name in on if name in MODELLED]
+        fallback = self._by_name[modelled[0] if modelled else on[0]] if on else None
+        answer = (on, len(modelled) == len(MODELLED), fallback)
+        if plan is self._plan:
+            self._known[key] = answer
+        return answer
 
     def select(self, plan: Plan, buffer: Any, nbytes: int, chunk_bytes: int,
                chooser: Optional[Chooser], forced: Optional[str] = None) -> Bound:
@@ -153,23 +178,21 @@ class Candidates:
         NotEnabledError
             ``forced`` is registered but not enabled for this call, or nothing is enabled.
         """
+        on, all_modelled, fallback = self._answer(plan, buffer)
         if forced is not None:
             chosen = self.get(forced)
-            if chosen.enabled(plan, buffer):
+            if forced in on:
                 return chosen
-            on = self.enabled(plan, buffer)
             raise NotEnabledError(
                 f"{self.kind} algorithm {forced!r} is not enabled for this call (it needs "
                 f"{chosen.candidate.requires}); enabled: {', '.join(on) or 'none'}")
-        on = self.enabled(plan, buffer)
-        if not on:
+        if fallback is None:
             raise NotEnabledError(
                 f"no {self.kind} algorithm is enabled for this call; registered: "
                 + "; ".join(f"{b.name} (needs {b.candidate.requires})" for b in self.bound))
-        modelled = [name for name in on if name in MODELLED]
-        if chooser is not None and len(modelled) == len(MODELLED):
+        if chooser is not None and all_modelled:
             return self._by_name[chooser.choose(plan, nbytes, chunk_bytes)]
-        return self._by_name[modelled[0] if modelled else on[0]]
+        return fallback
 
 
 # -- the default candidates -------------------------------------------------------------------

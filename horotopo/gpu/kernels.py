@@ -32,8 +32,8 @@ from ._env import (OPS, check_op, cupy_module, dtype_name, is_cupy_array, is_dev
 from .elementwise import bfloat16_dtype, reduce_arrays, scale_array
 
 #: Reduction op (:class:`horotopo.ops.ReduceOp`) -> kernel op suffix.
-OP_SUFFIX: Dict[str, str] = {ReduceOp.SUM: "sum", ReduceOp.MIN: "min", ReduceOp.MAX: "max",
-                             ReduceOp.PRODUCT: "prod"}
+OP_SUFFIX: Dict[str, str] = {ReduceOp.SUM.value: "sum", ReduceOp.MIN.value: "min",
+                             ReduceOp.MAX.value: "max", ReduceOp.PRODUCT.value: "prod"}
 #: dtype name -> kernel dtype suffix.
 DTYPE_SUFFIX: Dict[str, str] = {"float16": "f16", "bfloat16": "bf16", "float32": "f32",
                                 "float64": "f64"}

@@ -17,9 +17,10 @@ __all__ = ["MPITransport", "as_transport", "supports_threads", "thread_multiple"
            "NAMED_MAX_RANKS", "ARRIVAL_TAG", "world_rank_size", "abort_world",
            "checked_thread_level", "world_comm", "as_comm", "group_comm"]
 
-# The library's op per horotopo.ops.ReduceOp (whose members are their names, so a name finds
-# its entry too).
-_OPS = {_Op.SUM: MPI.SUM, _Op.MIN: MPI.MIN, _Op.MAX: MPI.MAX, _Op.PRODUCT: MPI.PROD}
+# The library's op per horotopo.ops.ReduceOp, keyed by the members' plain names (a member
+# finds its entry too: it is its name).
+_OPS = {_Op.SUM.value: MPI.SUM, _Op.MIN.value: MPI.MIN, _Op.MAX.value: MPI.MAX,
+        _Op.PRODUCT.value: MPI.PROD}
 _CONTROL_OPS = dict(_OPS, band=MPI.BAND)  # the control steps' ops (base.ControlOp)
 _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
     ("float32", MPI.FLOAT), ("float64", MPI.DOUBLE), ("int32", MPI.INT32_T),
