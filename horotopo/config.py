@@ -217,6 +217,20 @@ SETTINGS: Dict[str, Setting] = _registry(
     # -- the launcher (horotopo-run) ---------------------------------------------------------
     _S("HOROTOPO_MPIEXEC", "str", None, "The mpiexec horotopo-run uses.",
        default_doc="unset: the installed wheel's, else PATH's"),
+    # -- torch.distributed's own, read by the "horotopo" backend (horotopo.torch.distributed) --
+    _S("RANK", "int", None, "torch.distributed's rank; the horotopo backend checks it against "
+       "MPI's.", lo=0, default_doc="unset: MPI's rank"),
+    _S("WORLD_SIZE", "int", None, "torch.distributed's number of ranks; the horotopo backend "
+       "checks it against MPI's.", lo=1, default_doc="unset: MPI's size"),
+    _S("MASTER_ADDR", "str", None, "env:// rendezvous host. With it and MASTER_PORT unset, "
+       "the horotopo backend's import lets env:// rendezvous over MPI (rank 0 hosts the "
+       "store).", default_doc="unset: rendezvous over MPI"),
+    _S("MASTER_PORT", "int", None, "env:// rendezvous port (see MASTER_ADDR).", lo=0, hi=65535,
+       default_doc="unset: rendezvous over MPI"),
+    _S("TORCHELASTIC_RUN_ID", "str", None, "Set by torchrun; the horotopo backend then "
+       "refuses to start without MPI, saying how to launch.", default_doc="unset: not torchrun"),
+    _S("LOCAL_WORLD_SIZE", "int", None, "Set by torchrun (ranks on this node); read as "
+       "TORCHELASTIC_RUN_ID.", lo=0, default_doc="unset: not torchrun"),
 )
 
 

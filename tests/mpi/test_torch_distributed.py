@@ -1,0 +1,258 @@
+"""The "horotopo" torch.distributed backend and DDP hooks, against gloo in the same job.
+
+Runs under mpiexec at any size (tests/test_mpi_tier.py). The default group is "horotopo",
+started as a user would (``init_process_group("horotopo")`` with no MASTER_ADDR: the MPI
+rendezvous); a gloo group over the same ranks (``new_group(backend="gloo")``, on the store
+that rendezvous made) gives every reference result.
+"""
+from typing import Callable, List
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="horotopo.torch needs torch (the [torch] extra)")
+
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import horotopo.torch as hvd  # noqa: E402
+import horotopo.torch.distributed as htd  # noqa: E402
+from test_api_collectives import start  # noqa: E402  (init with a ring plan)
+
+DTYPES = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
+R = dist.ReduceOp
+
+
+@pytest.fixture(scope="module")
+def gloo():
+    start()
+    dist.init_process_group("horotopo")
+    group = dist.new_group(backend="gloo")
+    yield group
+    dist.destroy_process_group()
+
+
+def need_two():
+    if hvd.size() < 2:
+        pytest.skip("needs at least 2 ranks")
+
+
+def data(dtype: torch.dtype, rank: int, n: int = 6) -> torch.Tensor:
+    # Small integers: every dtype holds them, their sums and products exactly.
+    return (torch.arange(n) % 3 + rank + 1).to(dtype)
+
+
+def test_rank_and_size_come_from_mpi(gloo):
+    assert dist.get_backend() == "horotopo"
+    assert (dist.get_rank(), dist.get_world_size()) == (hvd.rank(), hvd.size())
+    assert isinstance(dist.distributed_c10d._get_default_group(), htd.ProcessGroupHorotopo)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_allreduce_matches_gloo(gloo, dtype):
+    ops = [R.SUM, R.MIN, R.MAX, R.PRODUCT] + ([R.AVG] if dtype.is_floating_point else [])
+    for op in ops:
+        mine, ref = data(dtype, dist.get_rank()), data(dtype, dist.get_rank())
+        dist.all_reduce(mine, op=op)
+        dist.all_reduce(ref, op=op, group=gloo)
+        assert mine.dtype == dtype and torch.equal(mine, ref), (op, mine, ref)
+    xs = [data(dtype, dist.get_rank(), k + 1) for k in range(3)]
+    refs = [x.clone() for x in xs]
+    dist.all_reduce_coalesced(xs, op=R.MAX)
+    for x, ref in zip(xs, refs):
+        dist.all_reduce(ref, op=R.MAX, group=gloo)
+        assert torch.equal(x, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_broadcast_and_allgathers_match_gloo(gloo, dtype):
+    me, n = dist.get_rank(), dist.get_world_size()
+    for root in range(n):
+        mine, ref = data(dtype, me), data(dtype, me)
+        dist.broadcast(mine, src=root)
+        dist.broadcast(ref, src=root, group=gloo)
+        assert torch.equal(mine, ref)
+    x = data(dtype, me).reshape(2, 3)
+    outs = [torch.empty_like(x) for _ in range(n)]
+    refs = [torch.empty_like(x) for _ in range(n)]
+    dist.all_gather(outs, x)
+    dist.all_gather(refs, x, group=gloo)
+    assert all(torch.equal(a, b) for a, b in zip(outs, refs))
+    out, ref = torch.empty(2 * n, 3, dtype=dtype), torch.empty(2 * n, 3, dtype=dtype)
+    dist.all_gather_into_tensor(out, x)
+    dist.all_gather_into_tensor(ref, x, group=gloo)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reduce_scatters_match_gloo(gloo, dtype):
+    me, n = dist.get_rank(), dist.get_world_size()
+    for op in (R.SUM, R.MAX):
+        inputs = [data(dtype, me + k, 4) for k in range(n)]
+        out, ref = torch.empty(4, dtype=dtype), torch.empty(4, dtype=dtype)
+        dist.reduce_scatter(out, inputs, op=op)
+        dist.reduce_scatter(ref, [t.clone() for t in inputs], op=op, group=gloo)
+        assert torch.equal(out, ref), (op, out, ref)
+        flat = torch.cat(inputs)
+        out, ref = torch.empty(4, dtype=dtype), torch.empty(4, dtype=dtype)
+        dist.reduce_scatter_tensor(out, flat, op=op)
+        dist.reduce_scatter_tensor(ref, flat.clone(), op=op, group=gloo)
+        assert torch.equal(out, ref), (op, out, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_all_to_all_single_matches_gloo(gloo, dtype):
+    me, n = dist.get_rank(), dist.get_world_size()
+    x = (torch.arange(2 * n) + 100 * me).to(dtype)
+    out, ref = torch.empty_like(x), torch.empty_like(x)
+    dist.all_to_all_single(out, x)
+    dist.all_to_all_single(ref, x, group=gloo)
+    assert torch.equal(out, ref)
+    # uneven: rank me sends k + 1 rows to rank k; rank k receives k + 1 from everyone
+    send = [k + 1 for k in range(n)]
+    recv = [me + 1] * n
+    x = (torch.arange(sum(send)) + 100 * me).to(dtype)
+    out = torch.empty(sum(recv), dtype=dtype)
+    ref = torch.empty(sum(recv), dtype=dtype)
+    dist.all_to_all_single(out, x, recv, send)
+    dist.all_to_all_single(ref, x, recv, send, group=gloo)
+    assert torch.equal(out, ref)
+
+
+def test_async_work_wait_and_future(gloo):
+    n = dist.get_world_size()
+    works = [dist.all_reduce(torch.full((3,), float(k)), async_op=True) for k in range(5)]
+    chained = works[-1].get_future().then(lambda f: f.value()[0] * 2)
+    for k, w in enumerate(works):
+        assert w.wait() is True
+        assert w.is_completed()
+    assert torch.equal(works[0].get_future().value()[0], torch.zeros(3))
+    assert torch.equal(chained.wait(), torch.full((3,), 8.0 * n))
+    dist.barrier()
+    w = dist.barrier(async_op=True)
+    w.wait()
+
+
+def _expect_error_everywhere(call: Callable[[], object], match: str) -> None:
+    with pytest.raises(Exception, match=match):
+        call()
+
+
+def test_mismatched_tensors_raise_on_every_rank(gloo):
+    need_two()
+    me = dist.get_rank()
+    _expect_error_everywhere(lambda: dist.all_reduce(torch.ones(me + 2)),
+                             "Mismatched ALLREDUCE tensor shapes")
+    dtype = torch.float32 if me == 0 else torch.float64
+    _expect_error_everywhere(lambda: dist.broadcast(torch.ones(3, dtype=dtype), src=0),
+                             "Mismatched data types")
+    _expect_error_everywhere(
+        lambda: dist.all_gather_into_tensor(torch.empty((me + 1) * dist.get_world_size()),
+                                            torch.ones(me + 1)),
+        "Mismatched ALLGATHER tensor shapes")
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the job goes on
+    assert torch.equal(t, torch.full((2,), float(dist.get_world_size())))
+
+
+def test_what_horotopo_cannot_do_names_itself(gloo):
+    # called on the group itself: torch.distributed's own argument checks differ by rank
+    pg = dist.distributed_c10d._get_default_group()
+    for call, what in [(lambda: pg.send([torch.ones(1)], 0, 0), "send"),
+                       (lambda: pg.recv([torch.ones(1)], 0, 0), "recv"),
+                       (lambda: pg.gather([[torch.ones(1)]], [torch.ones(1)], None), "gather"),
+                       (lambda: pg.reduce([torch.ones(1)], None), "reduce")]:
+        with pytest.raises(NotImplementedError, match=f"does not implement {what}:"):
+            call()
+    with pytest.raises(ValueError, match="no reduction BAND"):
+        dist.all_reduce(torch.ones(1, dtype=torch.int32), op=R.BAND)
+
+
+# ---------------------------------------------------------------------------- DDP and FSDP
+
+# Weights and inputs that are multiples of 60, and learning rate 1, keep every gradient a
+# multiple of 60, so dividing by 1..5 ranks is exact and every run must end on the same
+# parameters bit for bit.
+EXACT = 60
+
+
+def _model(scale: int = EXACT) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_((torch.randint(-2, 3, p.shape) * scale).double())
+    return model
+
+
+def _train(model: nn.Module, steps: int = 3, scale: int = EXACT) -> List[torch.Tensor]:
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    me = dist.get_rank()
+    for step in range(steps):
+        x = ((torch.arange(12 * 5).reshape(12, 5) % 4 + me + step) * scale).double()
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _assert_same(got: List[torch.Tensor], want: List[torch.Tensor]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w), (g - w).abs().max()
+
+
+def test_ddp_with_the_horotopo_backend_equals_gloo(gloo):
+    want = _train(DDP(_model(), process_group=gloo, bucket_cap_mb=1e-4))
+    got = _train(DDP(_model(), bucket_cap_mb=1e-4))  # several buckets: several allreduces
+    _assert_same(got, want)
+
+
+def test_ddp_hook_equals_gloo(gloo):
+    want = _train(DDP(_model(), process_group=gloo, bucket_cap_mb=1e-4))
+    model = DDP(_model(), process_group=gloo, bucket_cap_mb=1e-4)
+    model.register_comm_hook(htd.hook_state(gloo), htd.allreduce_hook)
+    _assert_same(_train(model), want)
+
+
+def _torchs_bf16_hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    # torch's own hook under another name: DDP refuses the name bf16_compress_hook without
+    # NCCL, although gloo reduces bfloat16 on the CPU
+    return default_hooks.bf16_compress_hook(state, bucket)
+
+
+@pytest.mark.parametrize("ours,torchs", [(htd.float16_compress_hook,
+                                          default_hooks.fp16_compress_hook),
+                                         (htd.bfloat16_compress_hook, _torchs_bf16_hook)],
+                         ids=["fp16", "bf16"])
+def test_compressing_hooks_equal_torchs(gloo, ours, torchs):
+    # small integers: float16 must hold the gradients
+    want_model = DDP(_model(1), process_group=gloo)
+    want_model.register_comm_hook(gloo, torchs)
+    model = DDP(_model(1), process_group=gloo)
+    model.register_comm_hook(htd.hook_state(gloo), ours)
+    got, want = _train(model, steps=1, scale=1), _train(want_model, steps=1, scale=1)
+    # The compressed sums round (more so as ranks add up), in an order that differs from
+    # gloo's: equal to within the format's precision, relative to the largest entry.
+    eps = torch.finfo(torch.float16 if ours is htd.float16_compress_hook
+                      else torch.bfloat16).eps
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=4 * eps * float(w.abs().max()))
+
+
+def test_fsdp_fully_shard_trains_on_horotopo(gloo):
+    fsdp = pytest.importorskip("torch.distributed.fsdp",
+                               reason="this torch has no torch.distributed.fsdp")
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+    def sharded(mesh: DeviceMesh) -> List[torch.Tensor]:
+        model = _model()
+        fsdp.fully_shard(model, mesh=mesh)
+        _train(model)
+        return [p.full_tensor().detach().clone() for p in model.parameters()]
+
+    got = sharded(init_device_mesh("cpu", (dist.get_world_size(),)))
+    want = sharded(DeviceMesh.from_group(gloo, "cpu"))
+    _assert_same(got, want)
+    _assert_same(got, _train(DDP(_model(), process_group=gloo)))
