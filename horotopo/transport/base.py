@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import time
 from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
 
 from ..ops import Reduction
@@ -101,11 +102,21 @@ class Transport:
         """The name of the host this rank runs on (what the probe's document lists)."""
         return socket.gethostname()
 
+    def now(self) -> float:
+        """This transport's clock, in seconds: what :meth:`wait`'s deadlines and the probe's
+        timings are read in.
+
+        ``time.perf_counter()`` by default; a simulated transport returns its simulated clock,
+        so the probe times simulated transfers and deadlines count simulated seconds.
+        """
+        return time.perf_counter()
+
     def wait(self, requests: List[Any], deadline: Optional[float], *,
              peers: Optional[Sequence[int]] = None, what: Describe = "wait",
              on_done: Any = None, busy: bool = False, spin_polls: int = 0,
              nap_s: Tuple[float, float] = IDLE_NAP_S) -> None:
-        """Wait for every request, or raise :class:`TransportTimeout` at ``deadline``.
+        """Wait for every request, or raise :class:`TransportTimeout` at ``deadline`` (a
+        :meth:`now` value; None waits for ever).
 
         The transport's one poll loop with back-off (see :func:`horotopo.transport.p2p.
         wait_requests` for the parameters): ``peers[k]`` names request ``k``'s peer in the
@@ -113,7 +124,7 @@ class Transport:
         be those of :meth:`iallreduce_control`.
         """
         p2p.wait_requests(self, requests, deadline, peers=peers, what=what, on_done=on_done,
-                          busy=busy, spin_polls=spin_polls, nap_s=nap_s)
+                          busy=busy, spin_polls=spin_polls, nap_s=nap_s, clock=self.now)
 
     # ---- the small collective steps (every rank calls them, in the same order) -------------
 
@@ -235,6 +246,10 @@ class WrappedTransport(Transport):
     @property
     def processor_name(self) -> str:
         return self.inner.processor_name
+
+    def now(self) -> float:
+        # Deadlines handed to the inner transport's wait are read on its clock.
+        return self.inner.now()
 
     def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
         self.inner.barrier(timeout_s, what)

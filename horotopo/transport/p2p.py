@@ -96,7 +96,8 @@ class CollectiveRequest:
 def wait_requests(transport: "Transport", requests: List[Any], deadline: Optional[float], *,
                   peers: Optional[Sequence[int]] = None, what: Describe = "wait",
                   on_done: Optional[Callable[[int], None]] = None, busy: bool = False,
-                  spin_polls: int = 0, nap_s: Tuple[float, float] = IDLE_NAP_S) -> None:
+                  spin_polls: int = 0, nap_s: Tuple[float, float] = IDLE_NAP_S,
+                  clock: Optional[Callable[[], float]] = None) -> None:
     """Wait until every request completes, or raise :class:`TransportTimeout` at ``deadline``.
 
     Parameters
@@ -108,7 +109,7 @@ def wait_requests(transport: "Transport", requests: List[Any], deadline: Optiona
         their own missing peers). ``on_done`` may append to the list while waiting (an
         acknowledgement posted once a transfer ends); appended ones are waited for too.
     deadline : float, optional
-        ``time.perf_counter()`` value; None waits for ever.
+        A ``clock()`` value; None waits for ever.
     peers : sequence of int, optional
         ``peers[k]`` is the rank that request ``k`` talks to; the timeout's ``missing`` is the
         set of peers of the requests still pending. Read at the timeout, so the caller may
@@ -122,6 +123,8 @@ def wait_requests(transport: "Transport", requests: List[Any], deadline: Optiona
     spin_polls, nap_s
         The poll loop's back-off (see :func:`~.poll.poll`): a latency-bound wait such as a
         control cycle spins a little before its first pause.
+    clock : callable, optional
+        The clock ``deadline`` is read on: ``transport.now`` by default.
     """
     done: List[bool] = []
 
@@ -143,7 +146,8 @@ def wait_requests(transport: "Transport", requests: List[Any], deadline: Optiona
             return DONE
         return state
 
-    if poll(step, deadline, busy=busy, spin_polls=spin_polls, nap_s=nap_s):
+    if poll(step, deadline, busy=busy, spin_polls=spin_polls, nap_s=nap_s,
+            clock=transport.now if clock is None else clock):
         return
     pending = [k for k in range(len(done)) if not done[k]]
     missing: List[int] = []
@@ -219,7 +223,7 @@ def _doubled(dests: Sequence[int], data: np.ndarray) -> List[int]:
 def broadcast_bytes(transport: "Transport", data: Optional[bytes], root: int,
                     timeout_s: float, what: str = "broadcast") -> bytes:
     """``data`` (read on ``root`` only) on every rank; the root sends it to each rank."""
-    deadline = deadline_after(timeout_s)
+    deadline = deadline_after(timeout_s, transport.now)
     tag = transport.alloc_tags(1)
     if transport.rank == root:
         if data is None:
@@ -237,7 +241,7 @@ def broadcast_bytes(transport: "Transport", data: Optional[bytes], root: int,
 def gather_bytes(transport: "Transport", data: bytes, root: int, timeout_s: float,
                  what: str = "gather") -> Optional[List[bytes]]:
     """Every rank's ``data`` in rank order on ``root``; None elsewhere."""
-    deadline = deadline_after(timeout_s)
+    deadline = deadline_after(timeout_s, transport.now)
     tag = transport.alloc_tags(1)
     payload = _as_bytes(data)
     if transport.rank != root:
@@ -259,7 +263,7 @@ def allgather_bytes(transport: "Transport", data: bytes, timeout_s: float,
     ``n - 1`` messages each way per rank, so that every rank can name every peer it misses
     (a gather to a root and a broadcast back would leave the others naming only the root).
     """
-    deadline = deadline_after(timeout_s)
+    deadline = deadline_after(timeout_s, transport.now)
     tag = transport.alloc_tags(1)
     payload = _as_bytes(data)
     others = [p for p in range(transport.size) if p != transport.rank]
@@ -315,7 +319,7 @@ def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "Contr
             done = set(transport.waitsome(reqs))
             reqs = [r for i, r in enumerate(reqs) if i not in done]
     else:
-        transport.wait(reqs, deadline_after(timeout_s), peers=peers,
+        transport.wait(reqs, deadline_after(timeout_s, transport.now), peers=peers,
                        what=_named(what, timeout_s, peers))
     fold()
 

@@ -45,17 +45,23 @@ class TransportTimeout(TransportError):
         self.missing: Tuple[int, ...] = tuple(sorted({int(p) for p in missing}))
 
 
-def deadline_after(timeout_s: Optional[float]) -> Optional[float]:
-    """The ``time.perf_counter()`` value ``timeout_s`` from now, or None for no deadline."""
+def deadline_after(timeout_s: Optional[float],
+                   clock: Callable[[], float] = time.perf_counter) -> Optional[float]:
+    """The ``clock()`` value ``timeout_s`` from now, or None for no deadline.
+
+    ``clock`` is ``time.perf_counter`` by default; pass a transport's ``now`` where the
+    deadline goes to that transport's ``wait`` (a simulated transport counts simulated time).
+    """
     if timeout_s is None:
         return None
     if not timeout_s > 0:
         raise ValueError(f"a timeout must be positive seconds, got {timeout_s!r}")
-    return time.perf_counter() + timeout_s
+    return clock() + timeout_s
 
 
 def poll(step: Callable[[], int], deadline: Optional[float] = None, *, spin_polls: int = 0,
-         nap_s: Tuple[float, float] = IDLE_NAP_S, busy: bool = False) -> bool:
+         nap_s: Tuple[float, float] = IDLE_NAP_S, busy: bool = False,
+         clock: Callable[[], float] = time.perf_counter) -> bool:
     """Call ``step`` until it reports :data:`DONE`; back off while it reports :data:`IDLE`.
 
     Parameters
@@ -65,8 +71,8 @@ def poll(step: Callable[[], int], deadline: Optional[float] = None, *, spin_poll
         completed but the wait goes on (the back-off restarts: more is likely soon), or
         :data:`IDLE`.
     deadline : float, optional
-        ``time.perf_counter()`` value after which an idle poll ends the wait. None waits for
-        ever. Checked only after idle polls, so a wait that keeps progressing is never cut.
+        ``clock()`` value after which an idle poll ends the wait. None waits for ever. Checked
+        only after idle polls, so a wait that keeps progressing is never cut.
     spin_polls : int
         Idle polls made back to back before the first pause (latency-bound waits: the engine's
         chunks complete within microseconds of each other).
@@ -76,6 +82,9 @@ def poll(step: Callable[[], int], deadline: Optional[float] = None, *, spin_poll
     busy : bool
         Pause with ``sched_yield`` instead of sleeping: for ranks timing a transfer, which
         must notice its end at once but should let the kernel and other ranks run.
+    clock : callable
+        The clock ``deadline`` is read on (``time.perf_counter`` by default; a transport's
+        ``now``).
 
     Returns
     -------
@@ -91,7 +100,7 @@ def poll(step: Callable[[], int], deadline: Optional[float] = None, *, spin_poll
         if state == PROGRESS:
             idle, nap = 0, nap_s[0]
             continue
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline is not None and clock() > deadline:
             return False
         idle += 1
         if idle <= spin_polls:

@@ -16,7 +16,9 @@ the bytes have crossed the network, as MPI allows for any message size.
 
 Waiting must go through :meth:`SimulatedTransport.waitsome`, ``waitall`` or ``wait``: they
 block in simulated time. (The generic poll loop sleeps in wall-clock time, which would stop the
-whole simulation.) A deadline counts simulated seconds from the moment the wait begins.
+whole simulation.) :meth:`SimulatedTransport.now` is the simulated clock, and deadlines are
+values of it, as :meth:`Transport.wait` has them: the probe, which times its transfers and
+sets its deadlines on ``transport.now()``, measures the simulated network.
 
 SimGrid comes from Debian's ``python3-simgrid`` (3.32, a CPython 3.11 extension): ``apt-get
 install python3-simgrid``. A virtual environment does not see Debian's dist-packages folder, so
@@ -479,12 +481,10 @@ class SimulatedTransport(Transport):
              nap_s: Tuple[float, float] = (0.0, 0.0)) -> None:
         """Wait for every request in simulated time (see :meth:`Transport.wait`).
 
-        ``deadline`` is a ``time.perf_counter()`` value, as for every transport; what remains
-        of it when the wait begins is counted in simulated seconds. ``busy``, ``spin_polls``
-        and ``nap_s`` tune a wall-clock poll loop and mean nothing here.
+        ``deadline`` is a :meth:`now` value: simulated seconds. ``busy``, ``spin_polls`` and
+        ``nap_s`` tune a wall-clock poll loop and mean nothing here.
         """
-        sim_deadline = None if deadline is None else \
-            self.now() + max(0.0, deadline - time.perf_counter())
+        sim_deadline = deadline
         done: List[bool] = []
         while True:
             self._flush()
@@ -543,7 +543,9 @@ class SimulatedTransport(Transport):
 
     # ---- the control steps: true size, log-depth where the generic step is quadratic -------
     @contextmanager
-    def _true_size(self) -> Iterator[None]:
+    def true_size(self) -> Iterator[None]:
+        """Charge the messages posted inside at their true size, not ``scale`` times it: the
+        control steps, and the probe (its transfers are sized to be timed, not scaled)."""
         self._unscaled += 1
         try:
             yield
@@ -596,7 +598,7 @@ class SimulatedTransport(Transport):
     def allreduce_control(self, buf: Any, op: Any, timeout_s: Optional[float] = None,
                           what: str = "allreduce") -> None:
         req = self.iallreduce_control(buf, op)
-        deadline = None if timeout_s is None else time.perf_counter() + timeout_s
+        deadline = None if timeout_s is None else self.now() + timeout_s
         self.wait([req], deadline, what=f"{what}: nothing within {timeout_s} s (simulated)")
 
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: Any) -> None:
@@ -615,19 +617,19 @@ class SimulatedTransport(Transport):
 
     def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
                         what: str = "broadcast") -> bytes:
-        with self._true_size():
+        with self.true_size():
             return super().broadcast_bytes(data, root, timeout_s, what)
 
     def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
                      ) -> Optional[List[bytes]]:
-        with self._true_size():
+        with self.true_size():
             return super().gather_bytes(data, root, timeout_s, what)
 
     def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
                         ) -> List[bytes]:
         """A gather to rank 0 and a broadcast back: ``O(n)`` messages, where the generic
         all-to-all step's ``n (n - 1)`` would swamp a simulation of thousands of ranks."""
-        with self._true_size():
+        with self.true_size():
             got = super().gather_bytes(data, 0, timeout_s, what)
             blob = json.dumps([b.hex() for b in got]).encode() if got is not None else None
             out = super().broadcast_bytes(blob, 0, timeout_s, what)
