@@ -19,7 +19,7 @@ from .tensors import array_of, call_ready, check_tensor, settled, stage, tensor_
 
 __all__ = ["allreduce_async", "allreduce_async_", "allreduce_", "grouped_allreduce_async",
            "grouped_allreduce_async_", "grouped_allreduce_", "sparse_allreduce_async",
-           "allgather_async", "broadcast_async", "broadcast_async_", "broadcast_",
+           "SparseAllreduceHandle", "allgather_async", "broadcast_async", "broadcast_async_", "broadcast_",
            "alltoall_async", "reducescatter_async", "barrier", "join", "poll", "synchronize"]
 
 # The handles of the torch ops: their results are tensors, built when synchronize() collects
@@ -114,9 +114,31 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
                                                 postscale_factor, process_set))
 
 
+class SparseAllreduceHandle:
+    """Horovod's handle of :func:`sparse_allreduce_async`: calling it waits for the two
+    allgathers and returns the reduced sparse tensor (Horovod's optimizer calls it);
+    :func:`synchronize` and :func:`poll` take it too."""
+
+    __slots__ = ("hid",)
+
+    def __init__(self, hid: int) -> None:
+        self.hid = hid
+
+    def __call__(self) -> torch.Tensor:
+        return _handles.synchronize(self.hid)
+
+    def __repr__(self) -> str:
+        return f"SparseAllreduceHandle({self.hid})"
+
+
 def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
-                           process_set: Any = global_process_set) -> int:
-    """Allreduce a sparse COO tensor by allgathering its indices and values (Horovod's way)."""
+                           process_set: Any = global_process_set) -> SparseAllreduceHandle:
+    """Allreduce a sparse COO tensor by allgathering its indices and values (Horovod's way).
+
+    Returns a callable handle: ``handle()`` (or ``synchronize(handle)``) waits and returns the
+    sparse sum (divided by the number of ranks for Average), with duplicate indices left
+    uncoalesced as Horovod leaves them.
+    """
     check_process_set(process_set)
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     h_idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices")
@@ -133,7 +155,8 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
                                        check_invariants=True)
 
-    return _handles.add(runtime().next_id(), finish, waits=(h_idx, h_val))
+    return SparseAllreduceHandle(_handles.add(runtime().next_id(), finish,
+                                              waits=(h_idx, h_val)))
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -216,19 +239,24 @@ def join(device: int = -1) -> int:
     raise NotImplementedError(_arrays.JOIN_UNSUPPORTED)
 
 
-def poll(handle: int) -> bool:
+def poll(handle: Any) -> bool:
     """True once the op behind ``handle`` completed (synchronize() will not block)."""
+    if isinstance(handle, SparseAllreduceHandle):
+        return _handles.poll(handle.hid)
     return _handles.poll(handle)
 
 
-def synchronize(handle: int) -> Any:
-    """Wait for ``handle`` and return the op's output tensor (or tuple of them).
+def synchronize(handle: Any) -> Any:
+    """Wait for ``handle`` and return the op's output tensor (or tuple of them); a callable
+    handle (:func:`sparse_allreduce_async`'s) is called.
 
     Raises
     ------
     HorovodInternalError
         The op failed on every rank (for example a shape mismatch across ranks).
     """
+    if callable(handle):
+        return handle()
     return _handles.synchronize(handle)
 
 

@@ -44,19 +44,50 @@ def broadcast_parameters(params: Any, root_rank: int,
         synchronize(h)
 
 
+def _initialize_state(optimizer: torch.optim.Optimizer, model: Optional[torch.nn.Module]) -> None:
+    """Give a fresh optimizer its state, as Horovod does: a zero gradient for every trainable
+    parameter (sparse for SparseAdam and for the sparse embeddings of ``model`` under SGD),
+    then one local step."""
+    from .optimizer import _DistributedOptimizer
+
+    sparse_params = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse_params.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = p.data.new(p.size()).zero_()
+                if isinstance(optimizer, torch.optim.SparseAdam) or \
+                        (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_params):
+                    p.grad = p.grad.to_sparse()
+    # DistributedOptimizer's class is built from _DistributedOptimizer's namespace.
+    wrapped = _DistributedOptimizer.__dict__["synchronize"]
+    if type(optimizer).__dict__.get("synchronize") is wrapped:
+        # A DistributedOptimizer's step() allreduces every gradient, which would wait for
+        # ranks that take no such step: step the wrapped optimizer class only.
+        super(type(optimizer), optimizer).step()
+    else:
+        optimizer.step()
+
+
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              model: Optional[torch.nn.Module] = None,
                               process_set: Any = global_process_set) -> None:
     """Give every rank ``root_rank``'s optimizer state (buffers, step counts, hyperparameters).
 
-    The whole ``state_dict()`` travels as one pickled object, so scalars, tensors and nested
-    containers all arrive intact; non-root ranks then ``load_state_dict`` it.
+    A fresh optimizer (no state yet) first takes one step on zero gradients so its state
+    exists, as Horovod's does; ``model`` names the sparse embeddings whose zero gradients must
+    be sparse. The whole ``state_dict()`` then travels as one pickled object, so scalars,
+    tensors and nested containers all arrive intact; non-root ranks ``load_state_dict`` it.
     """
     check_process_set(process_set)
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None,
                              root_rank, name="optimizer_state")
     if rank() != root_rank:
         optimizer.load_state_dict(state)
-
-

@@ -13,8 +13,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..api.basics import global_process_set, rank, size
-from ..api.ops import Average
+from ..api.basics import global_process_set, rank
+from ..api.ops import Average, Sum
 from .collectives import (allgather_async, allreduce_, allreduce_async, allreduce_async_,
                           alltoall_async, barrier, broadcast_, broadcast_async, broadcast_async_,
                           grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
@@ -180,23 +180,31 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 
 
 class HorovodReducescatter(torch.autograd.Function):
-    """Reduce-scatter with a gradient: the gradients are allgathered (divided by size for
-    Average)."""
+    """Reduce-scatter with Horovod's gradient: the allgather of the output's gradient,
+    multiplied by the number of ranks for Sum (not divided for Average) and by the pre- and
+    postscale factors."""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int,
                 process_set: Any, prescale_factor: float,
                 postscale_factor: float) -> torch.Tensor:
-        ctx.op = op
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                postscale_factor))
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[Any, ...]:
-        grad = allgather(grad_output.contiguous())
-        if ctx.op == Average:
-            grad = grad / size()
-        return grad, None, None, None, None, None
+        # Horovod scales the gradient in place; a new tensor leaves autograd's buffer alone.
+        grad = grad_output
+        if ctx.op == Sum:
+            grad = grad * ctx.process_set.size()
+        if ctx.prescale_factor != 1.0:
+            grad = grad * ctx.prescale_factor
+        if ctx.postscale_factor != 1.0:
+            grad = grad * ctx.postscale_factor
+        return (allgather(grad.contiguous(), process_set=ctx.process_set),
+                None, None, None, None, None)
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,

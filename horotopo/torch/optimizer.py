@@ -144,8 +144,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if tensor.is_sparse:
             if not self.sparse_as_dense:
                 return sparse_allreduce_async(tensor, name=name, op=self.op), None
+            # p.grad stays sparse: synchronize() turns the reduced dense copy back into a
+            # sparse gradient, so optimizers that take only sparse ones (SparseAdam) step.
             tensor = tensor.to_dense()
-            p.grad = tensor
         compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scales()
         handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
@@ -219,11 +220,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[key] = self.backward_passes_per_step
             if self._groups is not None:
                 self._group_counts[self._p_to_group[key]] = 0
-            if ctx is None:  # sparse: the handle returned the aggregated sparse tensor
+            if ctx is not None:
+                out = self._compression.decompress(out, ctx[0])
+            if key.grad.is_sparse:
+                # Sparse gradients take no copy_ or set_: clear, then add (as Horovod); a
+                # sparse_as_dense result goes back to sparse first.
                 with torch.no_grad():
-                    key.grad.zero_().add_(out)
+                    key.grad.zero_().add_(out if out.is_sparse else out.to_sparse())
             else:
-                self._set_grad(key, self._compression.decompress(out, ctx[0]))
+                self._set_grad(key, out)
         self._handles.clear()
         self._synchronized = True
 
@@ -292,7 +297,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         Allreduce parameters in groups (each group one fused call): an integer splits the
         parameters evenly into that many groups.
     sparse_as_dense : bool
-        Densify sparse gradients before the allreduce (otherwise they are allgathered).
+        Densify sparse gradients for the allreduce (otherwise they are allgathered); the
+        reduced gradient goes back to sparse before the step.
     process_set : ProcessSet
         Only the global process set is supported.
     """
