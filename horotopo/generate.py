@@ -1,15 +1,31 @@
-"""Random topology documents for tests, benchmarks and the emulator.
+"""Topology documents for tests, benchmarks, the emulator and the simulator.
 
 Each function returns a plain JSON document (declared or measured form of DESIGN.md) that
 :func:`horotopo.topology.from_dict` loads; the same seed gives the same document.
+
+Small random networks: :func:`uniform_star`, :func:`racks`, :func:`random_declared`,
+:func:`random_measured`. Realistic large clusters, for the simulator (:data:`GENERATORS`, by
+name through :func:`generate`): :func:`rack_cluster` (racks of multi-GPU hosts, oversubscribed
+top-of-rack uplinks, a fraction of slower NICs), :func:`fat_tree` (two-level leaf-spine) and
+:func:`two_sites` (two rack clusters behind a slow WAN link).
+
+How a multi-GPU host is declared: the host is a switch (``r0h1``) and each of its ``gpus``
+ranks a node (``r0h1g0``...) on a *local* link to it (NVLink or PCIe, fast); the host's NIC is
+the link from that switch to the top-of-rack switch, so the host's ranks share it, and the
+local fabric is a resource the planner and the simulator both see (DESIGN.md, "Hierarchy").
+Ranks are numbered host by host, as ``mpirun`` fills a host's slots before the next host's.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import inspect
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["racks", "random_declared", "random_measured", "uniform_star"]
+__all__ = ["racks", "random_declared", "random_measured", "uniform_star", "rack_cluster",
+           "fat_tree", "two_sites", "GENERATORS", "generate", "parse_spec",
+           "describe_generators"]
 
 
 def uniform_star(n: int, gbps: float = 1.0) -> Dict[str, Any]:
@@ -95,3 +111,213 @@ def random_measured(n: int, seed: int, gbps_range: tuple = (0.1, 1.0),
             doc["shared"].append({"pairs": pairs,
                                   "gbps": round(float(rng.uniform(lo, hi)), 3)})
     return doc
+
+
+# ---- realistic clusters for the simulator ---------------------------------------------------
+
+#: Default one-way latencies (ms) of the generated links: a host's local fabric, a NIC or switch
+#: hop inside a data centre, and the WAN between two sites.
+LOCAL_LATENCY_MS = 0.001
+HOP_LATENCY_MS = 0.002
+WAN_LATENCY_MS = 5.0
+
+
+def _hosts(n: int, gpus: int) -> List[int]:
+    """GPUs per host: ``ceil(n / gpus)`` hosts, the last one holding what is left."""
+    if n < 1:
+        raise ValueError(f"a cluster needs at least one rank, got {n}")
+    if gpus < 1:
+        raise ValueError(f"gpus must be at least 1, got {gpus}")
+    full, rest = divmod(n, gpus)
+    return [gpus] * full + ([rest] if rest else [])
+
+
+def _cluster(prefix: str, n: int, *, hosts_per_rack: int, gpus: int, nic_gbps: float,
+             local_gbps: float, uplink_gbps: Callable[[float], float], slow: float,
+             slow_gbps: Optional[float], seed: int) -> Tuple[List[str], List[Dict[str, Any]],
+                                                             List[str], str]:
+    """Racks of hosts under one top switch: (switches, links, ranks, top switch name).
+
+    ``uplink_gbps(sum of the rack's NIC rates)`` gives each rack's uplink."""
+    if hosts_per_rack < 1:
+        raise ValueError(f"hosts_per_rack must be at least 1, got {hosts_per_rack}")
+    if not 0.0 <= slow <= 1.0:
+        raise ValueError(f"slow must be a fraction in [0, 1], got {slow}")
+    per_host = _hosts(n, gpus)
+    rng = np.random.default_rng(seed)
+    n_slow = int(round(slow * len(per_host)))
+    slow_hosts = set(int(h) for h in rng.choice(len(per_host), size=n_slow, replace=False))
+    slow_rate = nic_gbps / 4 if slow_gbps is None else slow_gbps
+    top = f"{prefix}spine"
+    switches = [top]
+    links: List[Dict[str, Any]] = []
+    ranks: List[str] = []
+    n_racks = math.ceil(len(per_host) / hosts_per_rack)
+    for k in range(n_racks):
+        tor = f"{prefix}tor{k}"
+        switches.append(tor)
+        rack_nics = 0.0
+        for h in range(k * hosts_per_rack, min((k + 1) * hosts_per_rack, len(per_host))):
+            host = f"{prefix}r{k}h{h - k * hosts_per_rack}"
+            nic = slow_rate if h in slow_hosts else nic_gbps
+            rack_nics += nic
+            links.append({"ends": [host, tor], "gbps": nic, "latency_ms": HOP_LATENCY_MS})
+            if gpus == 1:
+                ranks.append(host)
+                continue
+            switches.append(host)
+            for g in range(per_host[h]):
+                gpu = f"{host}g{g}"
+                links.append({"ends": [gpu, host], "gbps": local_gbps,
+                              "latency_ms": LOCAL_LATENCY_MS})
+                ranks.append(gpu)
+        links.append({"ends": [tor, top], "gbps": round(uplink_gbps(rack_nics), 6),
+                      "latency_ms": HOP_LATENCY_MS})
+    return switches, links, ranks, top
+
+
+def _check_oversub(oversub: float) -> None:
+    if not oversub > 0:
+        raise ValueError(f"oversub must be positive, got {oversub}")
+
+
+def rack_cluster(n: int, *, hosts_per_rack: int = 4, gpus: int = 1, nic_gbps: float = 10.0,
+                 local_gbps: float = 100.0, oversub: float = 1.0, slow: float = 0.0,
+                 slow_gbps: Optional[float] = None, seed: int = 0) -> Dict[str, Any]:
+    """Racks of hosts with ``gpus`` ranks each, every rack's top-of-rack switch on one spine.
+
+    Parameters
+    ----------
+    n : int
+        Ranks (hosts are filled ``gpus`` at a time; the last may hold fewer).
+    hosts_per_rack : int
+        Hosts under each top-of-rack switch.
+    gpus : int
+        Ranks per host; they share the host's NIC and talk over a ``local_gbps`` link each.
+    nic_gbps, local_gbps : float
+        A host's NIC, and each rank's link to its host's local fabric.
+    oversub : float
+        Oversubscription of the top-of-rack uplinks: each rack's uplink carries the sum of its
+        hosts' NIC rates divided by ``oversub`` (1: non-blocking).
+    slow : float
+        Fraction of the hosts whose NIC runs at ``slow_gbps`` (default a quarter of
+        ``nic_gbps``): an older NIC generation, placed at random by ``seed``.
+    """
+    _check_oversub(oversub)
+    switches, links, ranks, _ = _cluster(
+        "", n, hosts_per_rack=hosts_per_rack, gpus=gpus, nic_gbps=nic_gbps,
+        local_gbps=local_gbps, uplink_gbps=lambda nics: nics / oversub, slow=slow,
+        slow_gbps=slow_gbps, seed=seed)
+    return {"name": f"racks-{n}-h{hosts_per_rack}-g{gpus}-o{oversub:g}"
+                    + (f"-slow{slow:g}" if slow else ""),
+            "switches": switches, "links": links, "ranks": ranks}
+
+
+def fat_tree(n: int, *, hosts_per_leaf: int = 8, spines: int = 4,
+             spine_gbps: Optional[float] = None, gpus: int = 1, nic_gbps: float = 10.0,
+             local_gbps: float = 100.0, seed: int = 0) -> Dict[str, Any]:
+    """A two-level fat tree (leaf-spine): hosts on leaf switches, every leaf wired to each of
+    ``spines`` spine switches by a ``spine_gbps`` link (default: full bisection,
+    ``hosts_per_leaf * nic_gbps / spines``).
+
+    The planner and the simulator route each pair over one path, so ECMP across the spines is
+    modelled as perfect spreading: one aggregate link per leaf of ``spines * spine_gbps`` to a
+    single core switch, the flow-level limit of hashing many flows over the spines.
+    """
+    if spines < 1:
+        raise ValueError(f"spines must be at least 1, got {spines}")
+    per_link = spine_gbps
+
+    def uplink(nics: float) -> float:
+        return spines * (per_link if per_link is not None
+                         else hosts_per_leaf * nic_gbps / spines)
+
+    switches, links, ranks, _ = _cluster(
+        "", n, hosts_per_rack=hosts_per_leaf, gpus=gpus, nic_gbps=nic_gbps,
+        local_gbps=local_gbps, uplink_gbps=uplink, slow=0.0, slow_gbps=None, seed=seed)
+    return {"name": f"fattree-{n}-l{hosts_per_leaf}-s{spines}-g{gpus}", "switches": switches,
+            "links": links, "ranks": ranks}
+
+
+def two_sites(n: int, *, wan_gbps: float = 1.0, wan_latency_ms: float = WAN_LATENCY_MS,
+              hosts_per_rack: int = 4, gpus: int = 1, nic_gbps: float = 10.0,
+              local_gbps: float = 100.0, oversub: float = 1.0, seed: int = 0
+              ) -> Dict[str, Any]:
+    """Two rack clusters (:func:`rack_cluster`; ``n // 2`` ranks and the rest) whose spines are
+    joined by one WAN link of ``wan_gbps`` and ``wan_latency_ms``; site A's ranks first."""
+    if n < 2:
+        raise ValueError(f"two sites need at least 2 ranks, got {n}")
+    _check_oversub(oversub)
+    switches: List[str] = []
+    links: List[Dict[str, Any]] = []
+    ranks: List[str] = []
+    tops = []
+    for prefix, count in (("a-", n // 2), ("b-", n - n // 2)):
+        sw, ln, rk, top = _cluster(
+            prefix, count, hosts_per_rack=hosts_per_rack, gpus=gpus, nic_gbps=nic_gbps,
+            local_gbps=local_gbps, uplink_gbps=lambda nics: nics / oversub, slow=0.0,
+            slow_gbps=None, seed=seed)
+        switches += sw
+        links += ln
+        ranks += rk
+        tops.append(top)
+    links.append({"ends": tops, "gbps": wan_gbps, "latency_ms": wan_latency_ms})
+    return {"name": f"sites-{n}-wan{wan_gbps:g}", "switches": switches, "links": links,
+            "ranks": ranks}
+
+
+#: The cluster generators by the name ``horotopo simulate NAME:key=value,... --ranks N`` uses.
+GENERATORS: Dict[str, Callable[..., Dict[str, Any]]] = {
+    "racks": rack_cluster, "fattree": fat_tree, "sites": two_sites}
+
+
+def _value(text: str) -> Any:
+    """A parameter's value: an int, a float, true/false, or the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def parse_spec(spec: str) -> Tuple[str, Dict[str, Any]]:
+    """``"racks:gpus=8,oversub=4"`` -> ``("racks", {"gpus": 8, "oversub": 4})``.
+
+    Raises
+    ------
+    ValueError
+        Not a generator's name, or a parameter it does not take (the message lists them).
+    """
+    name, _, params = spec.partition(":")
+    if name not in GENERATORS:
+        raise ValueError(f"no cluster generator {name!r}; generators: "
+                         f"{', '.join(GENERATORS)}")
+    known = [p for p in inspect.signature(GENERATORS[name]).parameters if p != "n"]
+    kwargs: Dict[str, Any] = {}
+    for item in filter(None, params.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in known:
+            raise ValueError(f"{name}: {item!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(known)}")
+        kwargs[key] = _value(value)
+    return name, kwargs
+
+
+def generate(spec: str, n: int) -> Dict[str, Any]:
+    """The declared topology of ``n`` ranks that the generator ``spec`` describes (see
+    :func:`parse_spec`)."""
+    name, kwargs = parse_spec(spec)
+    return GENERATORS[name](n, **kwargs)
+
+
+def describe_generators() -> str:
+    """One line per generator: its name and parameters with their defaults (for --help)."""
+    lines = []
+    for name, fn in GENERATORS.items():
+        params = [f"{p.name}={p.default}" for p in inspect.signature(fn).parameters.values()
+                  if p.name != "n"]
+        lines.append(f"  {name}: {', '.join(params)}")
+    return "\n".join(lines)

@@ -9,12 +9,14 @@ Vocabulary: a *segment* is the part of the buffer one tree (or one ring position
 - :class:`TreeBroadcast`: a broadcast from any root along the Plan's broadcast trees.
 - :class:`MPIAllreduce`: the library's MPI_Allreduce (small messages, fallback).
 - :class:`RingAllreduce`: reduce-scatter plus allgather around the rank ring, over the transport.
+- :class:`DoubleBinaryTreeAllreduce`: NCCL's double binary tree in rank order (a peer).
 - :class:`CostModel`: which of tree and MPI is faster for a message size.
 """
 from .cost import CostModel, DEFAULT_COST_MODEL
+from .dbtree import DoubleBinaryTreeAllreduce
 from .library import MPIAllreduce
 from .ring import RingAllreduce
 from .tree import TreeAllreduce, TreeBroadcast
 
-__all__ = ["TreeAllreduce", "TreeBroadcast", "MPIAllreduce", "RingAllreduce", "CostModel",
-           "DEFAULT_COST_MODEL"]
+__all__ = ["TreeAllreduce", "TreeBroadcast", "MPIAllreduce", "RingAllreduce",
+           "DoubleBinaryTreeAllreduce", "CostModel", "DEFAULT_COST_MODEL"]

@@ -13,8 +13,9 @@ each kind's candidates to its transport once, at set-up (:meth:`Candidates.bind`
 - else the first enabled candidate the model times, else the first enabled one, in priority
   order.
 
-Registered by default: allreduce ``tree`` (the Plan's trees), ``ring`` (any transport) and
-``mpi`` (the transport's library allreduce); broadcast ``tree``. Every input of a choice is the
+Registered by default: allreduce ``tree`` (the Plan's trees), ``ring`` (any transport),
+``mpi`` (the transport's library allreduce) and ``dbtree`` (NCCL's double binary tree, a peer
+for comparisons); broadcast ``tree``. Every input of a choice is the
 same on every rank (the plan, the agreed dtype, the transport's kind), so ranks choose alike.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..buffers import ScratchPool
 from ..plan import Plan
 from ..transport.base import Transport
 from .cost import MODELLED
+from .dbtree import DoubleBinaryTreeAllreduce
 from .library import MPIAllreduce
 from .ring import RingAllreduce
 from .tree import TreeAllreduce, TreeBroadcast
@@ -224,6 +226,11 @@ REGISTRY: Dict[str, List[Candidate]] = {
         Candidate("mpi", ALLREDUCE, "a transport with a library allreduce and an allreduce "
                   "dtype", _library_enabled,
                   lambda t, plan, pool, window: MPIAllreduce(t)),
+        # NCCL's double binary tree in rank order: a peer to compare with, never chosen by
+        # the cost model (which does not time it); forced by name.
+        Candidate("dbtree", ALLREDUCE, "an allreduce dtype", _ring_enabled,
+                  lambda t, plan, pool, window: DoubleBinaryTreeAllreduce(t, pool=pool,
+                                                                          window=window)),
     ],
     BROADCAST: [
         Candidate("tree", BROADCAST, "a plan with trees and a broadcast dtype",
