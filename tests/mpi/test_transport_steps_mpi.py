@@ -43,7 +43,7 @@ def test_steps_give_the_same_results_either_way(named_max_ranks):
 
 def test_a_rank_that_never_comes_is_named():
     if COMM.size < 2:
-        pytest.skip("needs a second rank to stay away")
+        pytest.skip("needs two ranks: a second rank must stay away")
     absent = COMM.size - 1
     t = MPITransport(COMM)
     error = None
