@@ -1,11 +1,15 @@
-"""``horotopo simulate TOPOLOGY.json``: horotopo's init path and allreduce over a simulated
-network (SimGrid), before booking the cluster.
+"""``horotopo simulate TOPOLOGY.json|NAME|GENERATOR``: horotopo's init path and allreduce over a
+simulated network (SimGrid), before booking the cluster.
 
 Every rank is a SimGrid actor running horotopo's own code over
-:class:`~horotopo.transport.simulated.SimulatedTransport`: rank 0 plans the topology and the
-plan protocol (:func:`~horotopo.planning_protocol.share_plan`: broadcast, digest check) runs
-between the simulated ranks; then the engine runs one allreduce with the plan's trees and one
-with ring, each rank holding a small float32 array while the network carries ``--size`` bytes.
+:class:`~horotopo.transport.simulated.SimulatedTransport`: with ``--probe quick|full`` the
+ranks run the real probe (:func:`horotopo.probe.probe`, timing simulated transfers on the
+transport's clock), rank 0 infers the measured topology from it and plans; with ``--probe
+declared`` rank 0 plans the topology given. Then the plan protocol
+(:func:`~horotopo.planning_protocol.share_plan`: broadcast, digest check) runs between the
+simulated ranks, and the engine runs one allreduce with the plan's trees, one with ring and one
+with NCCL's double binary tree, each rank holding a small float32 array while the network
+carries ``--size`` bytes.
 """
 from __future__ import annotations
 
@@ -13,123 +17,202 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..plan import format_size, make_plan, parse_size, ring_plan
-from ..topology import Topology, TopologyError, bundled, load
+from ..generate import GENERATORS, describe_generators, generate
+from ..plan import Plan, format_size, make_plan, parse_size, ring_plan
+from ..topology import Topology, TopologyError, bundled, from_dict, load
 
-# Each rank holds at most this many float32 elements; the rest of --size is scale.
+__all__ = ["add_parser", "simulate", "resolve", "ALGORITHMS", "PROBES"]
+
+# Each rank holds at most this many float32 elements, and all ranks together at most
+# TOTAL_ELEMS (so that thousands of ranks fit in memory); the rest of --size is scale.
 SMALL_ELEMS = 1 << 16
+TOTAL_ELEMS = 1 << 24
+
+#: The rows, in order: horotopo's plan, then the peers as the libraries run them.
+ALGORITHMS = ("tree", "ring", "dbtree")
+#: --probe: run the probe (quick, full), plan the topology given (declared), or ring (off).
+PROBES = ("declared", "quick", "full", "off")
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate", help="run the init path and allreduce over a simulated network (SimGrid)",
-        description="Plan on rank 0, share and check the plan, then time horotopo's trees and "
-                    "ring allreduce, all over a SimGrid network built from the topology. Needs "
-                    "python3-simgrid (apt-get install -y python3-simgrid).",
-        epilog="Example:\n  horotopo simulate racks-2x3 --size 64M",
+        description="Probe (or take the declared topology), plan on rank 0, share and check the "
+                    "plan, then time horotopo's trees, ring and NCCL's double binary tree, all "
+                    "over a SimGrid network built from the topology. Needs python3-simgrid "
+                    "(apt-get install -y python3-simgrid).",
+        epilog="TOPOLOGY is a topology JSON file, a bundled topology's name, or a cluster "
+               "generator as NAME[:KEY=VALUE,...] with --ranks N. Generators and their "
+               "parameters (defaults shown; rates in gbps):\n"
+               f"{describe_generators()}\n\n"
+               "Examples:\n"
+               "  horotopo simulate racks-2x3 --size 16M --probe quick\n"
+               "  horotopo simulate racks:hosts_per_rack=4,gpus=8,oversub=4 --ranks 64\n"
+               "  horotopo simulate sites:wan_gbps=1,gpus=4 --ranks 32 --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("topology", help="topology JSON file, or the name of a bundled one")
+    p.add_argument("topology", help="topology JSON file, bundled name, or GENERATOR spec")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="ranks of a generated cluster (required with a generator)")
     p.add_argument("--size", default="64M", type=parse_size,
                    help="allreduce size in bytes (default 64M; K, M, G are binary)")
-    p.add_argument("--probe", default="declared", choices=["declared", "off"],
-                   help="declared: plan the topology file (default); off: plan ring on a uniform "
-                        "model. The probe's own modes (quick, full) need a simulated clock in "
-                        "the probe and are not available yet")
+    p.add_argument("--probe", default="declared", choices=PROBES,
+                   help="quick or full: run horotopo's probe in the simulation and plan the "
+                        "measured topology (what init() does); declared: plan the topology as "
+                        "given (default; the probe's n(n-1) pair tests are slow to simulate at "
+                        "hundreds of ranks); off: plan ring")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(func=run)
     return p
 
 
-def _load(text: str) -> Topology:
+def resolve(text: str, ranks: Optional[int] = None) -> Topology:
+    """The topology ``text`` names: a file, a bundled topology, or a generator spec (which
+    needs ``ranks``).
+
+    Raises
+    ------
+    TopologyError
+        None of them, or a generator spec without ``ranks`` or with a bad parameter.
+    """
+    if text.partition(":")[0] in GENERATORS:
+        if ranks is None or ranks < 1:
+            raise TopologyError(f"{text}: a generated cluster needs --ranks N (N >= 1)")
+        try:
+            return from_dict(generate(text, ranks))
+        except ValueError as exc:
+            raise TopologyError(str(exc)) from None
     try:
-        return load(text)
+        topology = load(text)
     except (OSError, TopologyError):
-        return load(bundled(text))
+        topology = load(bundled(text))
+    if ranks is not None and ranks != topology.n:
+        raise TopologyError(f"{text} has {topology.n} ranks, not --ranks {ranks}")
+    return topology
 
 
-def simulate(topology: Topology, size: int, probe: str = "declared") -> Dict[str, Any]:
-    """Run the simulation; the result as a JSON-ready dict (see :func:`run`)."""
-    from ..algorithms.tree import window_for
+def simulate(topology: Topology, size: int, probe: str = "declared",
+             progress: Any = None) -> Dict[str, Any]:
+    """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
+
+    ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
+    probe progress, in simulated seconds).
+    """
     from ..engine import Engine
     from ..planning_protocol import share_plan
+    from ..probe import probe as run_probe
+    from ..schedule import window_for
     from ..simulation import run_simulated
 
-    elems = max(1, min(size // 4, SMALL_ELEMS))
-    scale = size / (elems * 4)
+    if probe not in PROBES:
+        raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")
     n = topology.n
-
-    def build() -> Any:
-        t0 = time.perf_counter()
-        plan = make_plan(topology) if probe == "declared" else ring_plan(topology)
-        build.seconds = time.perf_counter() - t0  # type: ignore[attr-defined]
-        return plan, topology
+    elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
+    scale = size / (elems * 4)
+    ring = ring_plan(topology)
+    planner: Dict[str, float] = {}
 
     def body(t: Any) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
         t0 = t.now()
+        doc: Optional[Dict[str, Any]] = None
+        if probe in ("quick", "full"):
+            # The probe's transfers are sized to be timed: charged their true size.
+            with t.true_size():
+                doc = run_probe(t, probe, name=f"probed-{topology.name}",
+                                progress=progress if t.rank == 0 else None)
+            out["probe_s"] = t.now() - t0
+
+        def build() -> Tuple[Plan, Topology]:
+            w0 = time.perf_counter()
+            model = from_dict(doc) if doc is not None else topology
+            plan = ring_plan(model) if probe == "off" else make_plan(model)
+            planner["s"] = time.perf_counter() - w0
+            return plan, model
+
         plan, _ = share_plan(t, build, what="init")
-        out: Dict[str, Any] = {"init_s": t.now() - t0,
-                               "planner_s": getattr(build, "seconds", None),
-                               "plan": plan.to_json() if t.rank == 0 else None}
+        out["init_s"] = t.now() - t0
+        if t.rank == 0:
+            out["plan"] = plan.to_json()
+            out["planner_s"] = planner["s"]
+            out["probed"] = doc
         want = np.float32(n * (n - 1) / 2)
-        for alg, p in (("tree", plan), ("ring", ring_plan(topology))):
+        for alg, p in zip(ALGORITHMS, (plan, ring, ring)):
+            # chunks scaled down alike, so the pipeline has the full-size run's chunk count
             chunk = max(4, int(p.chunk_bytes / scale) // 4 * 4)
             eng = Engine(t, p, chunk_bytes=chunk, window=window_for(p.chunk_bytes))
             x = np.full(elems, t.rank, np.float32)
             t.barrier()
             s = t.now()
             got = eng.allreduce(x, algorithm=alg)
-            out[alg] = {"time_s": t.now() - s, "wrong": int(np.count_nonzero(got != want)),
-                        "predicted_s": p.predict_time(size)}
+            out[alg] = {"time_s": t.now() - s, "wrong": int(np.count_nonzero(got != want))}
         return out
 
     t0 = time.perf_counter()
     sim = run_simulated(topology, body, scale=scale)
-    plan = sim.results[0]["plan"]
+    first = sim.results[0]
+    plan = first["plan"]
+    predicted = {"tree": Plan.from_json(plan).predict_time(size),
+                 "ring": ring.predict_time(size), "dbtree": None}
     rows: List[Dict[str, Any]] = []
-    for alg in ("tree", "ring"):
+    for alg in ALGORITHMS:
         t_s = max(r[alg]["time_s"] for r in sim.results)
         algbw = size / t_s / 1e9
         rows.append({"algorithm": alg, "size": size, "time_s": t_s, "algbw_GBps": algbw,
                      "busbw_GBps": algbw * 2 * (n - 1) / n,
                      "wrong": sum(r[alg]["wrong"] for r in sim.results),
-                     "predicted_s": sim.results[0][alg]["predicted_s"]})
-    return {"topology": topology.name, "ranks": n, "size": size, "scale": scale,
-            "init_simulated_s": max(r["init_s"] for r in sim.results),
-            "planner_s": sim.results[0]["planner_s"],
-            "throughput_Bps": plan.get("throughput_Bps"),
-            "upper_bound_Bps": plan.get("upper_bound_Bps"),
-            "rows": rows, "wall_s": time.perf_counter() - t0, "messages": sim.messages}
+                     "predicted_s": predicted[alg]})
+    bound = plan.get("upper_bound_Bps")
+    out: Dict[str, Any] = {
+        "topology": topology.name, "ranks": n, "size": size, "scale": scale, "probe": probe,
+        "probe_simulated_s": first.get("probe_s"),
+        "init_simulated_s": max(r["init_s"] for r in sim.results),
+        "planner_s": first["planner_s"],
+        "throughput_Bps": plan.get("throughput_Bps"), "upper_bound_Bps": bound,
+        "optimum_s": size / bound if bound else None,
+        "rows": rows, "wall_s": time.perf_counter() - t0, "messages": sim.messages}
+    if first["probed"] is not None:
+        out["probed_topology"] = first["probed"]
+    return out
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        topology = _load(args.topology)
+        topology = resolve(args.topology, args.ranks)
     except (OSError, TopologyError) as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
     from ..transport.simulated import SimulatorMissing
 
-    print(f"simulating {topology.name!r}: {topology.n} ranks, {format_size(args.size)}",
-          file=sys.stderr, flush=True)
+    _say(f"simulating {topology.name!r}: {topology.n} ranks, {format_size(args.size)}, "
+         f"probe {args.probe}")
     try:
-        res = simulate(topology, args.size, args.probe)
+        res = simulate(topology, args.size, args.probe, progress=_say)
     except SimulatorMissing as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(res))
         return 0
-    print(f"init (simulated): {res['init_simulated_s'] * 1e3:.2f} ms; planner (this machine): "
-          f"{res['planner_s']:.2f} s; simulation took {res['wall_s']:.1f} s wall, "
+    probe = ("" if res["probe_simulated_s"] is None
+             else f"probe ({res['probe']}, simulated): {res['probe_simulated_s']:.3f} s; ")
+    print(f"{probe}init (simulated): {res['init_simulated_s'] * 1e3:.2f} ms; planner (this "
+          f"machine): {res['planner_s']:.2f} s; simulation took {res['wall_s']:.1f} s wall, "
           f"{res['messages']} messages")
+    if res["optimum_s"] is not None:
+        print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
+              f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")
     print(f"{'algorithm':>9} {'size':>12} {'time(us)':>12} {'algbw':>8} {'busbw':>8} "
           f"{'#wrong':>6} {'predicted(us)':>14}")
     for r in res["rows"]:
+        pred = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e6:.1f}"
         print(f"{r['algorithm']:>9} {r['size']:>12} {r['time_s'] * 1e6:>12.1f} "
-              f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>6} "
-              f"{r['predicted_s'] * 1e6:>14.1f}")
+              f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>6} {pred:>14}")
     return 0
