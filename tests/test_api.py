@@ -56,13 +56,11 @@ def test_internal_error_aliases():
     assert issubclass(hvd.HorovodInternalError, RuntimeError)
 
 
-def test_process_sets_and_join_say_they_are_unsupported():
+def test_process_sets_say_they_are_unsupported():
     with pytest.raises(NotImplementedError, match="process sets are not implemented"):
         hvd.add_process_set([0])
     with pytest.raises(NotImplementedError, match="process sets"):
         hvd.init(process_sets=[hvd.ProcessSet([0])])
-    with pytest.raises(NotImplementedError, match="join"):
-        hvd.join()
 
 
 def test_bits_of_lists_set_bits_in_order():

@@ -16,6 +16,7 @@ from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
 from .ops import check_op, handle_average_backwards_compatibility
 from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
+from .records import JOIN, JOIN_NAME
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
@@ -28,9 +29,6 @@ handles = HandleTable()
 poll = handles.poll
 synchronize = handles.synchronize
 
-JOIN_UNSUPPORTED = ("hvd.join() is not implemented in horotopo: ranks must submit the same "
-                    "collectives (uneven data needs an explicit stop signal, e.g. an allreduce "
-                    "of a 'has more data' flag)")
 
 
 def check_dtype(arr: np.ndarray, what: Optional[str] = None) -> None:
@@ -241,7 +239,16 @@ def barrier(process_set: Any = global_process_set) -> None:
 
 
 def join(device: int = -1) -> int:
-    raise NotImplementedError(JOIN_UNSUPPORTED)
+    """Say that this rank has no more data; block until every rank has joined and return the
+    last rank to join (Horovod's join).
+
+    Until then this rank takes part in the others' allreduces with zeros (Average still
+    divides by the number of ranks), and their allgathers, broadcasts and barriers fail on
+    every rank with Horovod's "not supported with Join" errors. ``device`` is accepted for
+    Horovod's signature: the zeros go where the others' tensors are.
+    """
+    rt = runtime()
+    return int(rt.wait(rt.enqueue(JOIN, [(JOIN_NAME, None, None)], device=int(device)))[0])
 
 
 def _alltoall_splits(n: int, first: int, splits: Any) -> List[int]:

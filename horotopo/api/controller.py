@@ -36,13 +36,23 @@ import numpy as np
 from .. import timeline as _timeline
 from .checks import first_mismatch
 from .errors import SHUT_DOWN
-from .records import ALLGATHER, ALLREDUCE, BROADCAST, Entry, Request, Response, Signature
+from .records import (ALLGATHER, ALLREDUCE, BROADCAST, JOIN, JOIN_NAME, Entry, Request,
+                      Response, Signature)
 from .settings import Settings, log
 
 __all__ = ["ResponseCache", "bits_of", "Coordinator", "Controller", "trace_negotiations"]
 
 _FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
 _FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
+_FLAG_NONE_JOINED = 4  # cleared by a rank that has joined (hvd.join) and waits for the rest
+
+#: Horovod's errors for the collectives that cannot run while some rank has joined; an
+#: allreduce runs, with zeros from the joined ranks.
+JOIN_ERRORS: Dict[str, str] = {
+    ALLGATHER: "Allgather is not supported with Join at this time. Specify sparse_to_dense=True "
+               "if using DistributedOptimizer",
+    BROADCAST: "Broadcast is not supported with Join at this time.",
+}
 
 # The control wait is latency-bound (it is all a cached step waits for): spin on the test a
 # little before pausing, then pause from 20 us up to 1 ms, so an idle job costs about nothing.
@@ -138,6 +148,9 @@ class Coordinator:
         self.table: "OrderedDict[str, _Slot]" = OrderedDict()
         # When each rank asked for a negotiated name, kept for the timeline's per-rank ticks.
         self.ready_times: Dict[str, Dict[int, float]] = {}
+        # The ranks that have joined, in the order they did (Horovod's join returns the last).
+        self.joined: List[int] = []
+        self._join_sig: Optional[Signature] = None
         self.stall_reason: Optional[str] = None
         self._last_stall_check = 0.0
 
@@ -146,6 +159,11 @@ class Coordinator:
         now = time.monotonic()
         for r, lst in enumerate(gathered):
             for req in lst:
+                if req.sig.kind == JOIN:
+                    if r not in self.joined:
+                        self.joined.append(r)
+                    self._join_sig = req.sig
+                    continue
                 asked = now - req.age_s
                 slot = self.table.get(req.name)
                 if slot is None:
@@ -153,17 +171,33 @@ class Coordinator:
                 slot.reqs[r] = req.sig
                 slot.ready[r] = asked
                 slot.t0 = min(slot.t0, asked)
-        ready = [n for n, slot in self.table.items() if len(slot.reqs) == self.size]
+        joined = set(self.joined)
+        # A joined rank counts as having asked for every name (it will send zeros).
+        ready = [n for n, slot in self.table.items()
+                 if len(slot.reqs) + len(joined.difference(slot.reqs)) == self.size]
         slots = [(n, self.table.pop(n)) for n in ready]
         if keep_ready_times:
             self.ready_times.update((n, slot.ready) for n, slot in slots)
-        return [self.construct(n, slot.reqs) for n, slot in slots]
+        responses = [self.construct(n, slot.reqs, bool(joined)) for n, slot in slots]
+        if len(joined) == self.size:
+            # Every rank has joined: the names above were the last that any rank asked for.
+            assert self._join_sig is not None
+            responses.append(Response(JOIN, JOIN_NAME, None, self._join_sig, [self.joined[-1]]))
+            self.joined = []
+            self._join_sig = None
+        return responses
 
-    def construct(self, name: str, reqs: Dict[int, Signature]) -> Response:
-        """One response for ``name`` from every rank's request, or Horovod's error."""
+    def construct(self, name: str, reqs: Dict[int, Signature],
+                  some_joined: bool = False) -> Response:
+        """One response for ``name`` from every rank's request, or Horovod's error (for a
+        mismatch, or for a collective other than allreduce while ``some_joined``)."""
         sigs = [reqs[r] for r in sorted(reqs)]
         first = sigs[0]
         error = first_mismatch(first.kind, sigs)
+        if error is None and some_joined and first.kind != ALLREDUCE:
+            error = JOIN_ERRORS.get(first.kind,
+                                    f"{first.kind.capitalize()} is not supported with Join at "
+                                    f"this time.")
         extra = [s.shape[0] for s in sigs] if error is None and first.kind == ALLGATHER \
             else None
         return Response(first.kind, name, error, first, extra)
@@ -180,7 +214,7 @@ class Coordinator:
             if now - slot.t0 > cfg.stall_check_s and now - slot.warned > cfg.stall_check_s:
                 slot.warned = now
                 for r in range(self.size):
-                    if r not in slot.reqs:
+                    if r not in slot.reqs and r not in self.joined:
                         missing.setdefault(r, []).append(name)
         if missing:
             lines = [f"{r}: [{', '.join(sorted(names))}]" for r, names in sorted(missing.items())]
@@ -191,7 +225,7 @@ class Coordinator:
                         "submitting tensors, which will cause deadlock. \nMissing ranks:\n%s",
                         cfg.stall_check_s, "\n".join(lines))
         if cfg.stall_shutdown_s > 0 and self.stall_reason is None:
-            late = {name: sorted(set(range(self.size)) - set(slot.reqs))
+            late = {name: sorted(set(range(self.size)) - set(slot.reqs) - set(self.joined))
                     for name, slot in self.table.items()
                     if now - slot.t0 > cfg.stall_shutdown_s}
             if late:
@@ -270,6 +304,8 @@ class Controller:
         self._words = max(1, (self.cache.capacity + 63) // 64)
         self._everything = (1 << (64 * self._words)) - 1
         self._vec = np.empty(1 + 2 * self._words, dtype=np.uint64)
+        # This rank has sent its join request and waits for the join response.
+        self.joined = False
 
     def cycle(self, pending: Mapping[str, Entry], stopping: bool,
               tl: Optional[_timeline.Timeline]) -> Optional[List[Response]]:
@@ -282,26 +318,34 @@ class Controller:
         # Bits are gathered in Python ints (numpy scalar ops cost ~1 us each).
         hits = invalid = 0
         to_send: List[Entry] = []
+        hit_entries: List[Entry] = []
         for entry in pending.values():
             if entry.sent:
                 continue
             cached = self.cache.get(entry.name)
             if cached is None:
+                if entry.sig.kind == JOIN:
+                    self.joined = True
                 to_send.append(entry)
                 continue
             bit, sig = cached
             if sig == entry.sig and now - entry.t0 < reroute_s:
                 hits |= 1 << bit
+                hit_entries.append(entry)
             else:
                 # Different parameters (or a stall): drop the entry everywhere and let
                 # rank 0 look at this request.
                 invalid |= 1 << bit
                 to_send.append(entry)
-        flags = _FLAG_RUNNING | _FLAG_ALL_CACHED
+        flags = _FLAG_RUNNING | _FLAG_ALL_CACHED | _FLAG_NONE_JOINED
         if stopping:
             flags &= ~_FLAG_RUNNING
         if to_send:
             flags &= ~_FLAG_ALL_CACHED
+        if self.joined:
+            # A joined rank has no entries to match cache bits with: the others' requests go
+            # to rank 0 instead, every cycle, until every rank has joined.
+            flags &= ~(_FLAG_ALL_CACHED | _FLAG_NONE_JOINED)
         vec = self._vec
         vec[0] = flags
         vec[1:1 + words] = np.frombuffer(hits.to_bytes(nbytes, "little"), dtype="<u8")
@@ -322,11 +366,16 @@ class Controller:
             if bit < self.cache.capacity:
                 self.cache.erase_bit(bit)
         responses: List[Response] = []
-        for bit in bits_of(vec[1:1 + words]):
-            name, sig = self.cache.entry_at(bit)
-            self.cache.touch(name)
-            responses.append(Response(sig.kind, name, None, sig))
-        self.stats["cache_hits"] += len(responses)
+        if flags & _FLAG_NONE_JOINED:
+            for bit in bits_of(vec[1:1 + words]):
+                name, sig = self.cache.entry_at(bit)
+                self.cache.touch(name)
+                responses.append(Response(sig.kind, name, None, sig))
+            self.stats["cache_hits"] += len(responses)
+        else:
+            # Some rank has joined (every rank sees the flag): cached requests are negotiated,
+            # so that rank 0 can answer them with the joined ranks counted in.
+            to_send.extend(hit_entries)
 
         if not flags & _FLAG_ALL_CACHED:
             with self.guard(f"negotiation in cycle {self.stats['cycles']}"):
@@ -335,6 +384,8 @@ class Controller:
             for resp in negotiated:
                 if resp.error is None and resp.kind in (ALLREDUCE, BROADCAST):
                     self.cache.put(resp.name, resp.sig)
+                elif resp.kind == JOIN:
+                    self.joined = False
             responses.extend(negotiated)
         if self.rank == 0 and self.settings.stall_check:
             reason = self.coordinator.inspect_stalls(time.monotonic())

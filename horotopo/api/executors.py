@@ -19,8 +19,8 @@ from .. import timeline as _timeline
 from ..buffers import array_module, device_scope, synchronize
 from .fusion import FusionBuffers, FusionGroup, fuse, plan_fusion
 from .ops import OP_NAMES, Average
-from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, NATIVE_DTYPES, RETUNE,
-                      RETUNE_MODES, Entry, Response)
+from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES, RETUNE,
+                      RETUNE_MODES, Entry, Handle, Response, Signature)
 from .settings import log
 
 __all__ = ["Executor", "OpExecutor", "EXECUTORS", "OnDevice"]
@@ -188,10 +188,44 @@ class RetuneExecutor(OpExecutor):
         return [event]
 
 
+class JoinExecutor(OpExecutor):
+    """Every rank has joined (``hvd.join``); the result is the last rank to join."""
+
+    kind = JOIN
+    on_device = False
+
+    def run(self, ex: "Executor", entries: List[Entry], responses: List[Response]) -> List[Any]:
+        return [int(responses[0].extra[0])]
+
+
 #: The executor of each op kind.
 EXECUTORS: Dict[str, OpExecutor] = {x.kind: x for x in (
     AllreduceExecutor(), BroadcastExecutor(), AllgatherExecutor(), BarrierExecutor(),
-    RetuneExecutor())}
+    RetuneExecutor(), JoinExecutor())}
+
+
+def _zeros(sig: Signature) -> Any:
+    """Zeros of ``sig``'s dtype and shape, on its device: a joined rank's contribution."""
+    if sig.on_host:
+        from ..ops import bfloat16_dtype
+
+        dtype = bfloat16_dtype() if sig.dtype == "bfloat16" else np.dtype(sig.dtype)
+        return np.zeros(sig.shape, dtype)
+    from ..gpu._env import cupy_module
+    from ..gpu.kernels import cupy_bfloat16
+
+    cp = cupy_module()
+    dtype = cupy_bfloat16() if sig.dtype == "bfloat16" else np.dtype(sig.dtype)
+    with cp.cuda.Device(sig.device):
+        return cp.zeros(sig.shape, dtype)
+
+
+def stand_in(resp: Response) -> Entry:
+    """The entry of a rank that has joined (``hvd.join``) for a name that the other ranks
+    asked for: zeros for an allreduce (Horovod's join), nothing for an error response; its
+    handle belongs to no caller."""
+    array = _zeros(resp.sig) if resp.error is None and resp.kind == ALLREDUCE else None
+    return Entry(resp.name, resp.sig, array, array, Handle(-1, 1), 0)
 
 
 class Executor:
@@ -232,7 +266,8 @@ class Executor:
         self.tl = tl
         for item in plan_fusion(responses, self.fusion_threshold):
             group = item.responses if isinstance(item, FusionGroup) else [item]
-            entries = [pending.pop(r.name) for r in group]
+            # A name missing here was asked for by the others while this rank has joined.
+            entries = [pending.pop(r.name, None) or stand_in(r) for r in group]
             if tl is not None:
                 _trace_begin(tl, group[0].kind, entries, t_resp)
             error = group[0].error

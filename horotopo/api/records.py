@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "RETUNE_MODES",
+__all__ = ["ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "JOIN", "JOIN_NAME",
+           "RETUNE_MODES",
            "NATIVE_DTYPES", "WIDENED_DTYPES", "SUPPORTED_DTYPES", "dtype_name", "Signature",
            "Handle", "Entry", "Request", "Response"]
 
@@ -24,6 +25,11 @@ RETUNE = "RETUNE"
 ALLGATHER = "ALLGATHER"
 BROADCAST = "BROADCAST"
 BARRIER = "BARRIER"
+JOIN = "JOIN"
+
+#: The name of every rank's join request: one name, so that the join response finds each
+#: rank's entry (a rank joins once at a time, which the duplicate-name check enforces).
+JOIN_NAME = "horotopo.join"
 
 RETUNE_MODES = ("quick", "full")  # retune()'s mode travels as an index in the request
 
@@ -52,7 +58,7 @@ class Signature(NamedTuple):
     Attributes
     ----------
     kind : str
-        ALLREDUCE, ALLGATHER, BROADCAST, BARRIER or RETUNE.
+        ALLREDUCE, ALLGATHER, BROADCAST, BARRIER, RETUNE or JOIN.
     dtype : str
         The input's dtype name ("uint8" for the data-less ops).
     shape : tuple of int
@@ -155,7 +161,7 @@ class Response:
     error : str or None
         Horovod's mismatch message when the ranks asked for different things.
     extra : list of int or None
-        Allgather's first dimension on each rank, in rank order.
+        Allgather's first dimension on each rank, in rank order; join's last rank to join.
     """
 
     kind: str

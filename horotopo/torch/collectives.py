@@ -235,8 +235,10 @@ def barrier(process_set: Any = global_process_set) -> None:
 
 
 def join(device: int = -1) -> int:
-    """Not implemented: raises NotImplementedError (see the README)."""
-    raise NotImplementedError(_arrays.JOIN_UNSUPPORTED)
+    """Block until every rank has joined; return the last rank to join (see
+    :func:`horotopo.api.arrays.join`: meanwhile this rank sends zeros to the others'
+    allreduces, such as a DistributedOptimizer's)."""
+    return _arrays.join(device)
 
 
 def poll(handle: Any) -> bool:

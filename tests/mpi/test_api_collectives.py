@@ -367,12 +367,18 @@ def test_unsupported_features_say_so():
         hvd.allreduce(np.ones(2), op=hvd.Adasum)
     with pytest.raises(NotImplementedError, match="process sets"):
         hvd.allreduce(np.ones(2), process_set=hvd.ProcessSet([0]))
-    with pytest.raises(NotImplementedError, match="join"):
-        hvd.join()
     with pytest.raises(ValueError, match="The op parameter supersedes average"):
         hvd.allreduce(np.ones(2), average=True, op=hvd.Sum)
     with pytest.raises(ValueError, match="not supported"):
         hvd.allreduce(np.ones(2, np.complex64))
+
+
+def test_join_on_arrays_sends_zeros_and_returns_the_last_rank():
+    last = hvd.size() - 1
+    if hvd.rank() == last:   # the others have joined: only this rank's ones are summed
+        got = hvd.allreduce(np.ones(3, np.float32), name="join.arrays", op=hvd.Sum)
+        assert got.tolist() == [1.0] * 3
+    assert hvd.join() == last
 
 
 def test_shutdown_on_one_rank_fails_pending_ops_everywhere():

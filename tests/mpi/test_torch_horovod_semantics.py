@@ -119,3 +119,87 @@ def test_sparse_as_dense_steps_a_sparse_only_optimizer():
     assert moved.tolist() == [k < n for k in range(6)]
     every = hvd.allgather(emb.weight.detach().reshape(1, -1))
     assert all(torch.equal(every[0], every[k]) for k in range(n))
+
+
+@pytest.mark.parametrize("op", ["Sum", "Average"])
+def test_join_with_every_rank_in_turn_the_last(op):
+    """Ranks run out of data at different steps and join; the joined ranks add zeros to the
+    others' allreduces, and join returns the rank that ran longest (the last to join)."""
+    n, r = hvd.size(), hvd.rank()
+    for last in range(n):
+        steps = [3 if q == last else 1 + q % 2 for q in range(n)]
+        for k in range(steps[r]):
+            got = hvd.allreduce(torch.full((3,), float(r + 1)), name=f"sem.join.{op}.{k}",
+                                op=getattr(hvd, op))
+            want = float(sum(q + 1 for q in range(n) if steps[q] > k))
+            if op == "Average":
+                want /= n        # the joined ranks still count
+            assert torch.allclose(got, torch.full((3,), want)), (last, k)
+        assert hvd.join() == last
+    # No rank is joined any more: a plain allgather runs.
+    assert hvd.allgather(torch.tensor([r])).tolist() == list(range(n))
+
+
+def test_join_fails_the_other_collectives_on_every_rank():
+    n, r = hvd.size(), hvd.rank()
+    last = n - 1
+    if n == 1:
+        assert hvd.join() == 0   # alone, nobody else has joined while this rank works
+        return
+    if r == last:
+        with pytest.raises(hvd.HorovodInternalError,
+                           match=r"^Broadcast is not supported with Join at this time\.$"):
+            hvd.broadcast(torch.ones(2), root_rank=last, name="sem.join.bcast")
+        with pytest.raises(hvd.HorovodInternalError,
+                           match=r"Allgather is not supported with Join at this time"):
+            hvd.allgather(torch.ones(2), name="sem.join.gather")
+    assert hvd.join() == last
+
+
+def _linear() -> "torch.nn.Module":
+    torch.manual_seed(3)
+    return torch.nn.Linear(4, 1)
+
+
+def _batch(step: int, r: int) -> "torch.Tensor":
+    return torch.full((2, 4), float(step + r)) * torch.arange(1.0, 5.0)
+
+
+def test_join_lets_a_distributed_optimizer_train_on_uneven_data():
+    """Rank r has r + 1 batches; at each step the gradient is the sum over the ranks that still
+    have data, over all ranks (the joined ones add zeros)."""
+    n, r = hvd.size(), hvd.rank()
+    model = _linear()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for step in range(r + 1):
+        opt.zero_grad()
+        model(_batch(step, r)).sum().backward()
+        opt.step()
+    assert hvd.join() == n - 1
+    ref = _linear()
+    for step in range(r + 1):
+        grads = []
+        for q in range(step, n):             # the ranks with a batch at this step
+            ref.zero_grad()
+            ref(_batch(step, q)).sum().backward()
+            grads.append([p.grad.clone() for p in ref.parameters()])
+        with torch.no_grad():
+            for k, p in enumerate(ref.parameters()):
+                p -= 0.1 * sum(g[k] for g in grads) / n
+    for got, want in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_repeated_names_are_answered_from_the_cache_around_a_join():
+    """join switches the response cache off while ranks are joined; before and after, a
+    repeated name is answered from the cache (not renegotiated after a stall)."""
+    from horotopo.api.basics import runtime
+
+    stats = runtime().stats
+    for _ in range(2):
+        hits = stats["cache_hits"]
+        for _ in range(3):
+            hvd.allreduce(torch.ones(2), name="sem.cached", op=hvd.Sum)
+        assert stats["cache_hits"] >= hits + 2
+        hvd.join()
