@@ -7,7 +7,7 @@ results are CuPy arrays on the same device. Nothing is copied to the host here.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,6 +23,8 @@ __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
            "broadcast_", "broadcast_async", "broadcast_async_", "barrier", "poll", "synchronize",
            "join", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+           "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+           "grouped_reducescatter_async", "group_names",
            "handles"]
 
 handles = HandleTable()
@@ -90,8 +92,7 @@ def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
     staged = [_stage(t, inplace) for t in tensors]
     dev = call_device([s.device for s in staged])
     if grouped:
-        base = name or unnamed("grouped_allreduce")
-        names = [f"{base}.{i}of{len(tensors)}" for i in range(len(tensors))]
+        names = group_names(name or unnamed("grouped_allreduce"), len(tensors))
     else:
         names = [name or unnamed("allreduce")]
     items = [(n, s.array, s.output) for n, s in zip(names, staged)]
@@ -181,6 +182,11 @@ def grouped_allreduce_(tensors: Sequence[Any], average: Optional[bool] = None,
                                                 postscale_factor, process_set))
 
 
+def group_names(base: str, count: int) -> List[str]:
+    """The names of a grouped call's tensors: each is negotiated under its own name."""
+    return [f"{base}.{i}of{count}" for i in range(count)]
+
+
 def allgather_async(tensor: Any, name: Optional[str] = None,
                     process_set: Any = global_process_set) -> int:
     """Start concatenating every rank's ``tensor`` along dimension 0 (which may differ)."""
@@ -189,6 +195,26 @@ def allgather_async(tensor: Any, name: Optional[str] = None,
     hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), s.array, None)],
                             device=s.device, ready=ready_hook(s.device, s.array))
     return handles.add(hid, lambda res: res[0])
+
+
+def grouped_allgather_async(tensors: Sequence[Any], name: Optional[str] = None,
+                            process_set: Any = global_process_set) -> int:
+    """Start an allgather of each of ``tensors`` as one call; the result is the list of
+    concatenations."""
+    check_process_set(process_set)
+    staged = [_stage(t, False) for t in tensors]
+    dev = call_device([s.device for s in staged])
+    names = group_names(name or unnamed("grouped_allgather"), len(staged))
+    last = staged[-1].array if staged else None
+    hid = runtime().enqueue(ALLGATHER, [(n, s.array, None) for n, s in zip(names, staged)],
+                            device=dev, ready=ready_hook(dev, last))
+    return handles.add(hid, lambda res: list(res))
+
+
+def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
+                      process_set: Any = global_process_set) -> List[Any]:
+    """The allgather of each of ``tensors`` (see :func:`grouped_allgather_async`)."""
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
 def allgather(tensor: Any, name: Optional[str] = None,
@@ -309,6 +335,33 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
     return out if splits is None else (out, received)
 
 
+def _reducescatter(tensors: Sequence[Any], name: str, op: int, process_set: Any,
+                   prescale_factor: float, postscale_factor: float,
+                   names: Sequence[str]) -> Tuple[int, Callable[[List[Any]], List[Any]]]:
+    """Enqueue the allreduces of a (grouped) reduce-scatter as one call; return its handle and
+    the function that cuts this rank's block from each result."""
+    from .basics import rank, size
+
+    check_process_set(process_set)
+    op = check_op(op)
+    staged = [_stage(t, False) for t in tensors]
+    if any(s.array.ndim == 0 for s in staged):
+        raise ValueError(f"{name} needs tensors of rank >= 1")
+    dev = call_device([s.device for s in staged])
+    world, me = size(), rank()
+    blocks = []
+    for s in staged:
+        rows = s.array.shape[0]
+        counts = [rows // world + (1 if r < rows % world else 0) for r in range(world)]
+        blocks.append((sum(counts[:me]), counts[me]))
+    last = staged[-1].array if staged else None
+    hid = runtime().enqueue(ALLREDUCE, [(n, s.array, s.output) for n, s in zip(names, staged)],
+                            op=op, prescale=prescale_factor, postscale=postscale_factor,
+                            device=dev, ready=ready_hook(dev, last))
+    # Rows [start, start + count) of a C-contiguous result are already contiguous.
+    return hid, lambda res: [out[start:start + count] for out, (start, count) in zip(res, blocks)]
+
+
 def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = 0,
                         process_set: Any = global_process_set, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> int:
@@ -318,21 +371,30 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = 0,
     at the cost of a full allreduce. Blocks follow Horovod: the first ``rows % size`` ranks get
     one extra row.
     """
-    from .basics import rank, size
+    hid, cut = _reducescatter([tensor], "reducescatter", op, process_set, prescale_factor,
+                              postscale_factor, [name or unnamed("reducescatter")])
+    return handles.add(hid, lambda res: cut(res)[0])
 
-    check_process_set(process_set)
-    op = check_op(op)
-    s = _stage(tensor, False)
-    if s.array.ndim == 0:
-        raise ValueError("reducescatter needs a tensor of rank >= 1")
-    rows, world, me = s.array.shape[0], size(), rank()
-    counts = [rows // world + (1 if r < rows % world else 0) for r in range(world)]
-    start = sum(counts[:me])
-    hid = runtime().enqueue(ALLREDUCE, [(name or unnamed("reducescatter"), s.array, s.output)],
-                            op=op, prescale=prescale_factor, postscale=postscale_factor,
-                            device=s.device, ready=ready_hook(s.device, s.array))
-    # Rows [start, start + count) of a C-contiguous result are already contiguous.
-    return handles.add(hid, lambda res: res[0][start:start + counts[me]])
+
+def grouped_reducescatter_async(tensors: Sequence[Any], name: Optional[str] = None, op: int = 0,
+                                process_set: Any = global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Start a reduce-scatter of each of ``tensors`` as one call (their allreduces fuse); the
+    result is the list of this rank's blocks."""
+    names = group_names(name or unnamed("grouped_reducescatter"), len(tensors))
+    hid, cut = _reducescatter(tensors, "grouped_reducescatter", op, process_set,
+                              prescale_factor, postscale_factor, names)
+    return handles.add(hid, cut)
+
+
+def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
+                          compression: Any = None, op: int = 0,
+                          process_set: Any = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[Any]:
+    """This rank's block of each of ``tensors`` reduced across ranks."""
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                   prescale_factor, postscale_factor))
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, compression: Any = None,

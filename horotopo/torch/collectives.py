@@ -19,8 +19,10 @@ from .tensors import array_of, call_ready, check_tensor, settled, stage, tensor_
 
 __all__ = ["allreduce_async", "allreduce_async_", "allreduce_", "grouped_allreduce_async",
            "grouped_allreduce_async_", "grouped_allreduce_", "sparse_allreduce_async",
-           "SparseAllreduceHandle", "allgather_async", "broadcast_async", "broadcast_async_", "broadcast_",
-           "alltoall_async", "reducescatter_async", "barrier", "join", "poll", "synchronize"]
+           "SparseAllreduceHandle", "allgather_async", "grouped_allgather_async",
+           "broadcast_async", "broadcast_async_", "broadcast_", "alltoall_async",
+           "reducescatter_async", "grouped_reducescatter_async", "barrier", "join", "poll",
+           "synchronize"]
 
 # The handles of the torch ops: their results are tensors, built when synchronize() collects
 # the runtime's arrays.
@@ -171,6 +173,19 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     return _handles.add(hid, lambda res: tensor_of(res[0], tensor, False))
 
 
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: Any = global_process_set) -> int:
+    """Start an allgather of each of ``tensors`` as one call; the handle's result is the list
+    of concatenations (Horovod's grouped_allgather_async)."""
+    tensors = [check_tensor(t) for t in tensors]
+    hid = _arrays.grouped_allgather_async([settled(array_of(t, False), t) for t in tensors],
+                                          name, process_set)
+    entry = _arrays.handles._entries.pop(hid)
+    return _handles.add(hid, lambda *res: [tensor_of(a, t, False)
+                                           for a, t in zip(entry[1](*res), tensors)],
+                        waits=entry[0])
+
+
 def _broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str],
                      inplace: bool) -> int:
     inp, out, finish = stage(tensor, inplace, False)
@@ -227,6 +242,22 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
                                       prescale_factor, postscale_factor)
     entry = _arrays.handles._entries.pop(hid)
     return _handles.add(hid, lambda *res: tensor_of(entry[1](*res), tensor, True), waits=entry[0])
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op: int = Average, process_set: Any = global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Start a reduce-scatter of each of ``tensors`` as one call (fused); the handle's result
+    is the list of this rank's blocks (Horovod's grouped_reducescatter_async)."""
+    tensors = [check_tensor(t) for t in tensors]
+    hid = _arrays.grouped_reducescatter_async(
+        [settled(array_of(t, True), t) for t in tensors], name, op, process_set,
+        prescale_factor, postscale_factor)
+    entry = _arrays.handles._entries.pop(hid)
+    return _handles.add(hid, lambda *res: [tensor_of(a, t, True)
+                                           for a, t in zip(entry[1](*res), tensors)],
+                        waits=entry[0])
 
 
 def barrier(process_set: Any = global_process_set) -> None:

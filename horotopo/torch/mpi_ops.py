@@ -17,17 +17,21 @@ from ..api.basics import global_process_set, rank
 from ..api.ops import Average, Sum
 from .collectives import (allgather_async, allreduce_, allreduce_async, allreduce_async_,
                           alltoall_async, barrier, broadcast_, broadcast_async, broadcast_async_,
-                          grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-                          join, poll, reducescatter_async, sparse_allreduce_async, synchronize)
+                          grouped_allgather_async, grouped_allreduce_, grouped_allreduce_async,
+                          grouped_allreduce_async_, grouped_reducescatter_async, join, poll,
+                          reducescatter_async, sparse_allreduce_async, synchronize)
 from .compression import Compression
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
            "grouped_allreduce_async_", "sparse_allreduce_async", "allgather", "allgather_async",
            "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
-           "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join", "poll",
-           "synchronize", "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
-           "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter"]
+           "alltoall_async", "reducescatter", "reducescatter_async", "grouped_allgather",
+           "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
+           "barrier", "join", "poll", "synchronize", "HorovodAllreduce",
+           "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodGroupedAllgather",
+           "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter",
+           "HorovodGroupedReducescatter"]
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -130,6 +134,37 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """Grouped allgather with Horovod's gradient: each gradient averaged over ranks, then the
+    rows this rank contributed."""
+
+    @staticmethod
+    def forward(ctx: Any, name: Optional[str], process_set: Any,
+                *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        ctx.dims = [t.shape[0] if t.dim() else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
+        reduced = grouped_allreduce(list(grads), op=Average, process_set=ctx.process_set)
+        every = grouped_allgather([torch.tensor([d], dtype=torch.int32) for d in ctx.dims],
+                                  process_set=ctx.process_set)
+        me = ctx.process_set.rank()
+        offsets = [int(d[:me].sum().item()) for d in every]
+        return (None, None, *[g.narrow(0, offset, dim)
+                              for g, offset, dim in zip(reduced, offsets, ctx.dims)])
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: Any = global_process_set) -> List[torch.Tensor]:
+    """Every rank's tensors concatenated along dimension 0, one result per input
+    (differentiable)."""
+    if not tensors:
+        return []
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
 class HorovodBroadcast(torch.autograd.Function):
     """Broadcast with a gradient: the averaged gradient on the root, zero elsewhere."""
 
@@ -216,3 +251,42 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
     out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                      postscale_factor)
     return compression.decompress(out, cctx)
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """Grouped reduce-scatter with Horovod's gradient (as :class:`HorovodReducescatter`'s, per
+    tensor, through one grouped allgather)."""
+
+    @staticmethod
+    def forward(ctx: Any, name: Optional[str], op: int, process_set: Any,
+                prescale_factor: float, postscale_factor: float,
+                *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op,
+                                                             process_set, prescale_factor,
+                                                             postscale_factor)))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Tuple[Any, ...]:
+        factor = 1.0
+        if ctx.op == Sum:
+            factor *= ctx.process_set.size()
+        factor *= ctx.prescale_factor * ctx.postscale_factor
+        scaled = [(g * factor if factor != 1.0 else g).contiguous() for g in grads]
+        return (None, None, None, None, None,
+                *grouped_allgather(scaled, process_set=ctx.process_set))
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression: Any = Compression.none, op: int = Average,
+                          process_set: Any = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+    """Reduce each of ``tensors`` across ranks and return this rank's block of each
+    (differentiable; ``compression`` per tensor, as Horovod's)."""
+    if not tensors:
+        return []
+    pairs = [compression.compress(t) for t in tensors]
+    out = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                            postscale_factor, *[c for c, _ in pairs])
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(out, pairs)]

@@ -203,3 +203,53 @@ def test_repeated_names_are_answered_from_the_cache_around_a_join():
             hvd.allreduce(torch.ones(2), name="sem.cached", op=hvd.Sum)
         assert stats["cache_hits"] >= hits + 2
         hvd.join()
+
+
+def test_grouped_allgather_values_handle_and_gradient():
+    n, r = hvd.size(), hvd.rank()
+    a = torch.full((r + 1, 2), float(r), requires_grad=True)    # first dimension differs
+    b = torch.arange(3, dtype=torch.float64) + 10 * r
+    ga, gb = hvd.grouped_allgather([a, b], name="sem.gag")
+    assert torch.equal(ga, torch.cat([torch.full((q + 1, 2), float(q)) for q in range(n)]))
+    assert torch.equal(gb, torch.cat([torch.arange(3, dtype=torch.float64) + 10 * q
+                                      for q in range(n)]))
+    handle = hvd.grouped_allgather_async([b.to(torch.int32)], name="sem.gag.async")
+    (got,) = hvd.synchronize(handle)
+    assert got.dtype == torch.int32 and got.tolist() == gb.to(torch.int32).tolist()
+    # The gradient: averaged over ranks, then this rank's rows (Horovod's definition).
+    weights = torch.arange(ga.numel(), dtype=torch.float32).reshape(ga.shape) + r
+    (ga * weights).sum().backward()
+    offset = sum(q + 1 for q in range(r))
+    mean = torch.arange(ga.numel(), dtype=torch.float32).reshape(ga.shape) + (n - 1) / 2
+    assert torch.allclose(a.grad, mean[offset:offset + r + 1])
+
+
+@pytest.mark.parametrize("op", ["Sum", "Average"])
+def test_grouped_reducescatter_values_and_horovods_gradient(op):
+    n, r = hvd.size(), hvd.rank()
+    pre, post = 2.0, 0.5
+    xs = [torch.full((2 * n, 3), float(r + 1), requires_grad=True),
+          (torch.arange(n + 1, dtype=torch.float32) * (r + 1)).requires_grad_(True)]
+    outs = hvd.grouped_reducescatter(xs, op=getattr(hvd, op), prescale_factor=pre,
+                                     postscale_factor=post, name=f"sem.grs.{op}")
+    total = n * (n + 1) / 2 * pre * post / (n if op == "Average" else 1)
+    assert torch.allclose(outs[0], torch.full((2, 3), total))
+    # n + 1 rows: rank 0 keeps two, the others one (Horovod's blocks).
+    start = 0 if r == 0 else r + 1
+    rows = 2 if r == 0 else 1
+    if n == 1:
+        start, rows = 0, 2
+    assert torch.allclose(outs[1], torch.arange(start, start + rows, dtype=torch.float32) * total)
+    w0 = torch.full((2, 3), float(r + 1))
+    w1 = torch.full((rows,), 10.0 * (r + 1))
+    ((outs[0] * w0).sum() + (outs[1] * w1).sum()).backward()
+    scale = (n if op == "Sum" else 1) * pre * post
+    want0 = torch.cat([torch.full((2, 3), float(q + 1)) for q in range(n)]) * scale
+    want1 = torch.cat([torch.full((2 if q == 0 or n == 1 else 1,), 10.0 * (q + 1))
+                       for q in range(n)]) * scale
+    assert torch.allclose(xs[0].grad, want0)
+    assert torch.allclose(xs[1].grad, want1)
+    handle = hvd.grouped_reducescatter_async([torch.ones(n, 2)], op=hvd.Sum,
+                                             name=f"sem.grs.async.{op}")
+    (got,) = hvd.synchronize(handle)
+    assert torch.equal(got, torch.full((1, 2), float(n)))
