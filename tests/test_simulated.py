@@ -372,3 +372,25 @@ def test_the_simulated_probe_recovers_the_declared_network_and_its_plan():
              for res in (probed, declared)}
     assert times["quick"]["wrong"] == times["declared"]["wrong"] == 0
     assert times["quick"]["time_s"] <= 1.05 * times["declared"]["time_s"]
+
+
+def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_path, capsys):
+    """benchmarks/scale_sim.py: a row per generator and rank count, with the three algorithms
+    and exact results; a point past --max-wall is a limit row and stops that generator's
+    larger sizes (exit 0: a limit is a finding)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "scale_sim.py"
+    spec = importlib.util.spec_from_file_location("scale_sim", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    png = tmp_path / "scale.png"
+    assert bench.main(["--generators", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4",
+                       "--size", "64K", "--json", "--png", str(png)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["ranks"] == 4 and row["wrong"] == 0 and png.stat().st_size > 0
+    assert all(row[f"{alg}_s"] > 0 for alg in ("tree", "ring", "dbtree"))
+    assert bench.main(["--generators", "fattree", "--ranks", "4,8", "--size", "64K",
+                       "--max-wall", "1e-6", "--json"]) == 0
+    (limit,) = json.loads(capsys.readouterr().out)["rows"]
+    assert limit["ranks"] == 4 and "did not finish within" in limit["limit"]

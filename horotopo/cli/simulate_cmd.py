@@ -95,11 +95,12 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
 
 
 def simulate(topology: Topology, size: int, probe: str = "declared",
-             progress: Any = None) -> Dict[str, Any]:
+             progress: Any = None, timeout_s: Optional[float] = None) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
-    probe progress, in simulated seconds).
+    probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
+    simulation, planner included (:class:`~horotopo.simulation.SimulationError` past it).
     """
     from ..engine import Engine
     from ..planning_protocol import share_plan
@@ -152,7 +153,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         return out
 
     t0 = time.perf_counter()
-    sim = run_simulated(topology, body, scale=scale)
+    sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s)
     first = sim.results[0]
     plan = first["plan"]
     predicted = {"tree": Plan.from_json(plan).predict_time(size),
