@@ -7,7 +7,7 @@ import pytest
 from horotopo.api.controller import Coordinator
 from horotopo.api.executors import stand_in
 from horotopo.api.records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, JOIN_NAME,
-                                  Request, Response, Signature)
+                                  REDUCESCATTER, Request, Response, Signature)
 from horotopo.api.settings import Settings
 
 
@@ -62,3 +62,9 @@ def test_stand_in_entries_are_zeros_for_allreduce_and_empty_for_errors():
     e = stand_in(Response(BROADCAST, "w", "Broadcast is not supported with Join at this time.",
                           _sig(BROADCAST)))
     assert e.array is None
+
+
+def test_reducescatter_is_refused_under_join_as_horovod_does():
+    c = Coordinator(2, Settings.from_env())
+    (resp,) = c.respond(_asks(2, r0=[(JOIN_NAME, JOIN)], r1=[("rs", REDUCESCATTER)]), False)
+    assert resp.error == "Reducescatter is not supported with Join at this time."

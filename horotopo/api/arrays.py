@@ -16,7 +16,7 @@ from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
 from .ops import check_op, handle_average_backwards_compatibility
 from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
-from .records import JOIN, JOIN_NAME
+from .records import JOIN, JOIN_NAME, REDUCESCATTER
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
@@ -355,7 +355,8 @@ def _reducescatter(tensors: Sequence[Any], name: str, op: int, process_set: Any,
         counts = [rows // world + (1 if r < rows % world else 0) for r in range(world)]
         blocks.append((sum(counts[:me]), counts[me]))
     last = staged[-1].array if staged else None
-    hid = runtime().enqueue(ALLREDUCE, [(n, s.array, s.output) for n, s in zip(names, staged)],
+    hid = runtime().enqueue(REDUCESCATTER,
+                            [(n, s.array, s.output) for n, s in zip(names, staged)],
                             op=op, prescale=prescale_factor, postscale=postscale_factor,
                             device=dev, ready=ready_hook(dev, last))
     # Rows [start, start + count) of a C-contiguous result are already contiguous.

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence
 
 from .ops import horovod_dtype_name, shape_string
-from .records import ALLGATHER, ALLREDUCE, BROADCAST, RETUNE, RETUNE_MODES, Signature
+from .records import (ALLGATHER, ALLREDUCE, BROADCAST, REDUCESCATTER, RETUNE, RETUNE_MODES,
+                      Signature)
 
 __all__ = ["CHECKS", "first_mismatch"]
 
@@ -58,13 +59,13 @@ CHECKS: List[Check] = [
         f"had type {horovod_dtype_name(b)}.")),
     _field_check(None, lambda s: s.kind, lambda k, a, b: (
         f"Mismatched operations: One rank did an {a}, but another rank did an {b}.")),
-    _field_check((ALLREDUCE, BROADCAST), lambda s: s.shape, lambda k, a, b: (
+    _field_check((ALLREDUCE, REDUCESCATTER, BROADCAST), lambda s: s.shape, lambda k, a, b: (
         f"Mismatched {k} tensor shapes: One rank sent a tensor of shape {shape_string(a)}, "
         f"but another rank sent a tensor of shape {shape_string(b)}.")),
-    _field_check((ALLREDUCE,), lambda s: (s.prescale, s.postscale), lambda k, a, b: (
+    _field_check((ALLREDUCE, REDUCESCATTER), lambda s: (s.prescale, s.postscale), lambda k, a, b: (
         f"Mismatched prescale and/or postscale factors: One rank sent factors ({a[0]:g}, "
         f"{a[1]:g}), but another rank sent factors ({b[0]:g}, {b[1]:g}).")),
-    _field_check((ALLREDUCE,), lambda s: s.op, lambda k, a, b: (
+    _field_check((ALLREDUCE, REDUCESCATTER), lambda s: s.op, lambda k, a, b: (
         f"Mismatched reduction operation: One rank sent reduction op {a}, but another rank "
         f"sent reduction op {b}.")),
     _check_gather_shapes,

@@ -36,8 +36,8 @@ import numpy as np
 from .. import timeline as _timeline
 from .checks import first_mismatch
 from .errors import SHUT_DOWN
-from .records import (ALLGATHER, ALLREDUCE, BROADCAST, JOIN, JOIN_NAME, Entry, Request,
-                      Response, Signature)
+from .records import (ALLGATHER, ALLREDUCE, BROADCAST, JOIN, JOIN_NAME, REDUCESCATTER, Entry,
+                      Request, Response, Signature)
 from .settings import Settings, log
 
 __all__ = ["ResponseCache", "bits_of", "Coordinator", "Controller", "trace_negotiations"]
@@ -52,6 +52,7 @@ JOIN_ERRORS: Dict[str, str] = {
     ALLGATHER: "Allgather is not supported with Join at this time. Specify sparse_to_dense=True "
                "if using DistributedOptimizer",
     BROADCAST: "Broadcast is not supported with Join at this time.",
+    REDUCESCATTER: "Reducescatter is not supported with Join at this time.",
 }
 
 # The control wait is latency-bound (it is all a cached step waits for): spin on the test a
@@ -382,7 +383,7 @@ class Controller:
                 negotiated = self._negotiate(to_send, keep_ready_times=tl is not None)
             self.stats["negotiations"] += 1
             for resp in negotiated:
-                if resp.error is None and resp.kind in (ALLREDUCE, BROADCAST):
+                if resp.error is None and resp.kind in (ALLREDUCE, REDUCESCATTER, BROADCAST):
                     self.cache.put(resp.name, resp.sig)
                 elif resp.kind == JOIN:
                     self.joined = False

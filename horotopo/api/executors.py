@@ -19,8 +19,8 @@ from .. import timeline as _timeline
 from ..buffers import array_module, device_scope, synchronize
 from .fusion import FusionBuffers, FusionGroup, fuse, plan_fusion
 from .ops import OP_NAMES, Average
-from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES, RETUNE,
-                      RETUNE_MODES, Entry, Handle, Response, Signature)
+from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES,
+                      REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response, Signature)
 from .settings import log
 
 __all__ = ["Executor", "OpExecutor", "EXECUTORS", "OnDevice"]
@@ -109,6 +109,13 @@ class AllreduceExecutor(OpExecutor):
         fuse(ex.tl, buf, [e.output for e in entries], names, into_buffer=False)
         ex.note_replans()
         return [e.output for e in entries]
+
+
+class ReducescatterExecutor(AllreduceExecutor):
+    """A reduce-scatter is an allreduce here (each rank's front end keeps its block); it fuses
+    with allreduces of the same dtype, op and factors."""
+
+    kind = REDUCESCATTER
 
 
 class BroadcastExecutor(OpExecutor):
@@ -200,8 +207,8 @@ class JoinExecutor(OpExecutor):
 
 #: The executor of each op kind.
 EXECUTORS: Dict[str, OpExecutor] = {x.kind: x for x in (
-    AllreduceExecutor(), BroadcastExecutor(), AllgatherExecutor(), BarrierExecutor(),
-    RetuneExecutor(), JoinExecutor())}
+    AllreduceExecutor(), ReducescatterExecutor(), BroadcastExecutor(), AllgatherExecutor(),
+    BarrierExecutor(), RetuneExecutor(), JoinExecutor())}
 
 
 def _zeros(sig: Signature) -> Any:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import timeline as _timeline
 from ..buffers import array_module
-from .records import ALLREDUCE, BROADCAST, Response
+from .records import ALLREDUCE, BROADCAST, REDUCESCATTER, Response
 
 __all__ = ["FusionGroup", "fusion_key", "plan_fusion", "FusionBuffers", "pack", "fuse"]
 
@@ -37,7 +37,7 @@ def fusion_key(resp: Response) -> Optional[Hashable]:
     if resp.error is not None:
         return None
     sig = resp.sig
-    if resp.kind == ALLREDUCE:
+    if resp.kind in (ALLREDUCE, REDUCESCATTER):  # both are allreduces to the engine
         return (ALLREDUCE, sig.dtype, sig.op, sig.prescale, sig.postscale, sig.on_host)
     if resp.kind == BROADCAST:
         return (BROADCAST, sig.root, sig.on_host)

@@ -15,12 +15,16 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["ALLREDUCE", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "JOIN", "JOIN_NAME",
+__all__ = ["ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "JOIN",
+           "JOIN_NAME",
            "RETUNE_MODES",
            "NATIVE_DTYPES", "WIDENED_DTYPES", "SUPPORTED_DTYPES", "dtype_name", "Signature",
            "Handle", "Entry", "Request", "Response"]
 
 ALLREDUCE = "ALLREDUCE"
+# A reduce-scatter runs as an allreduce (then each rank keeps its block), under its own kind so
+# that rank 0 answers it as Horovod does where the two differ (join, mismatched operations).
+REDUCESCATTER = "REDUCESCATTER"
 RETUNE = "RETUNE"
 ALLGATHER = "ALLGATHER"
 BROADCAST = "BROADCAST"
@@ -58,7 +62,7 @@ class Signature(NamedTuple):
     Attributes
     ----------
     kind : str
-        ALLREDUCE, ALLGATHER, BROADCAST, BARRIER, RETUNE or JOIN.
+        ALLREDUCE, REDUCESCATTER, ALLGATHER, BROADCAST, BARRIER, RETUNE or JOIN.
     dtype : str
         The input's dtype name ("uint8" for the data-less ops).
     shape : tuple of int

@@ -153,6 +153,11 @@ def test_join_fails_the_other_collectives_on_every_rank():
         with pytest.raises(hvd.HorovodInternalError,
                            match=r"Allgather is not supported with Join at this time"):
             hvd.allgather(torch.ones(2), name="sem.join.gather")
+        with pytest.raises(hvd.HorovodInternalError,
+                           match=r"^Reducescatter is not supported with Join at this time\.$"):
+            hvd.reducescatter(torch.ones(2 * n), name="sem.join.rs")
+        # An allreduce still runs, with the joined ranks' zeros.
+        assert hvd.allreduce(torch.ones(2), op=hvd.Sum, name="sem.join.ar").tolist() == [1, 1]
     assert hvd.join() == last
 
 
