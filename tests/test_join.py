@@ -34,7 +34,7 @@ def test_a_joined_rank_counts_as_asking_for_every_allreduce():
     (BROADCAST, "Broadcast is not supported with Join at this time."),
     (ALLGATHER, "Allgather is not supported with Join at this time. Specify "
                 "sparse_to_dense=True if using DistributedOptimizer"),
-    (BARRIER, "Barrier is not supported with Join at this time."),
+    (REDUCESCATTER, "Reducescatter is not supported with Join at this time."),
 ])
 def test_other_collectives_get_horovods_join_errors(kind, message):
     c = Coordinator(2, Settings.from_env())
@@ -64,7 +64,8 @@ def test_stand_in_entries_are_zeros_for_allreduce_and_empty_for_errors():
     assert e.array is None
 
 
-def test_reducescatter_is_refused_under_join_as_horovod_does():
-    c = Coordinator(2, Settings.from_env())
-    (resp,) = c.respond(_asks(2, r0=[(JOIN_NAME, JOIN)], r1=[("rs", REDUCESCATTER)]), False)
-    assert resp.error == "Reducescatter is not supported with Join at this time."
+def test_a_barrier_releases_the_ranks_that_have_not_joined_as_horovods_does():
+    c = Coordinator(3, Settings.from_env())
+    (resp,) = c.respond(_asks(3, r0=[(JOIN_NAME, JOIN)], r1=[("b", BARRIER)],
+                              r2=[("b", BARRIER)]), False)
+    assert (resp.kind, resp.error) == (BARRIER, None)

@@ -269,8 +269,8 @@ def join(device: int = -1) -> int:
     last rank to join (Horovod's join).
 
     Until then this rank takes part in the others' allreduces with zeros (Average still
-    divides by the number of ranks), and their allgathers, broadcasts and barriers fail on
-    every rank with Horovod's "not supported with Join" errors. ``device`` is accepted for
+    divides by the number of ranks) and in their barriers, and their allgathers, broadcasts
+    and reducescatters fail on every rank with Horovod's "not supported with Join" errors. ``device`` is accepted for
     Horovod's signature: the zeros go where the others' tensors are.
     """
     rt = runtime()

@@ -46,8 +46,9 @@ _FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
 _FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
 _FLAG_NONE_JOINED = 4  # cleared by a rank that has joined (hvd.join) and waits for the rest
 
-#: Horovod's errors for the collectives that cannot run while some rank has joined; an
-#: allreduce runs, with zeros from the joined ranks.
+#: Horovod's errors for the collectives that cannot run while some rank has joined. The others
+#: run: an allreduce with zeros from the joined ranks, a barrier (or retune) with the joined
+#: ranks' background threads taking part as they take part in every response.
 JOIN_ERRORS: Dict[str, str] = {
     ALLGATHER: "Allgather is not supported with Join at this time. Specify sparse_to_dense=True "
                "if using DistributedOptimizer",
@@ -191,14 +192,12 @@ class Coordinator:
     def construct(self, name: str, reqs: Dict[int, Signature],
                   some_joined: bool = False) -> Response:
         """One response for ``name`` from every rank's request, or Horovod's error (for a
-        mismatch, or for a collective other than allreduce while ``some_joined``)."""
+        mismatch, or for a collective of :data:`JOIN_ERRORS` while ``some_joined``)."""
         sigs = [reqs[r] for r in sorted(reqs)]
         first = sigs[0]
         error = first_mismatch(first.kind, sigs)
-        if error is None and some_joined and first.kind != ALLREDUCE:
-            error = JOIN_ERRORS.get(first.kind,
-                                    f"{first.kind.capitalize()} is not supported with Join at "
-                                    f"this time.")
+        if error is None and some_joined:
+            error = JOIN_ERRORS.get(first.kind)
         extra = [s.shape[0] for s in sigs] if error is None and first.kind == ALLGATHER \
             else None
         return Response(first.kind, name, error, first, extra)

@@ -140,7 +140,7 @@ def test_join_with_every_rank_in_turn_the_last(op):
     assert hvd.allgather(torch.tensor([r])).tolist() == list(range(n))
 
 
-def test_join_fails_the_other_collectives_on_every_rank():
+def test_join_fails_the_other_collectives_on_every_rank_and_passes_barriers():
     n, r = hvd.size(), hvd.rank()
     last = n - 1
     if n == 1:
@@ -156,8 +156,9 @@ def test_join_fails_the_other_collectives_on_every_rank():
         with pytest.raises(hvd.HorovodInternalError,
                            match=r"^Reducescatter is not supported with Join at this time\.$"):
             hvd.reducescatter(torch.ones(2 * n), name="sem.join.rs")
-        # An allreduce still runs, with the joined ranks' zeros.
+        # An allreduce still runs, with the joined ranks' zeros; a barrier releases this rank.
         assert hvd.allreduce(torch.ones(2), op=hvd.Sum, name="sem.join.ar").tolist() == [1, 1]
+        hvd.barrier()
     assert hvd.join() == last
 
 
