@@ -14,7 +14,7 @@ import numpy as np
 from ..buffers import array_module, is_device_array
 from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
-from .ops import check_op, handle_average_backwards_compatibility
+from .ops import check_adasum, check_op, handle_average_backwards_compatibility
 from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
 from .records import JOIN, JOIN_NAME, REDUCESCATTER
 
@@ -88,9 +88,12 @@ def ready_hook(device: int, last: Any) -> Optional[Callable[[], None]]:
 
 def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
             prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
+    from .basics import size
+
     rt = runtime()
     staged = [_stage(t, inplace) for t in tensors]
     dev = call_device([s.device for s in staged])
+    check_adasum(op, size(), dev, [s.array.dtype.name for s in staged])
     if grouped:
         names = group_names(name or unnamed("grouped_allreduce"), len(tensors))
     else:
@@ -113,7 +116,7 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[
     all ranks for a name. ``op`` defaults to Average; ``average`` is Horovod's deprecated flag.
     """
     check_process_set(process_set)
-    op = check_op(handle_average_backwards_compatibility(op, average))
+    op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
     return _reduce([tensor], False, name, op, prescale_factor, postscale_factor, False)
 
 
@@ -131,7 +134,7 @@ def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional
                      postscale_factor: float = 1.0, process_set: Any = global_process_set) -> int:
     """In-place allreduce of ``tensor``; return a handle."""
     check_process_set(process_set)
-    op = check_op(handle_average_backwards_compatibility(op, average))
+    op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
     return _reduce([tensor], True, name, op, prescale_factor, postscale_factor, False)
 
 
@@ -149,7 +152,7 @@ def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = No
                             process_set: Any = global_process_set) -> int:
     """Start allreduces of a list of arrays as one unit (fused together); return a handle."""
     check_process_set(process_set)
-    op = check_op(handle_average_backwards_compatibility(op, average))
+    op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
     return _reduce(list(tensors), False, name, op, prescale_factor, postscale_factor, True)
 
 
@@ -169,7 +172,7 @@ def grouped_allreduce_async_(tensors: Sequence[Any], average: Optional[bool] = N
                              process_set: Any = global_process_set) -> int:
     """In-place grouped allreduce; return a handle."""
     check_process_set(process_set)
-    op = check_op(handle_average_backwards_compatibility(op, average))
+    op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
     return _reduce(list(tensors), True, name, op, prescale_factor, postscale_factor, True)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from .. import timeline as _timeline
 from ..buffers import array_module, device_scope, synchronize
 from .fusion import FusionBuffers, FusionGroup, fuse, plan_fusion
-from .ops import OP_NAMES, Average
+from .ops import OP_NAMES, Adasum, Average
 from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES,
                       REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response, Signature)
 from .settings import log
@@ -87,6 +87,8 @@ class AllreduceExecutor(OpExecutor):
 
     def run(self, ex: "Executor", entries: List[Entry], responses: List[Response]) -> List[Any]:
         sig = responses[0].sig
+        if sig.op == Adasum:
+            return adasum(ex, entries, sig.prescale, sig.postscale)
         dtype = entries[0].array.dtype  # not np.dtype(sig.dtype): see Signature.nbytes
         prescale, postscale = sig.prescale, sig.postscale
         if sig.op == Average:
@@ -109,6 +111,51 @@ class AllreduceExecutor(OpExecutor):
         fuse(ex.tl, buf, [e.output for e in entries], names, into_buffer=False)
         ex.note_replans()
         return [e.output for e in entries]
+
+
+def adasum_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Horovod's Adasum of two vectors: ``(1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b``, the
+    dot products in float64, a coefficient of 1 for a vector of (almost) zero norm."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    dot, anormsq, bnormsq = float(a64 @ b64), float(a64 @ a64), float(b64 @ b64)
+    tiny = np.sqrt(np.finfo(np.float64).tiny)
+    acoeff = 1.0 - dot / anormsq * 0.5 if anormsq >= tiny else 1.0
+    bcoeff = 1.0 - dot / bnormsq * 0.5 if bnormsq >= tiny else 1.0
+    return (acoeff * a + bcoeff * b).astype(a.dtype)
+
+
+def adasum_tree(vectors: List[np.ndarray]) -> np.ndarray:
+    """The ranks' vectors combined as Horovod's vector-halving, distance-doubling Adasum
+    combines them: neighbours first (0 with 1, 2 with 3...), then those pairs, and so on."""
+    level = list(vectors)
+    while len(level) > 1:
+        level = [adasum_pair(level[k], level[k + 1]) for k in range(0, len(level), 2)]
+    return level[0]
+
+
+def adasum(ex: "Executor", entries: List[Entry], prescale: float,
+           postscale: float) -> List[Any]:
+    """Adasum allreduce (CPU, a power-of-two number of ranks, checked at the call): each
+    tensor on its own, as Horovod combines each tensor of a fused buffer with its own dot
+    products. Every rank gathers every rank's vector (one engine broadcast from each) and
+    folds them in Horovod's order, so all ranks hold the same result; this moves ``size``
+    times the bytes of Horovod's halving scheme, for correctness first."""
+    outputs = []
+    for e in entries:
+        flat = e.array.reshape(-1)
+        every = np.empty((ex.size, flat.size), dtype=flat.dtype)
+        every[ex.rank] = flat
+        for r in range(ex.size):
+            if flat.size:
+                ex.engine.broadcast(every[r].view(np.uint8), r)
+        if prescale != 1.0:
+            every *= prescale
+        result = adasum_tree(list(every))
+        if postscale != 1.0:
+            result = result * postscale
+        np.copyto(e.output.reshape(-1), result.astype(e.output.dtype, copy=False))
+        outputs.append(e.output)
+    return outputs
 
 
 class ReducescatterExecutor(AllreduceExecutor):

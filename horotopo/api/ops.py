@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import warnings
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from ..ops import ReduceOp
 
 __all__ = ["Average", "Sum", "Adasum", "Min", "Max", "Product", "OP_NAMES",
-           "handle_average_backwards_compatibility", "check_op", "horovod_dtype_name",
+           "handle_average_backwards_compatibility", "check_op", "check_adasum",
+           "horovod_dtype_name",
            "shape_string"]
 
 Average = 0
@@ -26,9 +27,11 @@ Product = 5
 OP_NAMES = {Average: ReduceOp.AVERAGE.reduction.value, Sum: ReduceOp.SUM.value,
             Min: ReduceOp.MIN.value, Max: ReduceOp.MAX.value, Product: ReduceOp.PRODUCT.value}
 
-ADASUM_UNSUPPORTED = ("Adasum is not implemented in horotopo: it needs Horovod's "
-                      "vector-halving/distance-doubling reduction, which the tree engine does "
-                      "not provide. Use op=hvd.Average or op=hvd.Sum.")
+ADASUM_UNSUPPORTED = ("Adasum is implemented in horotopo for allreduce of CPU tensors only "
+                      "(not for reducescatter, GPU tensors or DistributedOptimizer yet). Use "
+                      "op=hvd.Average or op=hvd.Sum.")
+#: Horovod's own words for the rank counts its CPU Adasum refuses.
+ADASUM_POWER_OF_TWO = "Running Adasum with non-power of 2 ranks is not supported yet."
 
 
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
@@ -45,14 +48,29 @@ def handle_average_backwards_compatibility(op: Optional[int], average: Optional[
     return Average
 
 
-def check_op(op: int) -> int:
-    """Validate an op constant; Adasum raises NotImplementedError."""
-    if op == Adasum:
+def check_op(op: int, adasum: bool = False) -> int:
+    """Validate an op constant; Adasum raises NotImplementedError unless ``adasum`` (the
+    allreduce paths, which then call :func:`check_adasum`)."""
+    if op == Adasum and not adasum:
         raise NotImplementedError(ADASUM_UNSUPPORTED)
-    if op not in OP_NAMES:
+    if op not in OP_NAMES and op != Adasum:
         raise ValueError(f"unknown reduction op {op!r}; use one of hvd.Average, hvd.Sum, "
                          f"hvd.Min, hvd.Max, hvd.Product")
     return int(op)
+
+
+def check_adasum(op: int, size: int, device: int, dtype_names: Sequence[str]) -> None:
+    """Horovod's conditions for an Adasum allreduce, checked at the call (so that every rank
+    raises at once): CPU tensors, a power-of-two number of ranks, floating-point data."""
+    if op != Adasum:
+        return
+    if device >= 0:
+        raise NotImplementedError(ADASUM_UNSUPPORTED)
+    if size & (size - 1):
+        raise NotImplementedError(ADASUM_POWER_OF_TWO)
+    for name in dtype_names:
+        if name not in ("float16", "float32", "float64"):
+            raise ValueError(f"Adasum needs float16, float32 or float64 tensors, got {name}")
 
 
 _HVD_DTYPES = {"uint8": "HOROVOD_UINT8", "int8": "HOROVOD_INT8", "uint16": "HOROVOD_UINT16",

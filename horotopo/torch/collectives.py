@@ -13,9 +13,9 @@ import torch
 from ..api import arrays as _arrays
 from ..api.basics import check_process_set, global_process_set, runtime, size, unnamed
 from ..api.handles import HandleTable
-from ..api.ops import Average, check_op, handle_average_backwards_compatibility
+from ..api.ops import Average, check_adasum, check_op, handle_average_backwards_compatibility
 from ..api.runtime import ALLGATHER, ALLREDUCE, BROADCAST
-from .tensors import array_of, call_ready, check_tensor, settled, stage, tensor_of
+from .tensors import array_of, call_ready, check_tensor, device_of, settled, stage, tensor_of
 
 __all__ = ["allreduce_async", "allreduce_async_", "allreduce_", "grouped_allreduce_async",
            "grouped_allreduce_async_", "grouped_allreduce_", "sparse_allreduce_async",
@@ -34,8 +34,10 @@ def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optio
                      grouped: bool) -> int:
     """Enqueue one allreduce per tensor (as one grouped unit when ``grouped``); the handle's
     result is the reduced tensor, or the list of them when ``grouped``."""
-    op = check_op(op)
+    op = check_op(op, adasum=True)
     staged = [stage(t, inplace, True) for t in tensors]
+    check_adasum(op, size(), _arrays.call_device([device_of(t) for t in tensors]),
+                 [inp.dtype.name for inp, _, _ in staged])
     if grouped:
         base = name or unnamed("grouped_allreduce")
         names = [f"{base}.{i}of{len(tensors)}" for i in range(len(tensors))]

@@ -364,7 +364,7 @@ def test_stall_warning_names_the_missing_ranks(caplog):
 
 def test_unsupported_features_say_so():
     with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(np.ones(2), op=hvd.Adasum)
+        hvd.reducescatter(np.ones(hvd.size()), op=hvd.Adasum)
     with pytest.raises(NotImplementedError, match="process sets"):
         hvd.allreduce(np.ones(2), process_set=hvd.ProcessSet([0]))
     with pytest.raises(ValueError, match="The op parameter supersedes average"):

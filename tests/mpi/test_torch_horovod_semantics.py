@@ -259,3 +259,44 @@ def test_grouped_reducescatter_values_and_horovods_gradient(op):
                                              name=f"sem.grs.async.{op}")
     (got,) = hvd.synchronize(handle)
     assert torch.equal(got, torch.full((1, 2), float(n)))
+
+
+def _adasum_reference(vectors):
+    """Adasum of the ranks' vectors in NumPy, written from the formula (float64): neighbours
+    first, then pairs of pairs (Horovod's distance-doubling order)."""
+    import numpy as np
+
+    level = [np.asarray(v, dtype=np.float64) for v in vectors]
+    while len(level) > 1:
+        nxt = []
+        for a, b in zip(level[::2], level[1::2]):
+            dot = float(a @ b)
+            ca = 1 - dot / (2 * float(a @ a)) if float(a @ a) > 0 else 1.0
+            cb = 1 - dot / (2 * float(b @ b)) if float(b @ b) > 0 else 1.0
+            nxt.append(ca * a + cb * b)
+        level = nxt
+    return level[0]
+
+
+def test_adasum_allreduce_on_power_of_two_ranks_or_horovods_error():
+    n, r = hvd.size(), hvd.rank()
+    gen = torch.Generator().manual_seed(11)
+    every = [torch.randn(7, generator=gen, dtype=torch.float64) for _ in range(n)]
+    second = [torch.randn(2, 3, generator=gen, dtype=torch.float32) for _ in range(n)]
+    if n & (n - 1):
+        with pytest.raises(NotImplementedError,
+                           match=r"^Running Adasum with non-power of 2 ranks is not supported "
+                                 r"yet\.$"):
+            hvd.allreduce(every[r], op=hvd.Adasum)
+        return
+    got = hvd.allreduce(every[r], op=hvd.Adasum, name="sem.adasum")
+    want = _adasum_reference([v.numpy() for v in every])
+    assert torch.allclose(got, torch.from_numpy(want), rtol=1e-12, atol=1e-12)
+    # Grouped: each tensor has its own coefficients; scale factors scale the result.
+    a, b = hvd.grouped_allreduce([every[r], second[r]], op=hvd.Adasum, prescale_factor=2.0,
+                                 postscale_factor=0.25, name="sem.adasum.grouped")
+    assert torch.allclose(a, torch.from_numpy(want) * 0.5, rtol=1e-12, atol=1e-12)
+    want_b = _adasum_reference([v.reshape(-1).numpy() for v in second]).reshape(2, 3) * 0.5
+    assert torch.allclose(b, torch.from_numpy(want_b).float(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="Adasum needs float16, float32 or float64"):
+        hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum)

@@ -136,7 +136,7 @@ def test_errors_for_bad_arguments():
     with pytest.raises(ValueError, match="The op parameter supersedes average"):
         hvd.allreduce(torch.ones(1), average=False, op=hvd.Sum)
     with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(torch.ones(1), op=hvd.Adasum)
+        hvd.reducescatter(torch.ones(hvd.size()), op=hvd.Adasum)
     with pytest.raises(ValueError, match="is not supported"):
         hvd.allreduce(torch.ones(1, dtype=torch.complex64))
     with pytest.raises(ValueError, match="contiguous"):
