@@ -54,8 +54,10 @@ def test_distributed_optimizer_argument_errors():
     with pytest.raises(ValueError, match="gradient_predivide_factor not supported with op"):
         hvd.DistributedOptimizer(opt, model.named_parameters(), op=hvd.Sum,
                                  gradient_predivide_factor=2.0)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedOptimizer(opt, model.named_parameters(), op=hvd.Adasum)
+    adasum = hvd.DistributedOptimizer(opt, model.named_parameters(), op=hvd.Adasum)
+    assert isinstance(adasum, torch.optim.SGD)
+    with pytest.raises(AssertionError, match="not supported when using Adasum optimizer"):
+        adasum.skip_synchronize()
     with pytest.raises(NotImplementedError, match="process sets"):
         hvd.DistributedOptimizer(opt, model.named_parameters(),
                                  process_set=hvd.ProcessSet([0]))

@@ -273,8 +273,9 @@ def join(device: int = -1) -> int:
 
     Until then this rank takes part in the others' allreduces with zeros (Average still
     divides by the number of ranks) and in their barriers, and their allgathers, broadcasts
-    and reducescatters fail on every rank with Horovod's "not supported with Join" errors. ``device`` is accepted for
-    Horovod's signature: the zeros go where the others' tensors are.
+    and reducescatters fail on every rank with Horovod's "not supported with Join" errors.
+    ``device`` is accepted for Horovod's signature: the zeros go where the others' tensors
+    are.
     """
     rt = runtime()
     return int(rt.wait(rt.enqueue(JOIN, [(JOIN_NAME, None, None)], device=int(device)))[0])

@@ -48,8 +48,6 @@ def _initialize_state(optimizer: torch.optim.Optimizer, model: Optional[torch.nn
     """Give a fresh optimizer its state, as Horovod does: a zero gradient for every trainable
     parameter (sparse for SparseAdam and for the sparse embeddings of ``model`` under SGD),
     then one local step."""
-    from .optimizer import _DistributedOptimizer
-
     sparse_params = set()
     if model is not None:
         for m in model.modules():
@@ -62,9 +60,8 @@ def _initialize_state(optimizer: torch.optim.Optimizer, model: Optional[torch.nn
                 if isinstance(optimizer, torch.optim.SparseAdam) or \
                         (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_params):
                     p.grad = p.grad.to_sparse()
-    # DistributedOptimizer's class is built from _DistributedOptimizer's namespace.
-    wrapped = _DistributedOptimizer.__dict__["synchronize"]
-    if type(optimizer).__dict__.get("synchronize") is wrapped:
+    # DistributedOptimizer's classes carry this mark in their own namespace.
+    if type(optimizer).__dict__.get("_horotopo_distributed"):
         # A DistributedOptimizer's step() allreduces every gradient, which would wait for
         # ranks that take no such step: step the wrapped optimizer class only.
         super(type(optimizer), optimizer).step()

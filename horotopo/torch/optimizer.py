@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from ..api.basics import check_process_set, global_process_set, size
-from ..api.ops import Adasum, ADASUM_UNSUPPORTED, Average
+from ..api.ops import Adasum, Average
 from .compression import Compression
 from .functions import broadcast_object
 from .mpi_ops import (allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async,
@@ -33,38 +33,81 @@ def _split(items: List[Any], parts: int) -> List[List[Any]]:
     return [g for g in out if g]
 
 
+def _checked_names(param_groups: List[Dict[str, Any]],
+                   named_parameters: Optional[Sequence[Tuple[str, Any]]]
+                   ) -> List[Tuple[str, Any]]:
+    """``named_parameters`` as a list (made-up names when None), with Horovod's errors for
+    non-tuples, duplicate names and parameters left unnamed."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [(f"allreduce.noname.{i}.{j}", v)
+                            for i, group in enumerate(param_groups)
+                            for j, v in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         f"duplicates: {', '.join(dups)}")
+    all_ids = {id(v) for group in param_groups for v in group["params"]}
+    unnamed = all_ids - {id(v) for _, v in named_parameters}
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named. Python object ids: "
+                         + ", ".join(str(i) for i in sorted(unnamed)))
+    return named_parameters
+
+
+def _name_parameters(opt: torch.optim.Optimizer,
+                     named_parameters: Optional[Sequence[Tuple[str, Any]]], compression: Any,
+                     backward_passes_per_step: int) -> List[Tuple[str, Any]]:
+    """Set what both wrappers keep per parameter (names, passes left before the allreduce)
+    and the compression; return the checked ``named_parameters``."""
+    opt._compression = compression
+    named = _checked_names(opt.param_groups, named_parameters)
+    opt._parameter_names = {v: k for k, v in sorted(named, key=lambda kv: kv[0])}
+    opt.backward_passes_per_step = backward_passes_per_step
+    opt._allreduce_delay = {v: backward_passes_per_step for _, v in named}
+    return named
+
+
+def _count_pass(p: torch.Tensor, handles: Dict[Any, Tuple[Any, Any]],
+                delay: Dict[Any, int]) -> None:
+    """A gradient hook's bookkeeping (Horovod's checks): one more backward pass for ``p``."""
+    if p in handles and handles[p][0] is not None and delay[p] <= 0:
+        raise AssertionError("Gradients were computed more than backward_passes_per_step times "
+                             "before call to step(). Increase backward_passes_per_step to "
+                             "accumulate gradients locally.")
+    assert not p.grad.requires_grad
+    assert delay[p] > 0
+    delay[p] -= 1
+
+
+def _check_nothing_pending(handles: Dict[Any, Tuple[Any, Any]]) -> None:
+    """zero_grad() between backward() and step() would race the gradient allreduces."""
+    if handles:
+        raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                             "before optimizer.step() or optimizer.synchronize(). This is "
+                             "prohibited as it can cause a race condition.")
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixed in front of the user's optimizer class (see :func:`DistributedOptimizer`)."""
+
+    # Marks both wrappers: their step() is collective (broadcast_optimizer_state steps the
+    # wrapped class instead).
+    _horotopo_distributed = True
 
     def __init__(self, params: Any, named_parameters: Optional[Sequence[Tuple[str, Any]]],
                  compression: Any, backward_passes_per_step: int, op: int,
                  gradient_predivide_factor: float, groups: Any, sparse_as_dense: bool,
                  process_set: Any) -> None:
         super(self.__class__, self).__init__(params)
-        self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [(f"allreduce.noname.{i}.{j}", v)
-                                for i, group in enumerate(self.param_groups)
-                                for j, v in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             f"duplicates: {', '.join(dups)}")
-        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
-        unnamed = all_ids - {id(v) for _, v in named_parameters}
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters "
-                             "were not named. Python object ids: "
-                             + ", ".join(str(i) for i in sorted(unnamed)))
-        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
-        self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
+        named_parameters = _name_parameters(self, named_parameters, compression,
+                                            backward_passes_per_step)
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
@@ -166,16 +209,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p: torch.Tensor) -> Any:
         def hook(*_ignore: Any) -> None:
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError("Gradients were computed more than "
-                                         "backward_passes_per_step times before call to "
-                                         "step(). Increase backward_passes_per_step to "
-                                         "accumulate gradients locally.")
-            assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
+            _count_pass(p, self._handles, self._allreduce_delay)
             handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] == 0:
                 if self._groups is not None:
                     group = self._p_to_group[p]
@@ -262,10 +297,91 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        _check_nothing_pending(self._handles)
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """Horovod's Adasum optimizer, mixed in front of the user's optimizer class: as each
+    gradient is ready, the wrapped optimizer steps that parameter alone, and the change it
+    made (the delta) is Adasum-allreduced; ``step()`` applies the combined deltas."""
+
+    _horotopo_distributed = True
+
+    def __init__(self, params: Any, named_parameters: Optional[Sequence[Tuple[str, Any]]],
+                 compression: Any, backward_passes_per_step: int) -> None:
+        super(self.__class__, self).__init__(params)
+        named_parameters = _name_parameters(self, named_parameters, compression,
+                                            backward_passes_per_step)
+        self._handles: Dict[Any, Tuple[Any, Any]] = {}
+        self._grad_hooks: List[Any] = []
+        self._requires_update: set = set()
+        # Where each parameter stood before its local step: the step's delta is taken from it.
+        self._starting_models = {p: torch.zeros_like(p, requires_grad=False)
+                                 for _, p in named_parameters}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    p.grad = p.data.new(p.size()).zero_()
+                    self._requires_update.add(p)
+                    self._grad_hooks.append(
+                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def _allreduce_grad_async(self, p: torch.Tensor) -> Tuple[Any, Any]:
+        start = self._starting_models[p]
+        stashed = [group["params"] for group in self.param_groups]
+        for group in self.param_groups:   # step p alone
+            group["params"] = [p] if any(p is v for v in group["params"]) else []
+        try:
+            start.data.copy_(p)
+            super(self.__class__, self).step()
+        finally:
+            for group, params in zip(self.param_groups, stashed):
+                group["params"] = params
+        p.data.sub_(start)            # p now holds this rank's delta
+        compressed, ctx = self._compression.compress(p)
+        handle = allreduce_async_(compressed.data, name=self._parameter_names.get(p), op=Adasum)
+        return handle, ctx
+
+    def _make_hook(self, p: torch.Tensor) -> Any:
+        def hook(*_ignore: Any) -> None:
+            _count_pass(p, self._handles, self._allreduce_delay)
+            handle, ctx = None, None
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def synchronize(self) -> None:
+        """Nothing to do: step() waits for the deltas (as Horovod's Adasum optimizer)."""
+
+    def skip_synchronize(self) -> None:
+        """Refused, as Horovod's Adasum optimizer refuses it (step() must synchronize)."""
+        raise AssertionError("Skipping synchronization is not supported when using Adasum "
+                             "optimizer.")
+
+    def step(self, closure: Any = None) -> Any:
+        loss = closure() if closure is not None else None
+        for p in self._requires_update - set(self._handles):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:   # step() before backward_passes_per_step passes
+                handle, ctx = self._allreduce_grad_async(p)
+            delta = self._compression.decompress(synchronize(handle), ctx)
+            start = self._starting_models[p]
+            start.data.add_(delta.data)
+            p.data.copy_(start)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        return loss
+
+    def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
+        _check_nothing_pending(self._handles)
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
@@ -288,7 +404,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     backward_passes_per_step : int
         Local backward passes accumulated before the gradients are allreduced.
     op : int
-        Average (default), Sum, Min, Max or Product. Adasum raises NotImplementedError.
+        Average (default), Sum, Min, Max, Product or Adasum (Horovod's Adasum optimizer: each
+        parameter's local step is taken as its gradient arrives, and the deltas are combined
+        with Adasum; CPU tensors on a power-of-two number of ranks).
     gradient_predivide_factor : float
         With Average, divide by this before the sum and by ``size / factor`` after.
     num_groups : int
@@ -313,7 +431,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     if op == Adasum:
-        raise NotImplementedError(ADASUM_UNSUPPORTED)
+        # Horovod's Adasum optimizer: deltas of local steps, combined with Adasum (CPU
+        # tensors, a power-of-two number of ranks: checked at each allreduce).
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression,
+                   backward_passes_per_step)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,

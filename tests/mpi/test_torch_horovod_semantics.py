@@ -300,3 +300,33 @@ def test_adasum_allreduce_on_power_of_two_ranks_or_horovods_error():
     assert torch.allclose(b, torch.from_numpy(want_b).float(), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="Adasum needs float16, float32 or float64"):
         hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Adasum)
+
+
+def test_adasum_distributed_optimizer_combines_the_ranks_steps():
+    """DistributedOptimizer(op=Adasum), Horovod's delta optimizer: each rank's local SGD step
+    is a delta, and the parameters move by the Adasum of the ranks' deltas."""
+    n, r = hvd.size(), hvd.rank()
+    if n & (n - 1):
+        return   # Horovod's error for these counts is checked in the test above
+    torch.manual_seed(5)
+    model = torch.nn.Linear(3, 2).double()
+    start = [p.detach().clone() for p in model.parameters()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    batches = [torch.arange(6, dtype=torch.float64).reshape(2, 3) * (q + 1) - q
+               for q in range(n)]
+    opt.zero_grad()
+    (model(batches[r]) ** 2).sum().backward()
+    opt.step()
+    deltas = []   # each rank's SGD delta, computed here for every rank
+    for q in range(n):
+        ref = torch.nn.Linear(3, 2).double()
+        with torch.no_grad():
+            for p, s in zip(ref.parameters(), start):
+                p.copy_(s)
+        (ref(batches[q]) ** 2).sum().backward()
+        deltas.append([-0.1 * p.grad for p in ref.parameters()])
+    for k, (p, s) in enumerate(zip(model.parameters(), start)):
+        combined = _adasum_reference([d[k].reshape(-1).numpy() for d in deltas])
+        want = s + torch.from_numpy(combined).reshape(s.shape)
+        assert torch.allclose(p.detach(), want, atol=1e-10), k
