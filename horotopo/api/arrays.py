@@ -14,7 +14,8 @@ import numpy as np
 from ..buffers import array_module, is_device_array
 from .basics import check_process_set, global_process_set, runtime, unnamed
 from .handles import HandleTable
-from .ops import check_adasum, check_op, handle_average_backwards_compatibility
+from .errors import HorovodInternalError
+from .ops import Adasum, check_adasum, check_op, handle_average_backwards_compatibility
 from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
 from .records import JOIN, JOIN_NAME, REDUCESCATTER
 
@@ -347,6 +348,10 @@ def _reducescatter(tensors: Sequence[Any], name: str, op: int, process_set: Any,
     from .basics import rank, size
 
     check_process_set(process_set)
+    if op == Adasum:
+        # Horovod's words (its reducescatter takes Average and Sum; Min, Max and Product run
+        # here as an extension, since the allreduce beneath takes them).
+        raise HorovodInternalError("Reducescatter currently only supports AVERAGE and SUM.")
     op = check_op(op)
     staged = [_stage(t, False) for t in tensors]
     if any(s.array.ndim == 0 for s in staged):

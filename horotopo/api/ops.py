@@ -27,9 +27,9 @@ Product = 5
 OP_NAMES = {Average: ReduceOp.AVERAGE.reduction.value, Sum: ReduceOp.SUM.value,
             Min: ReduceOp.MIN.value, Max: ReduceOp.MAX.value, Product: ReduceOp.PRODUCT.value}
 
-ADASUM_UNSUPPORTED = ("Adasum is implemented in horotopo for allreduce of CPU tensors only "
-                      "(not for reducescatter, GPU tensors or DistributedOptimizer yet). Use "
-                      "op=hvd.Average or op=hvd.Sum.")
+ADASUM_UNSUPPORTED = ("Adasum is implemented in horotopo for the allreduces of CPU tensors "
+                      "only (allreduce, grouped_allreduce, DistributedOptimizer), not yet for "
+                      "GPU tensors. Use op=hvd.Average or op=hvd.Sum.")
 #: Horovod's own words for the rank counts its CPU Adasum refuses.
 ADASUM_POWER_OF_TWO = "Running Adasum with non-power of 2 ranks is not supported yet."
 

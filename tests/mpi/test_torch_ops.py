@@ -135,7 +135,8 @@ def test_mismatch_raises_horovod_internal_error():
 def test_errors_for_bad_arguments():
     with pytest.raises(ValueError, match="The op parameter supersedes average"):
         hvd.allreduce(torch.ones(1), average=False, op=hvd.Sum)
-    with pytest.raises(NotImplementedError, match="Adasum"):
+    with pytest.raises(hvd.HorovodInternalError,
+                       match=r"^Reducescatter currently only supports AVERAGE and SUM\.$"):
         hvd.reducescatter(torch.ones(hvd.size()), op=hvd.Adasum)
     with pytest.raises(ValueError, match="is not supported"):
         hvd.allreduce(torch.ones(1, dtype=torch.complex64))
