@@ -33,6 +33,8 @@ from horotopo.transport import simulated  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 from horotopo.validate import validate  # noqa: E402
 
+from engine_cases import horovod_scaled as scaled, random_arborescence  # noqa: E402
+
 COUNTS = [0, 1, 7, 1000, 100003]
 DTYPES = ["float16", "float32", "float64", "int32", "int64"]
 OPS = ["sum", "average", "min", "max", "product"]
@@ -190,12 +192,6 @@ def test_platform_routes_and_latencies_follow_the_model():
 
 
 # ---- the engine's grid ----------------------------------------------------------------------
-def random_arborescence(n, root, rng):
-    order = [root] + [int(v) for v in rng.permutation([v for v in range(n) if v != root])]
-    parent = [-1] * n
-    for i in range(1, n):
-        parent[order[i]] = order[int(rng.integers(0, i))]
-    return parent
 
 
 def random_plan(n, seed, chunk_bytes):
@@ -223,16 +219,6 @@ def inputs(n, rank, count, dtype, op, seed):
     return x.astype(dtype)
 
 
-def scaled(values, factor, dtype):
-    """Horovod's scaling: floats in their precision (half via float32), ints via float64."""
-    dtype = np.dtype(dtype)
-    if factor == 1.0:
-        return values.astype(dtype)
-    if dtype.kind == "f":
-        if dtype == np.float16:
-            return (values.astype(np.float32) * np.float32(factor)).astype(np.float16)
-        return values.astype(dtype) * dtype.type(factor)
-    return (values.astype(np.float64) * factor).astype(dtype)
 
 
 def reference(n, count, dtype, op, seed):

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from engine_cases import horovod_scaled as scale, random_arborescence
+
 from horotopo.engine import Engine, MismatchError
 from horotopo.packing import ring_parents
 from horotopo.plan import plan_from_trees
@@ -32,12 +34,6 @@ def agree(ok, msg=""):
     assert not bad, "; ".join(bad)
 
 
-def random_arborescence(n, root, rng):
-    order = [root] + [int(v) for v in rng.permutation([v for v in range(n) if v != root])]
-    parent = [-1] * n
-    for i in range(1, n):
-        parent[order[i]] = order[int(rng.integers(0, i))]
-    return parent
 
 
 def random_plan(seed, chunk_bytes=1 << 20, trees=None):
@@ -72,16 +68,6 @@ def inputs(count, dtype, op, seed):
     return x.astype(dtype)
 
 
-def scale(values, factor, dtype):
-    """Horovod's scaling: floats in their precision (half via float32), ints via float64."""
-    dtype = np.dtype(dtype)
-    if factor == 1.0:
-        return values.astype(dtype)
-    if dtype.kind == "f":
-        if dtype == np.float16:
-            return (values.astype(np.float32) * np.float32(factor)).astype(np.float16)
-        return values.astype(dtype) * dtype.type(factor)
-    return (values.astype(np.float64) * factor).astype(dtype)
 
 
 _MPI_OPS = {"sum": MPI.SUM, "average": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX,
