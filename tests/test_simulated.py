@@ -29,7 +29,7 @@ from horotopo.plan import plan_from_trees  # noqa: E402
 from horotopo.simulation import SimCosts, SimulationError, run_simulated  # noqa: E402
 from horotopo.simulation.platform import resource_latencies  # noqa: E402
 from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
-from horotopo.transport import simulated  # noqa: E402
+from horotopo.transport import simgrid_support, simulated  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 from horotopo.validate import validate  # noqa: E402
 
@@ -160,9 +160,9 @@ def test_a_rank_error_and_a_deadlock_are_reported():
 def test_missing_simgrid_says_how_to_install(monkeypatch, tmp_path):
     import sys
     monkeypatch.setitem(sys.modules, "simgrid", None)  # makes `import simgrid` fail
-    monkeypatch.setattr(simulated, "_DEBIAN_DIST_PACKAGES", tmp_path)
+    monkeypatch.setattr(simgrid_support, "_DEBIAN_DIST_PACKAGES", tmp_path)
     with pytest.raises(SimulatorMissing, match="apt-get install -y python3-simgrid"):
-        simulated.load_simgrid()
+        simgrid_support.load_simgrid()
 
 
 # ---- the platform ---------------------------------------------------------------------------

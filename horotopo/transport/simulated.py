@@ -27,111 +27,23 @@ install python3-simgrid``. A virtual environment does not see Debian's dist-pack
 from __future__ import annotations
 
 import json
-import sys
-import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..ops import UFUNCS
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .p2p import Describe
+from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationError,
+                              SimulatorMissing, load_simgrid)
+from .simgrid_run import SimRun, Simulation
 
 __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
-           "SimulatedTransport", "SimRun", "SimulationError", "run_simulated", "INSTALL_HINT"]
-
-INSTALL_HINT = ("the simulator needs SimGrid's Python bindings: on Debian or Ubuntu, "
-                "`sudo apt-get install -y python3-simgrid` (3.32, a CPython 3.11 extension; "
-                "the venv finds it in /usr/lib/python3/dist-packages)")
-
-# Where Debian puts python3-* extension modules; a venv's sys.path does not include it.
-_DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
+           "SimulatedTransport", "SimRun", "SimulationError", "INSTALL_HINT"]
 
 # The control steps fold with these, "band" for vectors of flag bits (as in p2p).
 _UFUNCS = dict(UFUNCS, band=np.bitwise_and)
-
-
-class SimulatorMissing(ImportError):
-    """SimGrid's Python bindings cannot be imported; the message says how to install them."""
-
-
-class SimulationError(RuntimeError):
-    """A simulated run failed: a rank raised (the first error is the cause) or deadlocked."""
-
-
-def load_simgrid() -> ModuleType:
-    """The ``simgrid`` module, from the environment or from Debian's dist-packages folder.
-
-    Raises
-    ------
-    SimulatorMissing
-        Neither has it (the message says how to install it).
-    """
-    try:
-        import simgrid  # type: ignore[import-not-found]
-        return simgrid
-    except ImportError:
-        pass
-    folder = str(_DEBIAN_DIST_PACKAGES)
-    if not (_DEBIAN_DIST_PACKAGES / "simgrid.cpython-311-x86_64-linux-gnu.so").exists() \
-            and not any(_DEBIAN_DIST_PACKAGES.glob("simgrid.*.so")):
-        raise SimulatorMissing(INSTALL_HINT)
-    # Appended for this import only: Debian's folder also holds other packages (numpy...) that
-    # must not shadow the venv's.
-    sys.path.append(folder)
-    try:
-        import simgrid  # type: ignore[import-not-found]
-        return simgrid
-    except ImportError as exc:
-        raise SimulatorMissing(f"{INSTALL_HINT}; importing it failed: {exc}") from exc
-    finally:
-        if folder in sys.path:
-            sys.path.remove(folder)
-
-
-@dataclass(frozen=True)
-class SimCosts:
-    """Software costs charged as simulated time on the rank that spends them.
-
-    Attributes
-    ----------
-    per_message_s : float
-        Python CPU per message (each send and receive posted, with its completion handling).
-    recv_s_per_byte : float
-        CPU per received (simulated) byte: the copy or reduce that follows a receive.
-    """
-
-    per_message_s: float
-    recv_s_per_byte: float
-
-    @classmethod
-    def from_overhead(cls, summary: Mapping[str, Any]) -> "SimCosts":
-        """Costs from the JSON that ``benchmarks/engine_overhead.py`` prints.
-
-        ``per_message_s`` is its ``python_cpu_s_per_message`` (the least over chunks of at
-        most 4 KiB, where moving bytes costs next to nothing). ``recv_s_per_byte`` is the
-        Python CPU of its largest-chunk row less that per-message cost, over the bytes the
-        busiest rank receives in that row: its plan is the ring's chains, where a rank
-        receives ``2 (n - 1) / n`` of the buffer (half reduced, half copied).
-        """
-        per = float(summary["python_cpu_s_per_message"])
-        n = int(summary["ranks"])
-        row = max(summary["rows"], key=lambda r: r["chunk_bytes"])
-        received = 2 * (n - 1) / n * float(summary["bytes"])
-        cpu = float(row["python_cpu_s"]) - int(row["messages"]) * per
-        return cls(per_message_s=per, recv_s_per_byte=max(cpu, 0.0) / received)
-
-
-#: Measured on this machine (2 cores, MPICH over shared memory) by
-#: ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M`` and
-#: :meth:`SimCosts.from_overhead`: 11.34 us of Python CPU per message (4 KiB chunks, 768
-#: messages per call), and 0.878 ms of Python CPU at 1 MiB chunks (12 messages) for the
-#: 1.5 MiB a rank receives: 0.47 ns per received byte.
-DEFAULT_COSTS = SimCosts(per_message_s=11.34e-6, recv_s_per_byte=0.472e-9)
 
 
 class _Request:
@@ -176,146 +88,6 @@ class _Rounds:
 
     def pending(self) -> List[_Request]:
         return [r for r in self.current if not r.done]
-
-
-@dataclass
-class SimRun:
-    """What :func:`run_simulated` returns.
-
-    Attributes
-    ----------
-    results : list
-        ``fn(transport)``'s value per rank.
-    clock_s : float
-        Simulated seconds from the start to the last rank's return.
-    finish_s : list of float
-        Simulated seconds at which each rank returned.
-    messages : int
-        Messages sent, all ranks together.
-    wall_s : float
-        Wall-clock seconds the simulation took here.
-    """
-
-    results: List[Any]
-    clock_s: float
-    finish_s: List[float]
-    messages: int
-    wall_s: float
-
-
-_USED = False
-
-
-def _engine(sg: ModuleType) -> Any:
-    """SimGrid's engine, for the one simulation this process may hold.
-
-    SimGrid keeps one engine and one platform per process, sealed by the first run: a second
-    platform cannot join it. :func:`horotopo.simulation.run_simulated` therefore runs each
-    simulation in a child process of its own.
-    """
-    global _USED
-    if _USED:
-        raise SimulationError("this process already holds a simulation (SimGrid allows one per "
-                              "process); use horotopo.simulation.run_simulated, which runs each "
-                              "in a child process")
-    _USED = True
-    return sg.Engine(["horotopo", "--log=root.thres:critical"])
-
-
-class Simulation:
-    """One simulated platform in the process's SimGrid engine.
-
-    Build the platform on :attr:`zone` (:mod:`horotopo.simulation.platform` does it from a
-    topology), then :meth:`run` ranks on its hosts (once: the run seals the platform). One per
-    process (see :func:`_engine`).
-
-    Parameters
-    ----------
-    costs : SimCosts
-        The software costs charged as simulated time.
-    """
-
-    def __init__(self, costs: SimCosts = DEFAULT_COSTS) -> None:
-        self.sg = load_simgrid()
-        self.engine = _engine(self.sg)
-        self.costs = costs
-        # The first zone is the platform's root; routes are listed pair by pair (full zone).
-        self.zone = self.sg.NetZone.create_full_zone("horotopo")
-        self._mailboxes: Dict[Tuple[int, int, int], Any] = {}
-        self.messages = 0
-
-    def mailbox(self, src: int, dst: int, tag: int) -> Any:
-        key = (src, dst, tag)
-        box = self._mailboxes.get(key)
-        if box is None:
-            box = self.sg.Mailbox.by_name(f"{src}>{dst}#{tag}")
-            self._mailboxes[key] = box
-        return box
-
-    def run(self, hosts: Sequence[Any], fn: Callable[["SimulatedTransport"], Any], *,
-            scale: float = 1.0, names: Optional[Sequence[str]] = None) -> SimRun:
-        """Run ``fn(transport)`` as one actor per rank; rank ``i`` on ``hosts[i]``.
-
-        Parameters
-        ----------
-        hosts : sequence of simgrid.Host
-            One per rank (ranks may share a host).
-        fn : callable
-            The rank's body; its return value is the rank's result.
-        scale : float
-            Simulated bytes per real byte of the point-to-point data messages.
-        names : sequence of str, optional
-            Each rank's ``processor_name`` (default: its host's name).
-
-        Raises
-        ------
-        SimulationError
-            A rank raised (the first error, by rank, is the cause), or ranks deadlocked.
-        """
-        sg = self.sg
-        n = len(hosts)
-        if n < 1:
-            raise ValueError("a simulation needs at least one rank")
-        if not scale > 0:
-            raise ValueError(f"scale must be positive, got {scale!r}")
-        results: List[Any] = [None] * n
-        finish: List[Optional[float]] = [None] * n
-        errors: Dict[int, BaseException] = {}
-        start = sg.Engine.clock
-        sent0 = self.messages
-        labels = list(names) if names is not None else [h.name for h in hosts]
-
-        def actor(rank: int) -> Callable[[], None]:
-            def body() -> None:
-                transport = SimulatedTransport(self, rank, n, scale, labels[rank])
-                try:
-                    results[rank] = fn(transport)
-                    transport._flush()  # sends posted but never waited for still go out
-                except sg.ActorKilled:
-                    raise  # a deadlock: SimGrid kills the blocked actors; let it
-                except BaseException as exc:  # noqa: BLE001 - re-raised by run()
-                    errors[rank] = exc
-                finish[rank] = sg.Engine.clock - start
-            return body
-
-        for rank in range(n):
-            sg.Actor.create(f"rank{rank}", hosts[rank], actor(rank))
-        t0 = time.perf_counter()
-        self.engine.run()
-        wall = time.perf_counter() - t0
-        if errors:
-            first = min(errors)
-            raise SimulationError(f"rank {first} raised {type(errors[first]).__name__}: "
-                                  f"{errors[first]}") from errors[first]
-        stuck = [r for r in range(n) if finish[r] is None]
-        if stuck:
-            raise SimulationError(
-                f"deadlock: rank{'s' if len(stuck) > 1 else ''} "
-                f"{', '.join(map(str, stuck[:16]))}{' ...' if len(stuck) > 16 else ''} never "
-                f"returned (simulated clock {sg.Engine.clock - start:.6f} s)")
-        done = [float(f) for f in finish]  # type: ignore[arg-type]
-        return SimRun(results=results, clock_s=max(done), finish_s=done,
-                      messages=self.messages - sent0, wall_s=wall)
 
 
 class SimulatedTransport(Transport):

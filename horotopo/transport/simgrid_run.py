@@ -1,0 +1,161 @@
+"""A SimGrid simulation of ranks: the engine, the mailboxes and the run that collects results.
+
+Split from :mod:`horotopo.transport.simulated` (which re-exports :class:`Simulation` and
+:class:`SimRun`): this module owns SimGrid's engine and the actors; that one owns what a rank
+sees, the Transport.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .simgrid_support import DEFAULT_COSTS, SimCosts, SimulationError, load_simgrid
+
+if TYPE_CHECKING:
+    from .simulated import SimulatedTransport
+
+__all__ = ["Simulation", "SimRun"]
+
+@dataclass
+class SimRun:
+    """What :func:`run_simulated` returns.
+
+    Attributes
+    ----------
+    results : list
+        ``fn(transport)``'s value per rank.
+    clock_s : float
+        Simulated seconds from the start to the last rank's return.
+    finish_s : list of float
+        Simulated seconds at which each rank returned.
+    messages : int
+        Messages sent, all ranks together.
+    wall_s : float
+        Wall-clock seconds the simulation took here.
+    """
+
+    results: List[Any]
+    clock_s: float
+    finish_s: List[float]
+    messages: int
+    wall_s: float
+
+
+_USED = False
+
+
+def _engine(sg: ModuleType) -> Any:
+    """SimGrid's engine, for the one simulation this process may hold.
+
+    SimGrid keeps one engine and one platform per process, sealed by the first run: a second
+    platform cannot join it. :func:`horotopo.simulation.run_simulated` therefore runs each
+    simulation in a child process of its own.
+    """
+    global _USED
+    if _USED:
+        raise SimulationError("this process already holds a simulation (SimGrid allows one per "
+                              "process); use horotopo.simulation.run_simulated, which runs each "
+                              "in a child process")
+    _USED = True
+    return sg.Engine(["horotopo", "--log=root.thres:critical"])
+
+
+class Simulation:
+    """One simulated platform in the process's SimGrid engine.
+
+    Build the platform on :attr:`zone` (:mod:`horotopo.simulation.platform` does it from a
+    topology), then :meth:`run` ranks on its hosts (once: the run seals the platform). One per
+    process (see :func:`_engine`).
+
+    Parameters
+    ----------
+    costs : SimCosts
+        The software costs charged as simulated time.
+    """
+
+    def __init__(self, costs: SimCosts = DEFAULT_COSTS) -> None:
+        self.sg = load_simgrid()
+        self.engine = _engine(self.sg)
+        self.costs = costs
+        # The first zone is the platform's root; routes are listed pair by pair (full zone).
+        self.zone = self.sg.NetZone.create_full_zone("horotopo")
+        self._mailboxes: Dict[Tuple[int, int, int], Any] = {}
+        self.messages = 0
+
+    def mailbox(self, src: int, dst: int, tag: int) -> Any:
+        key = (src, dst, tag)
+        box = self._mailboxes.get(key)
+        if box is None:
+            box = self.sg.Mailbox.by_name(f"{src}>{dst}#{tag}")
+            self._mailboxes[key] = box
+        return box
+
+    def run(self, hosts: Sequence[Any], fn: Callable[["SimulatedTransport"], Any], *,
+            scale: float = 1.0, names: Optional[Sequence[str]] = None) -> SimRun:
+        """Run ``fn(transport)`` as one actor per rank; rank ``i`` on ``hosts[i]``.
+
+        Parameters
+        ----------
+        hosts : sequence of simgrid.Host
+            One per rank (ranks may share a host).
+        fn : callable
+            The rank's body; its return value is the rank's result.
+        scale : float
+            Simulated bytes per real byte of the point-to-point data messages.
+        names : sequence of str, optional
+            Each rank's ``processor_name`` (default: its host's name).
+
+        Raises
+        ------
+        SimulationError
+            A rank raised (the first error, by rank, is the cause), or ranks deadlocked.
+        """
+        # Imported here: simulated.py imports this module (it re-exports Simulation).
+        from .simulated import SimulatedTransport
+
+        sg = self.sg
+        n = len(hosts)
+        if n < 1:
+            raise ValueError("a simulation needs at least one rank")
+        if not scale > 0:
+            raise ValueError(f"scale must be positive, got {scale!r}")
+        results: List[Any] = [None] * n
+        finish: List[Optional[float]] = [None] * n
+        errors: Dict[int, BaseException] = {}
+        start = sg.Engine.clock
+        sent0 = self.messages
+        labels = list(names) if names is not None else [h.name for h in hosts]
+
+        def actor(rank: int) -> Callable[[], None]:
+            def body() -> None:
+                transport = SimulatedTransport(self, rank, n, scale, labels[rank])
+                try:
+                    results[rank] = fn(transport)
+                    transport._flush()  # sends posted but never waited for still go out
+                except sg.ActorKilled:
+                    raise  # a deadlock: SimGrid kills the blocked actors; let it
+                except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+                    errors[rank] = exc
+                finish[rank] = sg.Engine.clock - start
+            return body
+
+        for rank in range(n):
+            sg.Actor.create(f"rank{rank}", hosts[rank], actor(rank))
+        t0 = time.perf_counter()
+        self.engine.run()
+        wall = time.perf_counter() - t0
+        if errors:
+            first = min(errors)
+            raise SimulationError(f"rank {first} raised {type(errors[first]).__name__}: "
+                                  f"{errors[first]}") from errors[first]
+        stuck = [r for r in range(n) if finish[r] is None]
+        if stuck:
+            raise SimulationError(
+                f"deadlock: rank{'s' if len(stuck) > 1 else ''} "
+                f"{', '.join(map(str, stuck[:16]))}{' ...' if len(stuck) > 16 else ''} never "
+                f"returned (simulated clock {sg.Engine.clock - start:.6f} s)")
+        done = [float(f) for f in finish]  # type: ignore[arg-type]
+        return SimRun(results=results, clock_s=max(done), finish_s=done,
+                      messages=self.messages - sent0, wall_s=wall)

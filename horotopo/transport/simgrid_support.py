@@ -1,0 +1,103 @@
+"""SimGrid's Python bindings and the software costs a simulation charges.
+
+Split from :mod:`horotopo.transport.simulated`, which re-exports every name: finding the
+bindings (Debian's ``python3-simgrid`` outside the venv) and the measured cost constants are
+separate jobs from the transport itself.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+__all__ = ["INSTALL_HINT", "SimulatorMissing", "SimulationError", "load_simgrid", "SimCosts",
+           "DEFAULT_COSTS"]
+
+INSTALL_HINT = ("the simulator needs SimGrid's Python bindings: on Debian or Ubuntu, "
+                "`sudo apt-get install -y python3-simgrid` (3.32, a CPython 3.11 extension; "
+                "the venv finds it in /usr/lib/python3/dist-packages)")
+
+# Where Debian puts python3-* extension modules; a venv's sys.path does not include it.
+_DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
+
+
+
+class SimulatorMissing(ImportError):
+    """SimGrid's Python bindings cannot be imported; the message says how to install them."""
+
+
+class SimulationError(RuntimeError):
+    """A simulated run failed: a rank raised (the first error is the cause) or deadlocked."""
+
+
+def load_simgrid() -> ModuleType:
+    """The ``simgrid`` module, from the environment or from Debian's dist-packages folder.
+
+    Raises
+    ------
+    SimulatorMissing
+        Neither has it (the message says how to install it).
+    """
+    try:
+        import simgrid  # type: ignore[import-not-found]
+        return simgrid
+    except ImportError:
+        pass
+    folder = str(_DEBIAN_DIST_PACKAGES)
+    if not (_DEBIAN_DIST_PACKAGES / "simgrid.cpython-311-x86_64-linux-gnu.so").exists() \
+            and not any(_DEBIAN_DIST_PACKAGES.glob("simgrid.*.so")):
+        raise SimulatorMissing(INSTALL_HINT)
+    # Appended for this import only: Debian's folder also holds other packages (numpy...) that
+    # must not shadow the venv's.
+    sys.path.append(folder)
+    try:
+        import simgrid  # type: ignore[import-not-found]
+        return simgrid
+    except ImportError as exc:
+        raise SimulatorMissing(f"{INSTALL_HINT}; importing it failed: {exc}") from exc
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+
+
+@dataclass(frozen=True)
+class SimCosts:
+    """Software costs charged as simulated time on the rank that spends them.
+
+    Attributes
+    ----------
+    per_message_s : float
+        Python CPU per message (each send and receive posted, with its completion handling).
+    recv_s_per_byte : float
+        CPU per received (simulated) byte: the copy or reduce that follows a receive.
+    """
+
+    per_message_s: float
+    recv_s_per_byte: float
+
+    @classmethod
+    def from_overhead(cls, summary: Mapping[str, Any]) -> "SimCosts":
+        """Costs from the JSON that ``benchmarks/engine_overhead.py`` prints.
+
+        ``per_message_s`` is its ``python_cpu_s_per_message`` (the least over chunks of at
+        most 4 KiB, where moving bytes costs next to nothing). ``recv_s_per_byte`` is the
+        Python CPU of its largest-chunk row less that per-message cost, over the bytes the
+        busiest rank receives in that row: its plan is the ring's chains, where a rank
+        receives ``2 (n - 1) / n`` of the buffer (half reduced, half copied).
+        """
+        per = float(summary["python_cpu_s_per_message"])
+        n = int(summary["ranks"])
+        row = max(summary["rows"], key=lambda r: r["chunk_bytes"])
+        received = 2 * (n - 1) / n * float(summary["bytes"])
+        cpu = float(row["python_cpu_s"]) - int(row["messages"]) * per
+        return cls(per_message_s=per, recv_s_per_byte=max(cpu, 0.0) / received)
+
+
+#: Measured on this machine (2 cores, MPICH over shared memory) by
+#: ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M`` and
+#: :meth:`SimCosts.from_overhead`: 11.34 us of Python CPU per message (4 KiB chunks, 768
+#: messages per call), and 0.878 ms of Python CPU at 1 MiB chunks (12 messages) for the
+#: 1.5 MiB a rank receives: 0.47 ns per received byte.
+DEFAULT_COSTS = SimCosts(per_message_s=11.34e-6, recv_s_per_byte=0.472e-9)
