@@ -29,7 +29,7 @@ from horotopo.plan import plan_from_trees  # noqa: E402
 from horotopo.simulation import SimCosts, SimulationError, run_simulated  # noqa: E402
 from horotopo.simulation.platform import resource_latencies  # noqa: E402
 from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
-from horotopo.transport import simgrid_support, simulated  # noqa: E402
+from horotopo.transport import simgrid_support  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 from horotopo.validate import validate  # noqa: E402
 
