@@ -89,12 +89,10 @@ def ready_hook(device: int, last: Any) -> Optional[Callable[[], None]]:
 
 def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
             prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
-    from .basics import size
-
     rt = runtime()
     staged = [_stage(t, inplace) for t in tensors]
     dev = call_device([s.device for s in staged])
-    check_adasum(op, size(), dev, [s.array.dtype.name for s in staged])
+    check_adasum(op, rt.size, dev, [s.array.dtype.name for s in staged])
     if grouped:
         names = group_names(name or unnamed("grouped_allreduce"), len(tensors))
     else:

@@ -171,9 +171,9 @@ def test_what_horotopo_cannot_do_names_itself(gloo):
 
 # ---------------------------------------------------------------------------- DDP and FSDP
 
-# Weights and inputs that are multiples of 60, and learning rate 1, keep every gradient a
-# multiple of 60, so dividing by 1..5 ranks is exact and every run must end on the same
-# parameters bit for bit.
+# Weights and inputs that are multiples of 60, a batch of 60 rows (the last bias's gradient
+# is the row count) and learning rate 1 keep every gradient a multiple of 60, so dividing by
+# 1..5 ranks is exact and every run must end on the same parameters bit for bit.
 EXACT = 60
 
 
@@ -190,7 +190,7 @@ def _train(model: nn.Module, steps: int = 3, scale: int = EXACT) -> List[torch.T
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     me = dist.get_rank()
     for step in range(steps):
-        x = ((torch.arange(12 * 5).reshape(12, 5) % 4 + me + step) * scale).double()
+        x = ((torch.arange(60 * 5).reshape(60, 5) % 4 + me + step) * scale).double()
         opt.zero_grad()
         model(x).sum().backward()
         opt.step()
