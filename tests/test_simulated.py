@@ -31,9 +31,8 @@ from horotopo.simulation.platform import resource_latencies  # noqa: E402
 from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
 from horotopo.transport import simgrid_support  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
-from horotopo.validate import validate  # noqa: E402
 
-from engine_cases import horovod_scaled as scaled, random_arborescence  # noqa: E402
+from engine_cases import horovod_scaled as scaled, random_plan  # noqa: E402
 
 COUNTS = [0, 1, 7, 1000, 100003]
 DTYPES = ["float16", "float32", "float64", "int32", "int64"]
@@ -194,16 +193,6 @@ def test_platform_routes_and_latencies_follow_the_model():
 # ---- the engine's grid ----------------------------------------------------------------------
 
 
-def random_plan(n, seed, chunk_bytes):
-    rng = np.random.default_rng(seed)
-    spec = []
-    for _ in range(int(rng.integers(1, 4))):
-        root = int(rng.integers(0, n))
-        spec.append((root, random_arborescence(n, root, rng), random_arborescence(n, root, rng),
-                     float(rng.uniform(0.1, 2.0))))
-    plan = plan_from_trees(n, spec, chunk_bytes=chunk_bytes)
-    validate(plan)
-    return plan
 
 
 def inputs(n, rank, count, dtype, op, seed):

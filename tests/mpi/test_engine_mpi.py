@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from engine_cases import horovod_scaled as scale, random_arborescence
+import engine_cases
+from engine_cases import horovod_scaled as scale
 
 from horotopo.engine import Engine, MismatchError
 from horotopo.packing import ring_parents
@@ -37,16 +38,7 @@ def agree(ok, msg=""):
 
 
 def random_plan(seed, chunk_bytes=1 << 20, trees=None):
-    rng = np.random.default_rng(seed)
-    k = trees or int(rng.integers(1, 4))
-    spec = []
-    for _ in range(k):
-        root = int(rng.integers(0, N))
-        spec.append((root, random_arborescence(N, root, rng), random_arborescence(N, root, rng),
-                     float(rng.uniform(0.1, 2.0))))
-    plan = plan_from_trees(N, spec, chunk_bytes=chunk_bytes)
-    validate(plan)
-    return plan
+    return engine_cases.random_plan(N, seed, chunk_bytes, trees)
 
 
 def ring_plan(chunk_bytes=1 << 20):
