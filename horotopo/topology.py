@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import abc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -48,9 +49,9 @@ class Topology:
         Human-readable names of the capacitated resources (``"a->torA"``, ``"pair 0->3"``...).
     capacity_Bps : tuple of float
         Capacity of each resource, bytes/s (the paper's ``c_e``).
-    routes : tuple of tuple of tuple of int
+    routes : sequence of sequence of tuple of int
         ``routes[i][j]`` lists the resource indices that a transfer ``i -> j`` consumes.
-        ``routes[i][i]`` is empty.
+        ``routes[i][i]`` is empty. A declared topology's is a :class:`HostRoutes`.
     latency_s : tuple of tuple of float
         One-way latency of ``i -> j`` in seconds (0 on the diagonal).
     kind : str
@@ -63,8 +64,8 @@ class Topology:
     hosts: Tuple[str, ...]
     resources: Tuple[str, ...]
     capacity_Bps: Tuple[float, ...]
-    routes: Tuple[Tuple[Tuple[int, ...], ...], ...]
-    latency_s: Tuple[Tuple[float, ...], ...]
+    routes: Sequence[Sequence[Tuple[int, ...]]]
+    latency_s: Sequence[Sequence[float]]
     kind: str
     source: str
 
@@ -253,7 +254,6 @@ def _declared(doc: Mapping[str, Any]) -> Topology:
             raise TopologyError(f"ranks[{i}]: {h!r} is a switch; ranks run on hosts")
         if h not in graph:
             raise TopologyError(f"ranks[{i}]: host {h!r} is not an end of any link")
-    hosts = sorted(set(ranks))
     if graph.number_of_nodes() == 0:
         raise TopologyError("links: must list at least one link")
     if not nx.is_weakly_connected(graph):
@@ -261,26 +261,118 @@ def _declared(doc: Mapping[str, Any]) -> Topology:
         raise TopologyError(f"links: the graph is disconnected; {parts[0]} cannot reach "
                             f"{parts[-1]}")
 
-    # Fewest hops first, then least latency, so that routes are deterministic and match
-    # what a layer-2 tree of switches would do.
-    weight = {e: 1.0 + 1e-6 * graph.edges[e]["latency"] for e in graph.edges}
-    nx.set_edge_attributes(graph, weight, "w")
-    host_routes: Dict[Tuple[str, str], Tuple[Tuple[int, ...], float]] = {}
-    for src in hosts:
-        paths = nx.single_source_dijkstra_path(graph, src, weight="w")
-        for dst in hosts:
-            path = paths[dst]
-            edges = list(zip(path, path[1:]))
-            host_routes[src, dst] = (tuple(graph.edges[e]["resource"] for e in edges),
-                                     sum(graph.edges[e]["latency"] for e in edges))
-    n = len(ranks)
-    routes = tuple(tuple(host_routes[ranks[i], ranks[j]][0] if i != j else ()
-                         for j in range(n)) for i in range(n))
-    latency = tuple(tuple(host_routes[ranks[i], ranks[j]][1] if i != j else 0.0
-                          for j in range(n)) for i in range(n))
+    routes, latency = _declared_routes(graph, ranks)
     return Topology(name=name, hosts=tuple(ranks), resources=tuple(resources),
                     capacity_Bps=tuple(capacity), routes=routes, latency_s=latency,
                     kind="declared", source=_canonical(doc))
+
+
+class _PairTable(abc.Sequence):
+    """An ``n x n`` table read as ``table[i][j]`` whose entries :meth:`pair` computes."""
+
+    def __len__(self) -> int:
+        return len(self.node)  # type: ignore[attr-defined]
+
+    def pair(self, i: int, j: int) -> Any:
+        raise NotImplementedError
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(self[k] for k in range(len(self))[i])
+        i = range(len(self))[i]
+        return tuple(self.pair(i, j) for j in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._key() == other._key()  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class HostRoutes(_PairTable):
+    """``routes[i][j]`` of a declared topology, computed on access from its parts.
+
+    A rank on a *leaf* node (one link, to a node with more) reaches everything through that
+    link, so ``route(i, j) = up[i] + core[attach[i]][attach[j]] + down[j]`` (the leaf links
+    left out when ``i`` or ``j`` is not on a leaf), and ``()`` for two ranks on one node. Only
+    the shortest paths between attachment nodes are stored: at 4096 ranks on 512 hosts that is
+    512**2 routes instead of 4096**2, which would take minutes to build and gigabytes to hold.
+
+    Attributes
+    ----------
+    node, attach : tuple of int
+        Per rank: its node, and the index into ``core`` of the node its routes leave from (the
+        leaf's neighbour, or its own node).
+    up, down : tuple of int
+        Per rank: the resource of its leaf link out of / into its node, ``-1`` when not a leaf.
+    core : tuple of tuple of tuple of int
+        Resources on the shortest path between two attachment nodes.
+    """
+
+    def __init__(self, node: Sequence[int], attach: Sequence[int], up: Sequence[int],
+                 down: Sequence[int], core: Sequence[Sequence[Tuple[int, ...]]]):
+        self.node, self.attach = tuple(node), tuple(attach)
+        self.up, self.down = tuple(up), tuple(down)
+        self.core = tuple(tuple(row) for row in core)
+
+    def pair(self, i: int, j: int) -> Tuple[int, ...]:
+        """Resources that a transfer ``i -> j`` consumes."""
+        if self.node[i] == self.node[j]:
+            return ()
+        head = (self.up[i],) if self.up[i] >= 0 else ()
+        tail = (self.down[j],) if self.down[j] >= 0 else ()
+        return head + self.core[self.attach[i]][self.attach[j]] + tail
+
+    def _key(self) -> tuple:
+        return (self.node, self.attach, self.up, self.down, self.core)
+
+
+class _HostLatency(_PairTable):
+    """``latency_s[i][j]`` of a declared topology, from the parts of its :class:`HostRoutes`."""
+
+    def __init__(self, routes: HostRoutes, leaf: Sequence[float],
+                 core: Sequence[Sequence[float]]):
+        self.node, self.attach = routes.node, routes.attach
+        self.leaf, self.core = tuple(leaf), tuple(tuple(row) for row in core)
+
+    def pair(self, i: int, j: int) -> float:
+        if self.node[i] == self.node[j]:
+            return 0.0
+        return self.leaf[i] + self.core[self.attach[i]][self.attach[j]] + self.leaf[j]
+
+    def _key(self) -> tuple:
+        return (self.node, self.attach, self.leaf, self.core)
+
+
+def _declared_routes(graph: "nx.DiGraph", ranks: Sequence[str]
+                     ) -> Tuple[HostRoutes, _HostLatency]:
+    """Routes and latencies of a declared topology (see :class:`HostRoutes`)."""
+    nodes = sorted(set(ranks))
+    degree = {v: len(set(graph.successors(v))) for v in graph}
+    leaf = {v: next(iter(graph.successors(v))) for v in nodes
+            if degree[v] == 1 and degree[next(iter(graph.successors(v)))] > 1}
+    attach_nodes = sorted({leaf.get(v, v) for v in nodes})
+    where = {v: k for k, v in enumerate(attach_nodes)}
+    core_graph = graph.subgraph([v for v in graph if v not in leaf])
+    # Fewest hops first, then least latency, so that routes are deterministic and match
+    # what a layer-2 tree of switches would do.
+    weight = {e: 1.0 + 1e-6 * graph.edges[e]["latency"] for e in core_graph.edges}
+    nx.set_edge_attributes(graph, weight, "w")
+    core: List[List[Tuple[int, ...]]] = []
+    core_lat: List[List[float]] = []
+    for src in attach_nodes:
+        paths = nx.single_source_dijkstra_path(core_graph, src, weight="w")
+        edges = [list(zip(paths[dst], paths[dst][1:])) for dst in attach_nodes]
+        core.append([tuple(graph.edges[e]["resource"] for e in path) for path in edges])
+        core_lat.append([sum(graph.edges[e]["latency"] for e in path) for path in edges])
+    node_index = {v: k for k, v in enumerate(nodes)}
+    up = [graph.edges[h, leaf[h]]["resource"] if h in leaf else -1 for h in ranks]
+    down = [graph.edges[leaf[h], h]["resource"] if h in leaf else -1 for h in ranks]
+    routes = HostRoutes([node_index[h] for h in ranks], [where[leaf.get(h, h)] for h in ranks],
+                        up, down, core)
+    latency = _HostLatency(routes, [graph.edges[h, leaf[h]]["latency"] if h in leaf else 0.0
+                                    for h in ranks], core_lat)
+    return routes, latency
 
 
 # ---------------------------------------------------------------------------------------------
