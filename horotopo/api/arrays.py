@@ -17,7 +17,7 @@ from .handles import HandleTable
 from .errors import HorovodInternalError
 from .ops import Adasum, check_adasum, check_op, handle_average_backwards_compatibility
 from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
-from .records import JOIN, JOIN_NAME, REDUCESCATTER
+from .records import BARRIER_NAME, JOIN, JOIN_NAME, REDUCESCATTER
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
@@ -263,7 +263,7 @@ def barrier(process_set: Any = global_process_set) -> None:
     """Block until every rank has called barrier()."""
     check_process_set(process_set)
     rt = runtime()
-    rt.wait(rt.enqueue(BARRIER, [(unnamed("barrier"), None, None)]))
+    rt.wait(rt.enqueue(BARRIER, [(BARRIER_NAME, None, None)]))
 
 
 def join(device: int = -1) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 
 __all__ = ["ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "JOIN",
            "JOIN_NAME",
+           "BARRIER_NAME",
            "RETUNE_MODES",
            "NATIVE_DTYPES", "WIDENED_DTYPES", "SUPPORTED_DTYPES", "dtype_name", "Signature",
            "Handle", "Entry", "Request", "Response"]
@@ -34,6 +35,12 @@ JOIN = "JOIN"
 #: The name of every rank's join request: one name, so that the join response finds each
 #: rank's entry (a rank joins once at a time, which the duplicate-name check enforces).
 JOIN_NAME = "horotopo.join"
+
+#: The name of every barrier request, fixed as Horovod's BARRIER_TENSOR_NAME: a counted name
+#: ("barrier.noname.<k>") drifts apart between ranks as soon as one rank calls barrier() while
+#: the others have joined (the joined ranks take part without calling it), and every later
+#: barrier then waits for a name that the other ranks never ask for.
+BARRIER_NAME = "barrier.noname"
 
 RETUNE_MODES = ("quick", "full")  # retune()'s mode travels as an index in the request
 

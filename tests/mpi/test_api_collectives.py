@@ -382,6 +382,30 @@ def test_join_on_arrays_sends_zeros_and_returns_the_last_rank():
     assert hvd.join() == last
 
 
+def _within(seconds, fn, *args):
+    """Run ``fn`` on a thread and fail (not hang) when it has not returned by the deadline."""
+    import threading
+
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("v", fn(*args)), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn.__name__} still waiting after {seconds} s"
+    return out.get("v")
+
+
+def test_a_barrier_that_only_one_rank_called_during_a_join_leaves_later_barriers_working():
+    """Regression: the joined ranks take part in one rank's barrier without calling it, so a
+    counted barrier name ("barrier.noname.<k>") drifted apart between ranks and every later
+    barrier waited forever. Horovod's barrier has one fixed name."""
+    need_two()
+    if hvd.rank() == 0:
+        hvd.barrier()            # the others have joined: they release it without calling it
+    assert hvd.join() == 0
+    _within(20, hvd.barrier)
+    _within(20, hvd.barrier)
+
+
 def test_shutdown_on_one_rank_fails_pending_ops_everywhere():
     need_two()
     if hvd.rank() == 0:
