@@ -8,7 +8,7 @@ from typing import Any, Dict
 from .cluster import DEFAULT_GAP
 from .infer import DEFAULT_MARGIN
 
-__all__ = ["ProbeConfig", "ProbeError", "MODES"]
+__all__ = ["ProbeConfig", "ProbeError", "MODES", "SCHEMES", "PAIRS_UP_TO"]
 
 
 class ProbeError(RuntimeError):
@@ -22,6 +22,12 @@ MODES: Dict[str, Dict[str, Any]] = {
     "full": dict(target_s=0.020, max_bytes=16 << 20, tolerance=0.08, min_samples=2,
                  max_samples=3, ping_reps=10, budget_s=8.5),
 }
+
+
+#: The probe's schemes (see ProbeConfig.scheme), and where "auto" stops measuring every pair:
+#: n (n - 1) pair tests stay within the budget up to about 16 ranks.
+SCHEMES = ("auto", "pairs", "hosts")
+PAIRS_UP_TO = 16
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,13 @@ class ProbeConfig:
         left fit in it, and past it every test takes a single sample.
     concurrent_pairs : bool
         Run the pairs of a circle-method round at once (see :mod:`horotopo.probe.measure`).
+    scheme : str
+        ``"pairs"``: every ordered pair of ranks alone (:mod:`horotopo.probe.phases`);
+        ``"hosts"``: host leaders in concurrent rounds with a trust test and group tests
+        (:mod:`horotopo.probe.hosts`, linear in the hosts); ``"auto"``: ``"hosts"`` above
+        :data:`PAIRS_UP_TO` ranks.
+    sample_pairs : int
+        The hosts scheme's trust test: how many host pairs are measured alone again.
     gap, margin : float
         Clustering gap (:mod:`horotopo.probe.cluster`) and "clearly below" margin
         (:mod:`horotopo.probe.infer`).
@@ -73,8 +86,16 @@ class ProbeConfig:
     timeout_s: float = 10.0
     budget_s: float = 9.0
     concurrent_pairs: bool = False
+    scheme: str = "auto"
+    sample_pairs: int = 8
     gap: float = DEFAULT_GAP
     margin: float = DEFAULT_MARGIN
+
+    def scheme_for(self, n: int) -> str:
+        """The scheme that runs on ``n`` ranks (``"auto"`` resolved)."""
+        if self.scheme != "auto":
+            return self.scheme
+        return "pairs" if n <= PAIRS_UP_TO else "hosts"
 
     @classmethod
     def for_mode(cls, mode: str = "full", **overrides: Any) -> "ProbeConfig":
@@ -104,6 +125,10 @@ class ProbeConfig:
                              f"{self.warm_bytes}, {self.chunk_bytes}")
         if not self.budget_s > 0:
             raise ValueError(f"budget_s: must be positive, got {self.budget_s!r}")
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if self.sample_pairs < 1:
+            raise ValueError(f"sample_pairs: must be at least 1, got {self.sample_pairs!r}")
         if not self.gap > 1:
             raise ValueError(f"gap: a ratio between rate levels, must be above 1, got {self.gap!r}")
         if not 0 < self.margin < 1:

@@ -190,13 +190,12 @@ class _Prober:
     def latency(self, pairs: Sequence[Pair]) -> None:
         """Ping-pong between each of ``pairs`` (all at once); every rank learns the fastest."""
         cfg = self.cfg
-        n = self.n
         t = self.transport
         tags = t.alloc_tags(2)  # on every rank, in or out of the pairs
-        local = np.zeros((n, n))
+        local = np.zeros(len(pairs))  # one figure per pair: the sync stays small at any n
         ping = np.zeros(8, dtype=np.uint8)
         pong = np.zeros(8, dtype=np.uint8)
-        for a, b in pairs:
+        for k, (a, b) in enumerate(pairs):
             if self.rank not in (a, b):
                 continue
             other = b if self.rank == a else a
@@ -217,10 +216,10 @@ class _Prober:
                 # The first round trip opens the connection; it is not a latency. The fastest
                 # of the rest is the link's: slower ones waited for a descheduled rank, which
                 # the planner would turn into needlessly large chunks.
-                local[a, b] = local[b, a] = float(np.min(samples[1:]))
-        got = self._sync(local.ravel(), f"latency {list(pairs)}").reshape(n, n)
-        for a, b in pairs:
-            self.rtt[a, b], self.rtt[b, a] = got[a, b], got[b, a]
+                local[k] = float(np.min(samples[1:]))
+        got = self._sync(local, f"latency {list(pairs)}")
+        for k, (a, b) in enumerate(pairs):
+            self.rtt[a, b] = self.rtt[b, a] = got[k]
 
     # ---- the timed transfer ------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from . import phases
 from .cluster import cluster_levels, cluster_ranks
 from .config import MODES, ProbeConfig, ProbeError
 from .flows import _Prober, as_probe_error
+from .hosts import probe_hosts
 from .infer import build_document, infer_all, infer_shared
 from .pairing import ExtensionResult, GroupResult, Pair, extension_tests, group_tests
 
@@ -51,7 +52,9 @@ def _checked(link: Any) -> Transport:
 
 
 def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = None,
-          progress: Optional[Callable[[str], None]] = None, **overrides: Any) -> Dict[str, Any]:
+          progress: Optional[Callable[[str], None]] = None,
+          hosts: Optional[Sequence[str]] = None, **overrides: Any
+          ) -> Optional[Dict[str, Any]]:
     """Measure the network between the ranks of ``transport``; collective.
 
     Parameters
@@ -65,14 +68,20 @@ def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = Non
         Name of the document (default ``"probed-<n>"``).
     progress : callable, optional
         Receives one-line progress messages (give it on rank 0 only).
+    hosts : sequence of str, optional
+        The host of each rank, for the hosts scheme, where the processor names do not tell
+        (a simulated cluster whose ranks are nodes of a host switch:
+        :func:`horotopo.probe.hostinfer.generated_hosts`). Default: the processor names.
     **overrides
         Fields of :class:`ProbeConfig` (``max_bytes``, ``timeout_s``, ``concurrent_pairs``...).
 
     Returns
     -------
-    dict
-        The measured-topology document (DESIGN.md), the same on every rank; it loads with
+    dict or None
+        The measured-topology document (DESIGN.md); it loads with
         :func:`horotopo.topology.from_dict`. Extra figures are under its ``"probe"`` key.
+        The pairs scheme returns it on every rank; the hosts scheme (``scheme``, by default
+        above 16 ranks) on rank 0 only, the rank that plans, and None on the others.
 
     Raises
     ------
@@ -82,7 +91,10 @@ def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = Non
     """
     cfg = ProbeConfig.for_mode(mode, **overrides)
     say = progress or (lambda msg: None)
-    return _probe(_Prober(_checked(transport), cfg, say), cfg, name)
+    link = _checked(transport)
+    if cfg.scheme_for(link.size) == "hosts":
+        return probe_hosts(link, cfg, say, name or f"probed-{link.size}", hosts)
+    return _probe(_Prober(link, cfg, say), cfg, name)
 
 
 def _probe(pr: _Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]:

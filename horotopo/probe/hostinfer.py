@@ -1,0 +1,241 @@
+"""The pure half of the probe by hosts (:mod:`horotopo.probe.hosts`): which ranks share a host,
+what the concurrent rounds between host leaders say, and the measured-topology document.
+
+- :func:`host_layout`: hosts by processor name (as ``local_rank`` groups ranks), each with its
+  ranks and its leader (its lowest rank).
+- :func:`depression`: how far each concurrent host-pair figure lies below what its two hosts
+  reach at best (their fastest figures out and in).
+- :func:`host_groups`: hosts whose pairs kept their rate when the whole round ran at once,
+  grouped (a rack behind an oversubscribed uplink, one side of a WAN link).
+- :func:`group_flows`: the flows of a group test (a group's hosts to hosts of other groups).
+- :func:`alone_estimates`: the host-pair rates alone, from the concurrent figures, the shared
+  links found and the pairs measured alone.
+- :func:`rank_document`: the measured-form document (DESIGN.md) over ranks, from host figures.
+
+Rates are in one unit chosen by the caller (the probe passes gbps); only ratios matter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..topology import measured_document
+from .cluster import _partition
+from .pairing import Pair, _spread
+
+__all__ = ["HostLayout", "host_layout", "generated_hosts", "depression", "host_groups", "group_flows",
+           "alone_estimates", "rank_document", "SharedLink"]
+
+# A shared link in host terms: (source hosts, destination hosts, capacity, label); it carries
+# every transfer from a rank of a source host to a rank of a destination host.
+SharedLink = Tuple[Tuple[int, ...], Tuple[int, ...], float, str]
+
+# Two hosts are in one group when the sets of hosts they kept their rate with overlap at least
+# this much (Jaccard): one round that happened to load an uplink lightly does not join racks.
+PROFILE_OVERLAP = 0.5
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """Which ranks share a host.
+
+    Attributes
+    ----------
+    names : tuple of str
+        Host names, ordered by each host's lowest rank.
+    members : tuple of tuple of int
+        ``members[h]``: the ranks on host ``h``, ascending; ``members[h][0]`` is its leader.
+    host_of : tuple of int
+        ``host_of[i]``: the host of rank ``i``.
+    """
+
+    names: Tuple[str, ...]
+    members: Tuple[Tuple[int, ...], ...]
+    host_of: Tuple[int, ...]
+
+    @property
+    def leaders(self) -> Tuple[int, ...]:
+        return tuple(m[0] for m in self.members)
+
+
+def host_layout(processor_names: Sequence[str]) -> HostLayout:
+    """The hosts of ranks whose processor names are ``processor_names`` (rank order)."""
+    index: Dict[str, int] = {}
+    members: List[List[int]] = []
+    host_of = []
+    for rank, name in enumerate(processor_names):
+        h = index.setdefault(str(name), len(index))
+        if h == len(members):
+            members.append([])
+        members[h].append(rank)
+        host_of.append(h)
+    return HostLayout(tuple(index), tuple(tuple(m) for m in members), tuple(host_of))
+
+
+def generated_hosts(doc: Mapping[str, Any]) -> List[str]:
+    """Each rank's host in a declared document of :mod:`horotopo.generate`'s clusters: a rank
+    node ``<S>g<k>`` linked to the switch ``<S>`` runs on host ``<S>`` (how those documents
+    declare a multi-GPU host); any other rank runs on its own node. For a simulation, whose
+    ranks' processor names are their nodes."""
+    switches = set(doc.get("switches", []))
+    linked = {(str(a), str(b)) for link in doc.get("links", []) for a, b in
+              (link["ends"], link["ends"][::-1])}
+    out = []
+    for node in doc["ranks"]:
+        stem, sep, tail = str(node).rpartition("g")
+        out.append(stem if sep and tail.isdigit() and stem in switches
+                   and (str(node), stem) in linked else str(node))
+    return out
+
+
+def _best(rates: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(fastest figure out of each host, fastest into each host), NaN ignored."""
+    with np.errstate(all="ignore"):
+        return np.nanmax(rates, axis=1), np.nanmax(rates, axis=0)
+
+
+def depression(concurrent: Any) -> np.ndarray:
+    """``concurrent[a, b] / min(best out of a, best into b)``: 1 for a pair that kept the rate
+    its hosts reach at best, lower where something it shared with the round held it back
+    (NaN on the diagonal). A slow NIC is its host's best too, so it does not read as shared."""
+    c = np.asarray(concurrent, dtype=float)
+    out, inn = _best(c)
+    with np.errstate(all="ignore"):
+        return c / np.minimum(out[:, None], inn[None, :])
+
+
+def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
+    """Hosts grouped by the pairs that kept their rate in the concurrent rounds.
+
+    Two hosts are linked when their pair, both ways, kept at least ``1 - margin`` of its best
+    (:func:`depression`) and the sets of hosts each kept its rate with overlap by at least
+    :data:`PROFILE_OVERLAP`; the groups are the connected components. Behind oversubscribed
+    uplinks the hosts of a rack keep their rate with each other and lose it to everyone else,
+    so a rack is a group; a host with a slow NIC keeps its (low) rate with everyone and stays
+    a group of its own.
+    """
+    r = depression(concurrent)
+    n = r.shape[0]
+    kept = (r >= 1.0 - margin) & (r.T >= 1.0 - margin)
+    np.fill_diagonal(kept, True)
+    sizes = kept.sum(axis=1)
+    both = kept.astype(np.int64) @ kept.astype(np.int64)
+    union = sizes[:, None] + sizes[None, :] - both
+    linked = kept & (both >= PROFILE_OVERLAP * union)
+    return _partition(linked.astype(float), 0.5)
+
+
+def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool) -> List[Pair]:
+    """The flows of the test of group ``g``'s link out (or in): each host of the group paired
+    with a host of another group, the other groups taken in turn so that each of their links
+    carries as few of the flows as can be. Fewer than two flows: no test (empty)."""
+    mine = sorted(groups[g])
+    others = _spread([sorted(x) for k, x in enumerate(groups) if k != g])
+    m = min(len(mine), len(others))
+    if m < 2:
+        return []
+    return [(mine[k], others[k]) if outgoing else (others[k], mine[k]) for k in range(m)]
+
+
+def alone_estimates(concurrent: Any, groups: Sequence[Sequence[int]],
+                    shared: Sequence[SharedLink], alone: Mapping[Pair, float]) -> np.ndarray:
+    """The rate of every host pair alone.
+
+    A concurrent figure is what the pair got beside the rest of its round; where no shared
+    link found covers the pair, nothing it shared with the round held it back, and the figure
+    stands. A pair that crosses shared links got a share of them that depended on its round,
+    so its rate alone is estimated: the fastest its source sends and its destination receives
+    (their best figures) within the capacity of every shared link it crosses, and never below
+    what it got concurrently. Pairs measured alone (``alone``) keep their measured figure.
+    """
+    c = np.asarray(concurrent, dtype=float)
+    out, inn = _best(c)
+    est = c.copy()
+    n = c.shape[0]
+    cap = np.full((n, n), np.inf)
+    for src, dst, gbps, _ in shared:
+        sub = np.ix_(list(src), list(dst))
+        cap[sub] = np.minimum(cap[sub], gbps)
+    covered = np.isfinite(cap)
+    bound = np.minimum(np.minimum(out[:, None], inn[None, :]), cap)
+    est[covered] = np.fmax(c[covered], bound[covered])
+    for (a, b), v in alone.items():
+        est[a, b] = v
+    np.fill_diagonal(est, np.nan)
+    return est
+
+
+def _expand(values: Sequence[Sequence[Optional[float]]], layout: HostLayout,
+            local: Sequence[Optional[Sequence[Sequence[Optional[float]]]]]
+            ) -> List[List[Optional[float]]]:
+    """A rank matrix from a host matrix (ranks on different hosts) and each host's own matrix
+    over its ranks (``local[h]``, None for a host with one rank)."""
+    host_of = layout.host_of
+    slot = [0] * len(host_of)
+    for m in layout.members:
+        for u, rank in enumerate(m):
+            slot[rank] = u
+    n = len(host_of)
+    rows = []
+    for i in range(n):
+        hi, ui = host_of[i], slot[i]
+        row_h = values[hi]
+        loc = local[hi]
+        rows.append([None if i == j else
+                     (loc[ui][slot[j]] if host_of[j] == hi and loc is not None
+                      else row_h[host_of[j]]) for j in range(n)])
+    return rows
+
+
+def rank_document(name: str, layout: HostLayout, host_gbps: Any, host_latency_ms: Any,
+                  local_gbps: Sequence[Optional[Any]], local_latency_ms: Sequence[Optional[Any]],
+                  shared: Sequence[SharedLink], meta: Mapping[str, Any]) -> Dict[str, Any]:
+    """The measured-form document over ranks (DESIGN.md) from figures between hosts.
+
+    A pair of ranks on two hosts gets its hosts' rate and latency, a pair on one host that
+    host's figure for the two ranks. Each host's link out and in (its best figures) is a
+    shared resource of the ranks on it, since they share its NIC (an egress/ingress cap for a
+    host with one rank); every shared link found between hosts covers the pairs of their ranks.
+    """
+    n = len(layout.host_of)
+    hb = [[None if v is None or not np.isfinite(v) else float(v) for v in row]
+          for row in np.asarray(host_gbps, dtype=float).tolist()]
+    hl = [[None if v is None or not np.isfinite(v) else float(v) for v in row]
+          for row in np.asarray(host_latency_ms, dtype=float).tolist()]
+
+    def matrix(m: Optional[Any]) -> Optional[List[List[Optional[float]]]]:
+        return None if m is None else [[None if v is None or not np.isfinite(v) else float(v)
+                                        for v in row] for row in np.asarray(m, float).tolist()]
+
+    bw = _expand(hb, layout, [matrix(m) for m in local_gbps])
+    lat = _expand(hl, layout, [matrix(m) for m in local_latency_ms])
+    h = len(layout.members)
+    out, inn = _best(np.asarray(host_gbps, dtype=float))
+    links: List[SharedLink] = []
+    egress: List[Optional[float]] = [None] * n
+    ingress: List[Optional[float]] = [None] * n
+    if h > 2:
+        for k in range(h):
+            rest = tuple(x for x in range(h) if x != k)
+            if len(layout.members[k]) > 1:
+                links.append(((k,), rest, float(out[k]), f"egress host {layout.names[k]}"))
+                links.append((rest, (k,), float(inn[k]), f"ingress host {layout.names[k]}"))
+            else:
+                egress[layout.members[k][0]] = float(out[k])
+                ingress[layout.members[k][0]] = float(inn[k])
+    links += list(shared)
+    docs_shared = []
+    for src, dst, gbps, label in links:
+        ranks_src = [i for x in src for i in layout.members[x]]
+        ranks_dst = [j for x in dst for j in layout.members[x]]
+        docs_shared.append({"pairs": [[i, j] for i in ranks_src for j in ranks_dst],
+                            "gbps": float(f"{gbps:.6g}"), "label": label})
+    doc = measured_document(
+        name, [layout.names[layout.host_of[i]] for i in range(n)], bw, lat,
+        egress_gbps=egress if any(v is not None for v in egress) else None,
+        ingress_gbps=ingress if any(v is not None for v in ingress) else None,
+        shared=docs_shared)
+    doc["probe"] = dict(meta)
+    return doc

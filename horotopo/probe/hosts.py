@@ -1,0 +1,235 @@
+"""The probe by hosts: about linear in the number of hosts (the collective half).
+
+:func:`probe_hosts`, which :func:`horotopo.probe.probe` runs on larger jobs:
+
+1. Hosts by processor name (:func:`~horotopo.probe.hostinfer.host_layout`); a host's lowest
+   rank is its leader.
+2. On every host at once, its ranks measure each other: the circle method's rounds over the
+   host's ranks, each round at once, one direction at a time (a host's ranks sit on links of
+   their own to the host's fabric, so disjoint pairs do not meet).
+3. The leaders measure the network between hosts: every round of the circle method over the
+   leaders at once (``H - 1`` rounds for ``H`` hosts, each direction in turn), so every host
+   pair gets a *concurrent* figure.
+4. The trust test: the pairs whose concurrent figures fell furthest below what their hosts
+   reach at best, and a spread of others, are measured again alone. If none reads clearly
+   faster alone, nothing the rounds shared held them back, and the concurrent figures stand.
+5. Otherwise the group test: hosts are grouped by the pairs that kept their rate in the
+   rounds (a rack behind an oversubscribed uplink, a site behind a WAN link), and each
+   group's link out and link in is measured by several flows crossing it at once (each host
+   of the group to hosts of other groups). An aggregate clearly below what the flows reach
+   alone is a shared link of that capacity; the pairs it carries get their rate alone
+   estimated (:func:`~horotopo.probe.hostinfer.alone_estimates`).
+
+The tests are ``2 (H - 1)`` rounds, a fixed number of pairs alone and two tests per group:
+linear in the hosts, where the pairwise probe (:mod:`horotopo.probe.phases`) is quadratic in
+the ranks. Only rank 0 assembles the document (it plans); the other ranks return None.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..topology import GBPS_TO_BPS
+from ..transport.base import Transport
+from .config import ProbeConfig
+from .flows import _Prober, as_probe_error
+from .group import TAG_BLOCK, GroupTransport
+from .hostinfer import (HostLayout, SharedLink, alone_estimates, depression, group_flows,
+                        host_groups, host_layout, rank_document)
+from .pairing import Pair, circle_rounds
+from .phases import _aggregate
+
+__all__ = ["probe_hosts", "round_rates", "INTRA_SHARE"]
+
+#: Share of the time budget for the measurements inside the hosts (fast local links).
+INTRA_SHARE = 0.15
+#: Ping-pongs per pair in a round (the first opens the connection and does not count).
+ROUND_PINGS = 2
+#: How long ranks wait for the leaders' phase, in time budgets (plus one timeout).
+WAIT_BUDGETS = 20.0
+
+
+def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
+    """Rates (bytes/s) of every ordered pair of ``pr``'s ranks, each round of the circle
+    method at once, one direction at a time; ``pr.rtt`` gets the round trips. ``later_tests``
+    is what the caller runs afterwards (the budget keeps time for it)."""
+    n = pr.n
+    bw = np.full((n, n), np.nan)
+    rounds = circle_rounds(n)
+    scale = float(pr.cfg.start_bytes)
+    pr.budget(2 * len(rounds), later_tests)
+    for k, pairs in enumerate(rounds):
+        pr.latency(pairs)
+        for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
+            # A quarter of the last round's size first: one cheap attempt if it must grow.
+            rates, _, scale = pr.measure(flows, [], f"{label} round {k}",
+                                         int(max(pr.cfg.start_bytes, scale / 4)))
+            for (s, d), r in zip(flows, rates):
+                bw[s, d] = r
+        pr.budget(2 * (len(rounds) - k - 1), later_tests)
+        pr.note(f"{label}: {k + 1}/{len(rounds)} rounds")
+    return bw
+
+
+def _samples(ratio: np.ndarray, count: int) -> List[Pair]:
+    """The pairs to measure alone: the half of ``count`` that lost most in the rounds, and the
+    rest spread over the others (a resource that every pair shares alike shows in none's
+    ratio)."""
+    n = ratio.shape[0]
+    arcs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    if len(arcs) <= count:
+        return arcs
+    worst = sorted(arcs, key=lambda p: (ratio[p], p))[:count - count // 2]
+    rest = [p for p in arcs if p not in set(worst)]
+    step = len(rest) / (count // 2)
+    return worst + [rest[int(k * step)] for k in range(count // 2)]
+
+
+def _leaders(pr: _Prober, cfg: ProbeConfig) -> Dict[str, Any]:
+    """Steps 3 to 5 of the module's list, on the leaders (bytes/s)."""
+    h = pr.n
+    margin = cfg.margin
+    count = min(cfg.sample_pairs, h * (h - 1))
+    concurrent = round_rates(pr, "hosts", count + 2 * max(1, h // 4))
+    ratio = depression(concurrent)
+    alone: Dict[Pair, float] = {}
+    trusted = True
+    for a, b in _samples(ratio, count):
+        rates, _, _ = pr.measure([(a, b)], [], f"host pair [{a}, {b}] alone",
+                                 cfg.start_bytes)
+        alone[(a, b)] = float(rates[0])
+        trusted &= not concurrent[a, b] < (1.0 - margin) * alone[(a, b)]
+    pr.note(f"trust test: {len(alone)} pairs alone, "
+            f"{'agree' if trusted else 'faster alone: a shared link'}", force=True)
+    groups: List[List[int]] = [list(range(h))]
+    tests: List[Dict[str, Any]] = []
+    shared: List[SharedLink] = []
+    if not trusted:
+        groups = host_groups(concurrent, margin)
+        pr.note(f"host groups: {len(groups)} ({sum(len(g) > 1 for g in groups)} of several "
+                f"hosts)", force=True)
+        out, inn = np.nanmax(concurrent, axis=1), np.nanmax(concurrent, axis=0)
+        pr.budget(0, 2 * sum(len(g) > 1 for g in groups))
+        for g, members in enumerate(groups):
+            rest = tuple(x for x in range(h) if x not in members)
+            for outgoing in (True, False):
+                flows = group_flows(groups, g, outgoing)
+                if not flows:
+                    continue
+                expected = [min(out[a], inn[b]) for a, b in flows]
+                way = "out of" if outgoing else "into"
+                agg = _aggregate(pr, flows, f"{way} host group {g}", expected)
+                found = agg < (1.0 - margin) * sum(expected)
+                tests.append({"group": g, "out": outgoing, "flows": [list(f) for f in flows],
+                              "aggregate": agg, "alone": float(sum(expected)),
+                              "shared": bool(found)})
+                if found:
+                    src, dst = (tuple(members), rest) if outgoing else (rest, tuple(members))
+                    shared.append((src, dst, agg, f"{way} hosts {_span(members)}"))
+    return {"concurrent": concurrent, "alone": alone, "trusted": trusted, "groups": groups,
+            "tests": tests, "shared": _unique(shared), "rtt": pr.rtt.copy(),
+            "rates": alone_estimates(concurrent, groups, _unique(shared), alone),
+            "clock": pr.clock, "count": pr.tests, "rounds": len(circle_rounds(h))}
+
+
+def _span(members: List[int]) -> str:
+    return f"{members[0]}-{members[-1]}" if members == list(range(members[0], members[-1] + 1)) \
+        else ",".join(map(str, members))
+
+
+def _unique(shared: List[SharedLink]) -> List[SharedLink]:
+    """One link per set of pairs (two groups' tests of one WAN link find it twice), the
+    lower capacity kept."""
+    best: Dict[Tuple[Tuple[int, ...], Tuple[int, ...]], SharedLink] = {}
+    for link in shared:
+        key = (link[0], link[1])
+        if key not in best or link[2] < best[key][2]:
+            best[key] = link
+    return list(best.values())
+
+
+def probe_hosts(transport: Transport, cfg: ProbeConfig, say: Callable[[str], None],
+                name: str, hosts: Optional[Sequence[str]] = None) -> Optional[Dict[str, Any]]:
+    """The probe by hosts (the module's steps); collective over ``transport``.
+
+    ``hosts`` names each rank's host (every rank passes the same); default: the processor
+    names, gathered. Returns the measured-topology document on rank 0 and None on the other
+    ranks.
+    """
+    t = transport
+    start = t.now()
+    if hosts is not None:
+        if len(hosts) != t.size:
+            raise ValueError(f"hosts: one name per rank ({t.size}), got {len(hosts)}")
+        names = [str(x) for x in hosts]
+    else:
+        with as_probe_error():
+            # Gathered and broadcast (2 (n - 1) messages), not allgathered (n (n - 1)).
+            names = t.gather_object(t.processor_name, 0, cfg.timeout_s, "probe: host names")
+            names = t.broadcast_object(names, 0, cfg.timeout_s, "probe: host names")
+    layout = host_layout(names)
+    # Every rank reserves both blocks, so the world's tags stay in step while groups talk.
+    tag_local, tag_leaders = t.alloc_tags(TAG_BLOCK), t.alloc_tags(TAG_BLOCK)
+    me = t.rank
+    host = layout.host_of[me]
+    quiet: Callable[[str], None] = lambda msg: None  # noqa: E731
+    say(f"[probe] {t.size} ranks on {len(layout.members)} hosts: by hosts "
+        f"({len(circle_rounds(len(layout.members)))} rounds between leaders)")
+    local: Optional[Tuple[np.ndarray, np.ndarray]] = None
+    local_clock = 0.0
+    if len(layout.members[host]) > 1:
+        pr = _Prober(GroupTransport(t, layout.members[host], tag_local),
+                     replace(cfg, budget_s=cfg.budget_s * INTRA_SHARE), say if me == 0 else quiet)
+        pr.hosts = [f"world rank {r} on {layout.names[host]}" for r in layout.members[host]]
+        local = (round_rates(pr, f"inside {layout.names[host]}"), pr.rtt.copy())
+        local_clock = pr.clock
+    leaders = None
+    if me in layout.leaders and len(layout.members) > 1:
+        pr = _Prober(GroupTransport(t, layout.leaders, tag_leaders),
+                     replace(cfg, ping_reps=min(cfg.ping_reps, ROUND_PINGS)),
+                     say if me == 0 else quiet)
+        pr.hosts = [f"leader of {layout.names[h]}, world rank {r}"
+                    for h, r in enumerate(layout.leaders)]
+        leaders = _leaders(pr, cfg)
+    with as_probe_error():
+        got = t.gather_object((local, local_clock) if me in layout.leaders else None, 0,
+                              cfg.timeout_s + WAIT_BUDGETS * cfg.budget_s,
+                              "probe: the hosts' figures")
+    if me != 0:
+        return None
+    assert got is not None
+    return _document(name, layout, leaders, [got[r] for r in layout.leaders], cfg,
+                     t.now() - start)
+
+
+def _document(name: str, layout: HostLayout, leaders: Optional[Dict[str, Any]],
+              per_host: List[Any], cfg: ProbeConfig, seconds: float) -> Dict[str, Any]:
+    """Rank 0's document from the leaders' figures and each host's (bytes/s, seconds)."""
+    to_gbps = 1.0 / GBPS_TO_BPS
+    if leaders is None:  # one host
+        leaders = {"rates": np.full((1, 1), np.nan), "rtt": np.zeros((1, 1)), "shared": [],
+                   "concurrent": np.full((1, 1), np.nan), "alone": {}, "trusted": True,
+                   "groups": [[0]], "tests": [], "clock": 0.0, "count": 0, "rounds": 0}
+    local_gbps = [None if x[0] is None else x[0][0] * to_gbps for x in per_host]
+    local_ms = [None if x[0] is None else x[0][1] / 2 * 1e3 for x in per_host]
+    shared = [(s, d, v * to_gbps, label) for s, d, v, label in leaders["shared"]]
+    rounded = lambda m: [[None if not np.isfinite(v) else float(f"{v:.6g}") for v in row]  # noqa: E731
+                         for row in np.asarray(m, dtype=float).tolist()]
+    meta = {"scheme": "hosts", "mode": cfg.mode, "seconds": round(seconds, 3),
+            "tests": leaders["count"], "rounds": leaders["rounds"],
+            "leaders_seconds": round(leaders["clock"], 3),
+            "local_seconds": round(max(x[1] for x in per_host), 3),
+            "hosts": list(layout.names), "members": [list(m) for m in layout.members],
+            "host_gbps": rounded(leaders["rates"] * to_gbps),
+            "concurrent_gbps": rounded(leaders["concurrent"] * to_gbps),
+            "alone": [[a, b, float(f"{v * to_gbps:.6g}")] for (a, b), v in
+                      leaders["alone"].items()],
+            "trusted": leaders["trusted"], "host_groups": leaders["groups"],
+            "group_tests": [dict(x, aggregate=x["aggregate"] * to_gbps,
+                                 alone=x["alone"] * to_gbps) for x in leaders["tests"]],
+            "shared_hosts": [{"from": list(s), "to": list(d), "gbps": v, "label": label}
+                             for s, d, v, label in shared]}
+    return rank_document(name, layout, leaders["rates"] * to_gbps,
+                         leaders["rtt"] / 2 * 1e3, local_gbps, local_ms, shared, meta)
