@@ -368,13 +368,16 @@ class _Prober:
                 f = int(np.argmin(elapsed))
                 raise ProbeError(f"{self._who(flows[f][0])} -> {self._who(flows[f][1])}: a "
                                  f"transfer measured zero time ({label})")
-            span = float(finished.max() if subsets else elapsed.max())
+            # An aggregate runs from the common start, so each flow's first byte arrives one
+            # latency late (a WAN's tens of ms would dwarf the transfer): take it off.
+            arrived = np.maximum(finished - rtt / 2, 1e-9)
+            span = float(arrived.max() if subsets else elapsed.max())
             if span < target / 2 and scale < cfg.max_bytes:
                 grow = max(2.0, min(64.0, target / span))
                 scale = float(pow2(scale * grow, cfg.min_bytes, cfg.max_bytes))
                 continue
             nb = np.asarray(sizes, dtype=float)
-            subset_rates = [float(whole[sub].sum()) / float(finished[sub].max())
+            subset_rates = [float(whole[sub].sum()) / float(arrived[sub].max())
                             for sub in subsets]
             figures.add(nb / elapsed, subset_rates)
             _, _, stable = figures.estimates(cfg.tolerance)

@@ -58,11 +58,14 @@ class GroupTransport(WrappedTransport):
     members : sequence of int
         World ranks, in the order that gives their group ranks.
     tag_base : int
-        First tag of a block of :data:`TAG_BLOCK` tags that every world rank reserved with
+        First tag of a block of ``tags`` tags that every world rank reserved with
         ``inner.alloc_tags`` (the members use it; the others just skip it).
+    tags : int
+        The block's size (:data:`TAG_BLOCK` by default).
     """
 
-    def __init__(self, inner: Transport, members: Sequence[int], tag_base: int) -> None:
+    def __init__(self, inner: Transport, members: Sequence[int], tag_base: int,
+                 tags: int = TAG_BLOCK) -> None:
         super().__init__(inner, owns=False)
         self.members = [int(m) for m in members]
         if len(set(self.members)) != len(self.members):
@@ -70,7 +73,7 @@ class GroupTransport(WrappedTransport):
         if inner.rank not in self.members:
             raise ValueError(f"rank {inner.rank} is not in the group {self.members}")
         self._rank = self.members.index(inner.rank)
-        self._tags = TagAllocator(tag_base + TAG_BLOCK - 1, tag_base)
+        self._tags = TagAllocator(tag_base + tags - 1, tag_base)
 
     @property
     def rank(self) -> int:

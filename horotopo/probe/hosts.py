@@ -63,9 +63,9 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
     for k, pairs in enumerate(rounds):
         pr.latency(pairs)
         for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
-            # A quarter of the last round's size first: one cheap attempt if it must grow.
-            rates, _, scale = pr.measure(flows, [], f"{label} round {k}",
-                                         int(max(pr.cfg.start_bytes, scale / 4)))
+            # The last round's size first: rounds mix the same kinds of pairs, so it usually
+            # fits, and a size that is wrong costs one attempt.
+            rates, _, scale = pr.measure(flows, [], f"{label} round {k}", int(scale))
             for (s, d), r in zip(flows, rates):
                 bw[s, d] = r
         pr.budget(2 * (len(rounds) - k - 1), later_tests)

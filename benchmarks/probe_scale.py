@@ -1,0 +1,188 @@
+"""The probe by hosts at scale, in the simulator: simulated time, host-pair accuracy, shared links.
+
+    python benchmarks/probe_scale.py --ranks 128,256,1024 \
+        --cluster racks:hosts_per_rack=4,gpus=8,oversub=4 --cluster sites:gpus=8,wan_gbps=10
+
+For each generated cluster and rank count, every rank runs ``horotopo.probe.probe`` (quick
+mode, the hosts scheme) over the simulated transport, each rank's host named as the generator
+declares it (:func:`horotopo.probe.hostinfer.generated_hosts`). It reports:
+
+- the probe's simulated seconds, its tests and the leaders' rounds, and the wall time;
+- host pairs within 15% of the declared rate alone (the tightest link of the declared route,
+  between the two hosts' first ranks);
+- every rack uplink (each direction) and the WAN link: found when a shared link the probe
+  reports carries traffic from (to) a set of hosts behind that link only, at least half of
+  them, with its capacity within 15% of the declared one.
+
+The simulated transport charges the probe's messages their software cost per message, but not
+the per-byte receive cost the engine pays for its reductions and copies (the probe's receives
+land in place: ``--recv-cost`` charges it anyway). ``--json`` prints the rows as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Dict, List, Set, Tuple
+
+import numpy as np
+
+from horotopo.generate import generate
+from horotopo.probe import probe
+from horotopo.probe.hostinfer import generated_hosts
+from horotopo.simulation import run_simulated
+from horotopo.topology import GBPS_TO_BPS, from_dict
+from horotopo.transport.simulated import DEFAULT_COSTS, SimCosts
+
+WITHIN = 0.15
+
+
+def _neighbours(doc: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """node -> {neighbour: link}."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for link in doc["links"]:
+        a, b = link["ends"]
+        out.setdefault(a, {})[b] = link
+        out.setdefault(b, {})[a] = link
+    return out
+
+
+def _rate(link: Dict[str, Any], forward: bool) -> float:
+    g = link["gbps"]
+    return float(g if not isinstance(g, list) else g[0 if forward else 1])
+
+
+def declared_links(doc: Dict[str, Any], host_names: List[str]) -> List[Dict[str, Any]]:
+    """The links whose sharing the probe should find: each rack's uplink that its hosts' NICs
+    can fill (both ways) and the WAN link (both ways), as {name, hosts behind it, out gbps,
+    in gbps}."""
+    nb = _neighbours(doc)
+    switches = set(doc["switches"])
+    host_set = set(host_names)
+    tor_of = {}
+    for h in host_names:
+        tors = [x for x in nb[h] if x in switches and x not in host_set]
+        tor_of[h] = tors[0]
+    found = []
+    for tor in sorted(set(tor_of.values())):
+        behind = {i for i, h in enumerate(host_names) if tor_of[h] == tor}
+        ups = [x for x in nb[tor] if x in switches and x not in host_set and "tor" not in x]
+        link = nb[tor][ups[0]]
+        fwd = link["ends"][0] == tor
+        nics = sum(_rate(nb[host_names[i]][tor], nb[host_names[i]][tor]["ends"][0] == tor)
+                   for i in behind)
+        if min(_rate(link, True), _rate(link, False)) >= nics:
+            continue  # never a bottleneck: the hosts behind it cannot fill it
+        found.append({"name": f"uplink {tor}", "hosts": behind, "out": _rate(link, fwd),
+                      "in": _rate(link, not fwd)})
+    spines = [s for s in switches if s.endswith("spine")]
+    if len(spines) == 2 and spines[1] in nb[spines[0]]:
+        link = nb[spines[0]][spines[1]]
+        a = link["ends"][0]
+        prefix = a[: -len("spine")]
+        side = {i for i, h in enumerate(host_names) if h.startswith(prefix)}
+        found.append({"name": "WAN", "hosts": side, "out": _rate(link, True),
+                      "in": _rate(link, False)})
+    return found
+
+
+def _matches(shared: List[Dict[str, Any]], hosts: Set[int], out: bool, gbps: float
+             ) -> Tuple[bool, float]:
+    """(found within 15%, the closest capacity among the candidates or nan)."""
+    best = float("nan")
+    for s in shared:
+        side = set(s["from"] if out else s["to"])
+        if side and side <= hosts and 2 * len(side) >= len(hosts):
+            if not np.isfinite(best) or abs(s["gbps"] - gbps) < abs(best - gbps):
+                best = float(s["gbps"])
+    return bool(np.isfinite(best) and abs(best - gbps) <= WITHIN * gbps), best
+
+
+def run(spec: str, n: int, recv_cost: bool, timeout_s: float) -> Dict[str, Any]:
+    doc = generate(spec, n)
+    topo = from_dict(doc)
+    hosts = generated_hosts(doc)
+    costs = DEFAULT_COSTS if recv_cost else SimCosts(DEFAULT_COSTS.per_message_s, 0.0)
+
+    def body(t: Any) -> Any:
+        with t.true_size():
+            got = probe(t, "quick", hosts=hosts, scheme="hosts",
+                        progress=(lambda m: print(m, file=sys.stderr)) if t.rank == 0 else None)
+        return None if got is None else got["probe"]
+
+    w0 = time.perf_counter()
+    sim = run_simulated(topo, body, costs=costs, timeout_s=timeout_s)
+    wall = time.perf_counter() - w0
+    meta = sim.results[0]
+    members = meta["members"]
+    measured = np.array([[np.nan if v is None else v for v in row] for row in meta["host_gbps"]])
+    h = len(members)
+    good = total = 0
+    worst = 0.0
+    for a in range(h):
+        for b in range(h):
+            if a != b:
+                want = topo.pair_capacity_Bps(members[a][0], members[b][0]) / GBPS_TO_BPS
+                err = abs(measured[a, b] - want) / want
+                good += err <= WITHIN
+                total += 1
+                worst = max(worst, err)
+    links = []
+    for link in declared_links(doc, meta["hosts"]):
+        for out in (True, False):
+            ok, got = _matches(meta["shared_hosts"], link["hosts"], out,
+                               link["out" if out else "in"])
+            links.append({"link": f"{link['name']} {'out' if out else 'in'}",
+                          "declared_gbps": link["out" if out else "in"], "found_gbps": got,
+                          "found": ok})
+    return {"cluster": spec, "name": doc["name"], "ranks": n, "hosts": h,
+            "probe_s": meta["seconds"], "leaders_s": meta["leaders_seconds"],
+            "local_s": meta["local_seconds"], "tests": meta["tests"], "rounds": meta["rounds"],
+            "pairs_within": good, "pairs": total, "worst_pair_error": worst,
+            "links_found": sum(x["found"] for x in links), "links": len(links),
+            "link_rows": links, "trusted": meta["trusted"],
+            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": sim.messages}
+
+
+def main(argv: Any = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", default="64,128,256")
+    ap.add_argument("--cluster", action="append",
+                    help="generator spec (repeatable; default racks with oversub 4 and sites)")
+    ap.add_argument("--recv-cost", action="store_true",
+                    help="charge the simulator's per-byte receive cost to the probe too")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per run")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    clusters = args.cluster or ["racks:hosts_per_rack=4,gpus=8,oversub=4",
+                                "sites:gpus=8,wan_gbps=10"]
+    rows = []
+    for spec in clusters:
+        for n in (int(x) for x in args.ranks.split(",")):
+            row = run(spec, n, args.recv_cost, args.timeout)
+            rows.append(row)
+            print(f"# {row['name']}: {row['probe_s']:.2f} s simulated, pairs "
+                  f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"
+                  f"{row['links']}, wall {row['wall_s']:.1f} s", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps({"rows": rows}, indent=1))
+        return 0
+    print("| cluster | ranks | hosts | probe s (sim) | leaders s | rounds | tests | host pairs "
+          "within 15% | links found within 15% | wall s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['name']} | {r['ranks']} | {r['hosts']} | {r['probe_s']:.2f} | "
+              f"{r['leaders_s']:.2f} | {r['rounds']} | {r['tests']} | {r['pairs_within']}/"
+              f"{r['pairs']} ({100 * r['pairs_within'] / max(r['pairs'], 1):.0f}%) | "
+              f"{r['links_found']}/{r['links']} | {r['wall_s']:.0f} |")
+    for r in rows:
+        missed = [x for x in r["link_rows"] if not x["found"]]
+        for x in missed:
+            print(f"# {r['name']}: {x['link']} {x['declared_gbps']:g} gbps not found "
+                  f"(closest {x['found_gbps']:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
