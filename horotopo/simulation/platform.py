@@ -1,21 +1,30 @@
 """A SimGrid platform from a topology: the network that :mod:`horotopo.topology` models, built
 link for link, so that the simulation and the planner see the same resources and routes.
 
-- Declared form: one SimGrid host per host of the document (its ranks are actors on it, and
-  talk over SimGrid's loopback: memory, which the model does not constrain either); every link
-  becomes two simplex links, one per direction (split duplex: each direction has its own rate,
-  ``[a->b, b->a]`` when the document gives two), with the link's latency; every ordered host
-  pair routes over exactly the links of :attr:`Topology.routes` (the planner's shortest path).
+- Declared form: one SimGrid host per node of the document that holds ranks (its ranks are
+  actors on it, and talk over SimGrid's loopback: memory, which the model does not constrain
+  either); every link becomes two simplex links, one per direction (split duplex: each
+  direction has its own rate, ``[a->b, b->a]`` when the document gives two), with the link's
+  latency. Routes are SimGrid's hierarchical routing over the parts of the topology's
+  :class:`~horotopo.topology.HostRoutes`: one star zone per *attachment node* (a rank's node,
+  or the switch its node hangs from by a single leaf link) holding the nodes attached there,
+  each with its leaf link up and down, and the attachment node as the zone's gateway; the root
+  zone routes every pair of attachment nodes over the planner's own shortest path between
+  them. A pair of ranks thus crosses ``up[i] + core[a][b] + down[j]``, exactly
+  :attr:`Topology.routes`, while the platform holds ``A**2`` routes for ``A`` attachment nodes
+  (the hosts of a multi-GPU cluster) instead of one per pair of ranks: 1024 ranks on 128
+  hosts build in about a second where the per-pair routes took minutes.
 - Measured form: one host per rank; every resource (the pair link ``i -> j`` with the pair's
   latency, each rank's egress and ingress, each shared bottleneck) becomes a simplex link, and
   the pair ``i -> j`` routes over its route's resources, as the planner's model has it.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
-from ..topology import Topology
+from ..topology import HostRoutes, Topology
 from ..transport.simulated import Simulation
 
 __all__ = ["Platform", "build_platform", "resource_latencies"]
@@ -23,6 +32,10 @@ __all__ = ["Platform", "build_platform", "resource_latencies"]
 # A host's speed in flops (unused by the costs, which are charged as simulated sleeps; SimGrid
 # needs one).
 HOST_FLOPS = 1e9
+# SimGrid's implicit loopback link (10 GBps, FATPIPE, network/loopback-bw): what a full zone
+# gives two actors of one host, named here for the star zones, which add no loopback of their
+# own.
+LOOPBACK = "__loopback__"
 
 
 @dataclass
@@ -71,31 +84,73 @@ def resource_latencies(topology: Topology) -> List[float]:
 
 def build_platform(sim: Simulation, topology: Topology) -> Platform:
     """Build ``topology`` on ``sim``'s zone and seal it; returns where each rank runs."""
-    sg = sim.sg
     zone = sim.zone
     lat = resource_latencies(topology)
     links = []
     for r, (name, cap) in enumerate(zip(topology.resources, topology.capacity_Bps)):
         link = zone.create_link(f"{r}:{name}", [float(cap)])
         link.set_latency(lat[r])
-        links.append(link.seal() if hasattr(link, "seal") else link)
-    n = topology.n
-    if topology.kind == "declared":
-        names = sorted(set(topology.hosts))
-        endpoint = {h: zone.create_host(h, HOST_FLOPS) for h in names}
-        rep: Dict[str, int] = {}
-        for i, h in enumerate(topology.hosts):
-            rep.setdefault(h, i)
-        pairs: List[Tuple[Any, Any, Sequence[int]]] = [
-            (endpoint[a], endpoint[b], topology.routes[rep[a]][rep[b]])
-            for a in names for b in names if a != b]
-        hosts = [endpoint[h] for h in topology.hosts]
+        links.append(link.seal())
+    if isinstance(topology.routes, HostRoutes):
+        hosts = _declared(sim, topology, topology.routes, links)
     else:
-        hosts = [zone.create_host(f"rank{i}", HOST_FLOPS) for i in range(n)]
-        pairs = [(hosts[i], hosts[j], topology.routes[i][j])
-                 for i in range(n) for j in range(n) if i != j]
-    for src, dst, route in pairs:
-        zone.add_route(src.netpoint, dst.netpoint, None, None,
-                       [sg.LinkInRoute(links[r]) for r in route], False)
+        hosts = _per_pair(sim, topology, links)
     zone.seal()
     return Platform(sim=sim, hosts=hosts, names=list(topology.hosts), links=links)
+
+
+def _declared(sim: Simulation, topology: Topology, routes: HostRoutes,
+              links: Sequence[Any]) -> List[Any]:
+    """Star zones per attachment node under the root's routes between them (module doc)."""
+    sg, root = sim.sg, sim.zone
+
+    def via(resources: Sequence[int]) -> List[Any]:
+        return [sg.LinkInRoute(links[r]) for r in resources]
+
+    # The nodes attached at each attachment node, each with its first rank (its leaf links).
+    members: Dict[int, Dict[int, int]] = defaultdict(dict)
+    shared = defaultdict(int)
+    for i, (node, a) in enumerate(zip(routes.node, routes.attach)):
+        members[a].setdefault(node, i)
+        shared[node] += 1
+    loopback = sg.Link.by_name(LOOPBACK) if any(c > 1 for c in shared.values()) else None
+    endpoint: Dict[int, Any] = {}
+    zones: Dict[int, Any] = {}
+    gateways: Dict[int, Any] = {}
+    for a in sorted(members):
+        sub = sg.NetZone.create_star_zone(f"attach{a}")
+        sub.set_parent(root)
+        gw = sub.create_router(f"attach{a}-gw")
+        sub.add_route(gw, None, None, None, [], False)
+        sub.add_route(None, gw, None, None, [], False)
+        for node, i in sorted(members[a].items()):
+            host = sub.create_host(topology.hosts[i], HOST_FLOPS)
+            up = [routes.up[i]] if routes.up[i] >= 0 else []
+            down = [routes.down[i]] if routes.down[i] >= 0 else []
+            sub.add_route(host.netpoint, None, None, None, via(up), False)
+            sub.add_route(None, host.netpoint, None, None, via(down), False)
+            if shared[node] > 1:
+                sub.add_route(host.netpoint, host.netpoint, None, None,
+                              [sg.LinkInRoute(loopback)], False)
+            endpoint[node] = host
+        sub.seal()
+        zones[a], gateways[a] = sub, gw
+    for a in zones:
+        for b in zones:
+            if a != b:
+                root.add_route(zones[a].netpoint, zones[b].netpoint, gateways[a], gateways[b],
+                               via(routes.core[a][b]), False)
+    return [endpoint[node] for node in routes.node]
+
+
+def _per_pair(sim: Simulation, topology: Topology, links: Sequence[Any]) -> List[Any]:
+    """One host per rank, every ordered pair routed over its resources (the measured form)."""
+    sg, zone = sim.sg, sim.zone
+    n = topology.n
+    hosts = [zone.create_host(f"rank{i}", HOST_FLOPS) for i in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                zone.add_route(hosts[i].netpoint, hosts[j].netpoint, None, None,
+                               [sg.LinkInRoute(links[r]) for r in topology.routes[i][j]], False)
+    return hosts
