@@ -17,9 +17,12 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_percent, pack,
                       ring_packing, start_bound, validate_arborescence)
+from .packing import alphabeta as _ab
 from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
+from .packing.depth import check_forest, choose_forest
 from .packing.gk import PHASE_START
+from . import config
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
@@ -47,6 +50,12 @@ class Tree:
     bcast_parent: Tuple[int, ...]
     rate_Bps: float
     share: float
+    #: This tree's chunk size (None: the plan's ``chunk_bytes``), chosen from the alpha-beta
+    #: model for the size the plan was made for (:func:`horotopo.packing.alphabeta.choose_chunk`).
+    chunk_bytes: Optional[int] = None
+    #: Hops of its critical reduce and broadcast paths as ``(latency_s, s_per_byte, count)``
+    #: (:func:`horotopo.packing.alphabeta.critical_profile`); empty when no network was known.
+    profile: _ab.Profile = ()
 
     def reduce_children(self) -> Tuple[Tuple[int, ...], ...]:
         return children(self.reduce_parent)
@@ -124,31 +133,74 @@ class Plan:
         """Hash of everything the engine acts on; ranks compare it before the first op."""
         core = {"n": self.n, "chunk_bytes": self.chunk_bytes,
                 "trees": [[t.root, list(t.reduce_parent), list(t.bcast_parent),
-                           repr(float(t.share))] for t in self.trees]}
+                           repr(float(t.share))] + ([] if t.chunk_bytes is None
+                                                    else [t.chunk_bytes])
+                          for t in self.trees]}
         return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
 
-    def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
-        """Modelled seconds for an allreduce of ``nbytes``: ``M / R`` plus pipeline fill.
+    def tree_chunks(self, chunk_bytes: Optional[int] = None) -> Tuple[int, ...]:
+        """Each tree's chunk size in bytes when the engine runs at ``chunk_bytes``.
 
-        Each tree moves its share in chunks; the first chunk crosses ``depth`` hops before the
-        pipeline is full, each hop costing the chunk's transfer time at the tree's rate plus the
-        per-message latency.
+        The plan's chunk sizes are relative: ``chunk_bytes`` (default the plan's own, the
+        largest tree's) scales every tree's chunk alike, so an engine given smaller chunks
+        (a simulation's scaled-down buffers) keeps each tree's number of chunks.
+        """
+        base = self.chunk_bytes if chunk_bytes is None else int(chunk_bytes)
+        return tuple(base if t.chunk_bytes is None
+                     else max(1, round(t.chunk_bytes * base / self.chunk_bytes))
+                     for t in self.trees)
+
+    def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None, *,
+                     costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS,
+                     network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
+        """Modelled seconds for an allreduce of ``nbytes`` (the alpha-beta model of
+        :mod:`horotopo.packing.alphabeta`).
+
+        Each tree pipelines its share in its chunks: the first chunk crosses the tree's
+        critical reduce and broadcast paths, each hop costing its route latency, the chunk at
+        the hop's bottleneck *link* rate and the engine's software cost of a send and a
+        receive; the rest follow at the tree's planned rate (or what the window of chunks in
+        flight sustains). The slowest tree, or the busiest rank's software time over all
+        trees, is the allreduce's time.
+
+        Parameters
+        ----------
+        nbytes : int
+            Allreduce size in bytes.
+        chunk_bytes : int, optional
+            The engine's chunk size (see :meth:`tree_chunks`); None: the plan's.
+        costs : SoftwareCosts
+            The engine's per-message and per-byte software costs (default: measured,
+            :data:`horotopo.packing.alphabeta.ENGINE_COSTS`; ``NO_COSTS`` for the network alone).
+        network : NetworkModel
+            What the transport makes of the declared links (default: the links as declared).
+
+        A tree without a profile (a plan made from explicit trees, with no network) is charged
+        ``depth`` hops at the plan's worst latency and at the tree's own planned rate: an
+        upper estimate, since a chunk crosses a link at least at its share of it.
         """
         if nbytes <= 0 or self.n == 1:
             return 0.0
-        chunk = chunk_bytes or self.chunk_bytes
+        chunks = self.tree_chunks(chunk_bytes)
+        window = _ab.window_for(max(chunks))
         worst = 0.0
-        for t in self.trees:
-            part = t.share * nbytes
-            if part <= 0:
-                continue
-            first = min(chunk, part)
-            chunks = math.ceil(part / chunk)
-            hop = first / t.rate_Bps + self.latency_s
-            # steady state: one chunk per hop-time after the fill
-            worst = max(worst, max(part / t.rate_Bps, chunks * self.latency_s)
-                        + (t.depth - 1) * hop + self.latency_s)
-        return worst
+        for t, c in zip(self.trees, chunks):
+            profile = t.profile or ((self.latency_s, 1.0 / t.rate_Bps, t.depth),)
+            worst = max(worst, _ab.tree_time(t.share * nbytes, c,
+                                             t.rate_Bps * network.bandwidth_factor,
+                                             _ab.on_network(profile, network), costs, window))
+        return max(worst, _ab.busiest_cpu_time(self._degrees, [t.share * nbytes for t in
+                                                               self.trees], chunks, costs))
+
+    @property
+    def _degrees(self) -> Tuple[Any, Any]:
+        """:func:`~horotopo.packing.alphabeta.rank_degrees` of the trees, once per plan."""
+        got = self.__dict__.get("_degrees_cache")
+        if got is None:
+            got = _ab.rank_degrees([(t.root, t.reduce_parent, t.bcast_parent)
+                                    for t in self.trees])
+            object.__setattr__(self, "_degrees_cache", got)
+        return got
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -158,9 +210,7 @@ class Plan:
             "latency_s": self.latency_s, "pruning_loss": self.pruning_loss,
             "topology_name": self.topology_name, "topology_digest": self.topology_digest,
             "digest": self.digest, "planner": dict(self.planner),
-            "trees": [{"root": t.root, "reduce_parent": list(t.reduce_parent),
-                       "bcast_parent": list(t.bcast_parent), "rate_Bps": t.rate_Bps,
-                       "share": t.share} for t in self.trees],
+            "trees": [_tree_json(t) for t in self.trees],
         }
 
     @classmethod
@@ -172,7 +222,11 @@ class Plan:
             trees = tuple(Tree(root=int(t["root"]),
                                reduce_parent=tuple(int(p) for p in t["reduce_parent"]),
                                bcast_parent=tuple(int(p) for p in t["bcast_parent"]),
-                               rate_Bps=float(t["rate_Bps"]), share=float(t["share"]))
+                               rate_Bps=float(t["rate_Bps"]), share=float(t["share"]),
+                               chunk_bytes=(None if t.get("chunk_bytes") is None
+                                            else int(t["chunk_bytes"])),
+                               profile=tuple((float(lat), float(inv), int(count))
+                                             for lat, inv, count in t.get("profile", ())))
                           for t in doc["trees"])
             plan = cls(n=int(doc["n"]), trees=trees, chunk_bytes=int(doc["chunk_bytes"]),
                        throughput_Bps=float(doc["throughput_Bps"]),
@@ -212,6 +266,13 @@ class Plan:
                 raise PlanError(f"trees[{k}].share: must be >= 0, got {t.share}")
             if not (t.rate_Bps > 0 and math.isfinite(t.rate_Bps)):
                 raise PlanError(f"trees[{k}].rate_Bps: must be positive, got {t.rate_Bps}")
+            if t.chunk_bytes is not None and t.chunk_bytes < 1:
+                raise PlanError(f"trees[{k}].chunk_bytes: must be positive, got {t.chunk_bytes}")
+            for hop in t.profile:
+                if not (len(hop) == 3 and all(math.isfinite(x) and x >= 0 for x in hop)
+                        and hop[2] >= 1):
+                    raise PlanError(f"trees[{k}].profile: hops are (latency_s >= 0, "
+                                    f"s_per_byte >= 0, count >= 1), got {hop!r}")
         total = sum(t.share for t in self.trees)
         if abs(total - 1.0) > 1e-9:
             raise PlanError(f"trees: shares must sum to 1, got {total!r}")
@@ -224,7 +285,9 @@ class Plan:
                             f"{self.throughput_Bps!r}; the certificate is wrong")
 
     def with_chunk(self, chunk_bytes: int) -> "Plan":
-        return replace(self, chunk_bytes=int(chunk_bytes))
+        """This plan with every tree at ``chunk_bytes`` (the per-tree sizes are dropped)."""
+        return replace(self, chunk_bytes=int(chunk_bytes),
+                       trees=tuple(replace(t, chunk_bytes=None) for t in self.trees))
 
     def describe(self, size: Optional[int] = None) -> str:
         lines = [f"plan for {self.topology_name or 'topology'}: {self.n} ranks, "
@@ -255,6 +318,17 @@ class Plan:
         return "\n".join(lines)
 
 
+def _tree_json(t: Tree) -> Dict[str, Any]:
+    doc: Dict[str, Any] = {"root": t.root, "reduce_parent": list(t.reduce_parent),
+                           "bcast_parent": list(t.bcast_parent), "rate_Bps": t.rate_Bps,
+                           "share": t.share}
+    if t.chunk_bytes is not None:
+        doc["chunk_bytes"] = t.chunk_bytes
+    if t.profile:
+        doc["profile"] = [list(h) for h in t.profile]
+    return doc
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b > 0 else "n/a"
 
@@ -274,20 +348,16 @@ def _ring_time(plan: Plan, nbytes: int) -> float:
 # building plans
 
 
-def default_chunk_bytes(trees: Sequence[TreeRate], latency_s: float) -> int:
-    """Chunk size where per-message cost is about 1/8 of a chunk's transfer time.
-
-    Bigger chunks lengthen the pipeline fill; smaller ones pay latency and the engine's
-    per-message Python cost (about 60 us of wall time per message with 4 ranks on 2 cores,
-    ``benchmarks/engine_overhead.py``), which is the floor taken for the latency. Rounded up to
-    a power of two, between 64 KiB and 4 MiB.
-    """
-    fastest = max((t.rate for t in trees), default=0.0)
-    want = 8.0 * max(latency_s, 100e-6) * fastest
-    chunk = MIN_CHUNK
-    while chunk < want and chunk < MAX_CHUNK:
-        chunk *= 2
-    return chunk
+def target_size(size: Optional[int] = None) -> int:
+    """The allreduce size a plan is made for: ``size``, else the fusion threshold
+    (``HOROVOD_FUSION_THRESHOLD``: a training step's allreduces are fusion buffers of about
+    that size), else, with fusion off, that setting's default."""
+    if size is not None:
+        if int(size) < 1:
+            raise ValueError(f"size: a plan is made for a positive allreduce size, got {size}")
+        return int(size)
+    threshold = int(config.get("HOROVOD_FUSION_THRESHOLD"))
+    return threshold if threshold > 0 else int(config.lookup("HOROVOD_FUSION_THRESHOLD").default)
 
 
 def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:
@@ -301,7 +371,10 @@ def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:
 
 
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,
-                  chunk_bytes: Optional[int]) -> Plan:
+                  chunk_bytes: Optional[int], size: int, same_shape: bool = False) -> Plan:
+    """The Plan of ``packing``: shares, and per tree its critical-path profile and (unless
+    ``chunk_bytes`` fixes one for all) its chunk for ``size`` bytes. ``same_shape``: every
+    tree is a rotation of the first (ring's chains), whose profile and chunk all take."""
     total = sum(t.rate for t in packing.trees)
     if packing.upper_bound is not None:
         # pack() checked its own total; the plan re-sums the tree rates, and a bound handed in
@@ -311,12 +384,18 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
     shares = [t.rate / total for t in packing.trees]
     # Force an exact sum of 1 so that every rank splits buffers identically.
     shares[-1] = 1.0 - sum(shares[:-1])
+    cols = [(t.root, t.reduce_parent, t.bcast_parent, t.rate) for t in packing.trees]
+    k = 1 if same_shape else len(cols)
+    profiles, chunks = _ab.plan_chunks(topology, cols[:k], shares[:k], size, MIN_CHUNK,
+                                       MAX_CHUNK)
+    profiles, chunks = profiles * (len(cols) // k), chunks * (len(cols) // k)
+    top = int(chunk_bytes) if chunk_bytes else max(chunks)
     trees = tuple(Tree(root=t.root, reduce_parent=tuple(t.reduce_parent),
-                       bcast_parent=tuple(t.bcast_parent), rate_Bps=t.rate, share=s)
-                  for t, s in zip(packing.trees, shares))
+                       bcast_parent=tuple(t.bcast_parent), rate_Bps=t.rate, share=s,
+                       chunk_bytes=None if chunk_bytes else c, profile=prof)
+                  for t, s, c, prof in zip(packing.trees, shares, chunks, profiles))
     latency = _plan_latency(topology, packing.trees)
-    plan = Plan(n=topology.n, trees=trees,
-                chunk_bytes=chunk_bytes or default_chunk_bytes(packing.trees, latency),
+    plan = Plan(n=topology.n, trees=trees, chunk_bytes=top,
                 throughput_Bps=total, ring_Bps=ring.throughput,
                 upper_bound_Bps=packing.upper_bound, latency_s=latency,
                 topology_name=topology.name, topology_digest=topology.digest,
@@ -327,15 +406,30 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               max_trees_per_root: int = 4, target_gap: float = 0.01,
-              progress: Optional[Any] = None) -> Plan:
-    """Plan ``topology``: certified packing, pruned, never slower than ring on the model."""
+              progress: Optional[Any] = None, size: Optional[int] = None,
+              forest: str = "auto", max_depth: Optional[int] = None) -> Plan:
+    """Plan ``topology``: certified packing, pruned, never slower than ring on the model.
+
+    ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
+    chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
+    one (trees at most ``max_depth`` deep, see :mod:`horotopo.packing.depth`) the one with
+    the lower predicted time for it is kept (``forest="auto"``; ``"deep"`` or ``"shallow"``
+    force one). ``plan.planner["forest"]`` records the choice and both predictions.
+    """
     ring = ring_packing(topology)
+    size = target_size(size)
+    check_forest(forest)
     packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
                    progress=progress)
-    return _from_packing(topology, packing, ring, chunk_bytes)
+    plan, record = choose_forest(
+        topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
+        floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
+        max_trees_per_root=max_trees_per_root, progress=progress)
+    return replace(plan, planner=dict(plan.planner, forest=record))
 
 
-def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None) -> Plan:
+def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None,
+              size: Optional[int] = None) -> Plan:
     """Ring allreduce in rank order, expressed as a Plan of ``n`` chains.
 
     Its certificate is the cheap dual bound at lengths ``1 / c``
@@ -346,7 +440,8 @@ def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None) -> Plan:
     bound = start_bound(ArcModel(topology)) if topology.n > 1 else None
     certified = replace(ring, upper_bound=bound if bound is not None and math.isfinite(bound)
                         else None, bound_phase=PHASE_START)
-    return _from_packing(topology, certified, ring, chunk_bytes)
+    return _from_packing(topology, certified, ring, chunk_bytes, target_size(size),
+                         same_shape=True)
 
 
 def plan_from_trees(n: int, trees: Sequence[Tuple[int, Sequence[int], Sequence[int], float]],

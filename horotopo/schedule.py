@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .buffers import chunk_bounds, segment_bounds
+from .packing.alphabeta import DEFAULT_WINDOW, WINDOW_BYTES, window_for
 from .plan import Plan, children, depth
 
 __all__ = ["Step", "TreeTable", "Schedule", "ScheduleCache", "compile_allreduce",
@@ -43,20 +44,9 @@ SEND_PARENT = "send_parent"
 RECV_PARENT = "recv_parent"
 SEND_CHILD = "send_child"
 
-# Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
-# chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
-# (on racks-2x3, emulated, 64 KiB chunks: 16 chunks ran 1.2-1.5x faster than 4); big chunks
-# need few (4 x 1 MiB is as fast as MPI allows over shared memory).
-WINDOW_BYTES = 2 << 20
-
-# The smallest automatic window (what 1 MiB and larger chunks get); the actual window for a
-# chunk size is window_for(chunk_bytes).
-DEFAULT_WINDOW = 4
-
-
-def window_for(chunk_bytes: int) -> int:
-    """The automatic window (chunks of scratch per reduce child) for ``chunk_bytes``."""
-    return max(DEFAULT_WINDOW, min(32, WINDOW_BYTES // max(1, chunk_bytes)))
+# The automatic window (chunks of scratch per reduce child and tree: about WINDOW_BYTES, between
+# DEFAULT_WINDOW and 32 chunks) is defined with the model that predicts what it allows,
+# horotopo.packing.alphabeta, and re-exported here where the tables apply it.
 
 
 def in_flight_for(window: int, hops: int) -> int:
@@ -355,14 +345,18 @@ def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[Tre
         shares = [1.0 if k == best else 0.0 for k in range(len(shares))]
     tables: List[TreeTable] = []
     at = 0
+    # each tree's chunk in the plan's proportions (a tree's own size from the alpha-beta
+    # model, relative to the plan's chunk_bytes, which chunk_elems elements stand for)
+    elems = plan.tree_chunks(chunk_elems)
     for p, (lo, hi) in zip(peers, segment_bounds(count, shares)):
         if hi <= lo:
             continue
-        rows, width = len(p.recv_children) * win, min(chunk_elems, hi - lo)
+        per = elems[p.tree]
+        rows, width = len(p.recv_children) * win, min(per, hi - lo)
         # an allreduce has a reduce and a broadcast stream per tree; a broadcast one stream
         up, down = (2 * p.tree, 2 * p.tree + 1) if allreduce else (p.tree, p.tree)
         tables.append(replace(
-            p, chunks=tuple(chunk_bounds(lo, hi, chunk_elems)),
+            p, chunks=tuple(chunk_bounds(lo, hi, per)),
             in_flight=in_flight_for(win, p.hops), stream_up=up, stream_down=down,
             scratch_offset=at if rows else 0, scratch_rows=rows, scratch_width=width if rows else 0))
         at += rows * width

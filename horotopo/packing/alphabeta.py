@@ -1,0 +1,335 @@
+"""The alpha-beta model of a pipelined tree allreduce: what a plan's trees cost in time.
+
+A tree carries its share ``P`` of the buffer in chunks of ``c`` bytes, ``K = ceil(P / c)`` of
+them. Its reduce and broadcast stages overlap: the root sends chunk ``k`` down as soon as it is
+reduced. So the first chunk crosses the critical reduce path and then the critical broadcast
+path (the *fill*), and the other ``K - 1`` follow at the tree's steady rate::
+
+    T(P, c) = fill(c) + (P - c) / rate
+    fill(c) = sum over the hops h of the critical paths of (L_h + c / b_h + 2 alpha + beta c)
+
+``L_h`` is the hop's route latency and ``b_h`` the rate of the *route's bottleneck link*, not
+the tree's planned rate: a tree with a small share has a small planned rate, but its chunks
+still cross each link at that link's speed. ``alpha`` is the engine's software cost per message
+posted (a hop costs a send and a receive) and ``beta`` its cost per received byte. ``rate`` is
+the tree's planned rate, lowered where the engine's window (chunks in flight per arc) cannot
+cover a hop's round of latency. The busiest rank's software time, over all trees, bounds the
+allreduce from below too (its CPU is shared by every tree).
+
+Hop figures are kept per tree as a *profile*: the multiset ``(latency, rate, count)`` of the
+hops of its critical paths, so that a Plan can predict its time without the topology. A
+:class:`NetworkModel` turns a declared network into the one a transport really gives (SimGrid's
+TCP model multiplies latencies and caps a flow at its TCP window over the round trip).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..topology import Topology
+
+__all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
+           "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
+           "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
+           "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time"]
+
+#: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
+#: inverse of the hop's bottleneck link rate (0 between ranks that share memory); the order of
+#: the groups does not matter.
+Profile = Tuple[Tuple[float, float, int], ...]
+
+# Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
+# chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
+# (on racks-2x3, emulated, 64 KiB chunks: 16 chunks ran 1.2-1.5x faster than 4); big chunks
+# need few (4 x 1 MiB is as fast as MPI allows over shared memory). Defined here, with the
+# model that predicts what the window allows; horotopo.schedule applies it.
+WINDOW_BYTES = 2 << 20
+#: The smallest automatic window (what 1 MiB and larger chunks get).
+DEFAULT_WINDOW = 4
+#: The largest automatic window.
+MAX_WINDOW = 32
+
+
+def window_for(chunk_bytes: int) -> int:
+    """The automatic window (chunks of scratch per reduce child) for ``chunk_bytes``."""
+    return max(DEFAULT_WINDOW, min(MAX_WINDOW, WINDOW_BYTES // max(1, int(chunk_bytes))))
+
+
+@dataclass(frozen=True)
+class SoftwareCosts:
+    """The engine's software cost, per message posted and per received byte (seconds)."""
+
+    per_message_s: float
+    per_byte_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.per_message_s >= 0 and self.per_byte_s >= 0):
+            raise ValueError(f"software costs must be >= 0, got {self.per_message_s!r} per "
+                             f"message and {self.per_byte_s!r} per byte")
+
+
+#: The tree engine's Python CPU per message posted (each send and receive with its completion
+#: handling) and per received byte (the copy or reduction that follows), measured on the
+#: development machine by ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M``
+#: (the simulator charges the same figures, ``horotopo.transport.simulated.DEFAULT_COSTS``).
+ENGINE_COSTS = SoftwareCosts(per_message_s=11.34e-6, per_byte_s=0.472e-9)
+#: No software cost: the network alone.
+NO_COSTS = SoftwareCosts(0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """How a transport turns a declared link into what a message sees.
+
+    ``latency_factor`` multiplies every route latency; ``bandwidth_factor`` every link rate;
+    ``tcp_window_bytes`` (None: no cap) caps one message's rate at
+    ``bandwidth_factor * tcp_window_bytes / (2 * latency)``, a TCP flow's window over its
+    round trip. :data:`IDEAL_NETWORK` is the declared network itself; SimGrid's default TCP
+    model is about ``NetworkModel(13.01, 0.97, 4 MiB)`` (``benchmarks/predict_check.py``
+    measures it).
+    """
+
+    latency_factor: float = 1.0
+    bandwidth_factor: float = 1.0
+    tcp_window_bytes: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if not (self.latency_factor > 0 and self.bandwidth_factor > 0):
+            raise ValueError(f"network factors must be positive, got latency "
+                             f"{self.latency_factor!r}, bandwidth {self.bandwidth_factor!r}")
+        if self.tcp_window_bytes is not None and not self.tcp_window_bytes > 0:
+            raise ValueError(f"tcp_window_bytes must be positive or None, got "
+                             f"{self.tcp_window_bytes!r}")
+
+    def hop(self, latency_s: float, s_per_byte: float) -> Tuple[float, float]:
+        """``(latency, seconds per byte)`` a message sees on a route of declared
+        ``latency_s`` whose bottleneck link moves a byte in ``s_per_byte``."""
+        inv = s_per_byte / self.bandwidth_factor
+        if self.tcp_window_bytes is not None and latency_s > 0:
+            inv = max(inv, 2 * latency_s / (self.bandwidth_factor * self.tcp_window_bytes))
+        return latency_s * self.latency_factor, inv
+
+
+IDEAL_NETWORK = NetworkModel()
+
+
+def arc_figures(topology: Topology, u: int, v: int,
+                network: NetworkModel = IDEAL_NETWORK) -> Tuple[float, float]:
+    """``(latency_s, seconds per byte)`` of one message ``u -> v``: the route's latency and
+    its bottleneck link's inverse rate (0 for ranks that share memory), as ``network`` gives
+    them."""
+    rate = min((topology.capacity_Bps[r] for r in _entry(topology.routes, u, v)),
+               default=math.inf)
+    return network.hop(_entry(topology.latency_s, u, v), 1.0 / rate)
+
+
+def _entry(table: Any, i: int, j: int) -> Any:
+    """``table[i][j]`` without building row ``i`` where the table computes entries on
+    access (a declared topology's routes at thousands of ranks)."""
+    pair = getattr(table, "pair", None)
+    return pair(i, j) if pair is not None else table[i][j]
+
+
+def on_network(profile: Profile, network: NetworkModel) -> Profile:
+    """``profile``'s hops (declared figures) as ``network`` gives them."""
+    if network == IDEAL_NETWORK:
+        return profile
+    return tuple((*network.hop(lat, inv), count) for lat, inv, count in profile)
+
+
+def _hop_time(latency_s: float, s_per_byte: float, chunk: float, costs: SoftwareCosts) -> float:
+    """One chunk across one hop: latency, transfer at the bottleneck link, a send and a
+    receive posted, the received bytes handled."""
+    return latency_s + chunk * (s_per_byte + costs.per_byte_s) + 2 * costs.per_message_s
+
+
+def critical_profile(topology: Topology, parent: Sequence[int], inward: bool,
+                     chunk_bytes: float, network: NetworkModel = IDEAL_NETWORK,
+                     costs: SoftwareCosts = ENGINE_COSTS) -> Profile:
+    """The hops of the slowest root path of one tree for a chunk of ``chunk_bytes``.
+
+    ``parent`` is a reduce tree (``inward``: ``v`` sends to ``parent[v]``) or a broadcast tree
+    (``parent[v]`` sends to ``v``). The slowest path is the one whose first chunk takes
+    longest to reach the root (reduce) or the leaf (broadcast); its hops are returned grouped.
+    """
+    n = len(parent)
+    hop: List[Optional[Tuple[float, float]]] = [None] * n
+    for v, p in enumerate(parent):
+        if p >= 0:
+            hop[v] = arc_figures(topology, v, p, network) if inward else \
+                arc_figures(topology, p, v, network)
+    # time from v to the root along the path, memoised
+    total: List[Optional[float]] = [None] * n
+    for v in range(n):
+        path = []
+        u = v
+        while u >= 0 and total[u] is None:
+            path.append(u)
+            u = parent[u]
+        t = 0.0 if u < 0 else total[u]
+        for w in reversed(path):
+            h = hop[w]
+            t = t + (_hop_time(h[0], h[1], chunk_bytes, costs) if h is not None else 0.0)
+            total[w] = t
+    worst = max(range(n), key=lambda v: (total[v], -v))
+    groups: Dict[Tuple[float, float], int] = {}
+    u = worst
+    while parent[u] >= 0:
+        h = hop[u]
+        groups[h] = groups.get(h, 0) + 1
+        u = parent[u]
+    return tuple((lat, inv, count) for (lat, inv), count in sorted(groups.items()))
+
+
+def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts) -> float:
+    """Seconds for one chunk of ``chunk`` bytes to cross every hop of ``profile``."""
+    return sum(count * _hop_time(lat, inv, chunk, costs) for lat, inv, count in profile)
+
+
+def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts) -> float:
+    """The rate ``window`` chunks in flight per arc sustain over the profile's slowest hop."""
+    slowest = max((_hop_time(lat, inv, chunk, costs) for lat, inv, _ in profile), default=0.0)
+    return window * chunk / slowest if slowest > 0 else math.inf
+
+
+def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
+              costs: SoftwareCosts = ENGINE_COSTS, window: Optional[int] = None) -> float:
+    """Seconds for one tree to allreduce its ``part`` bytes (see the module docstring).
+
+    Parameters
+    ----------
+    part : float
+        The tree's share of the buffer, in bytes.
+    chunk : float
+        Chunk size in bytes (a part smaller than a chunk goes as one chunk).
+    rate_Bps : float
+        The tree's planned rate ``x``.
+    profile : Profile
+        Hops of its critical reduce path followed by its critical broadcast path.
+    costs : SoftwareCosts
+        The engine's software costs.
+    window : int, optional
+        Chunks in flight per arc; None is :func:`window_for` the chunk.
+    """
+    if part <= 0:
+        return 0.0
+    c = min(float(chunk), float(part))
+    win = window if window is not None else window_for(int(c))
+    rate = min(rate_Bps, _window_rate(profile, c, win, costs))
+    return fill_time(profile, c, costs) + (part - c) / rate
+
+
+def cpu_time(per_chunk_messages: float, per_chunk_received: float, chunks: float, chunk: float,
+             costs: SoftwareCosts) -> float:
+    """One rank's software time for one tree: ``chunks`` chunks, each costing its messages
+    posted and its received chunks handled."""
+    return chunks * (per_chunk_messages * costs.per_message_s
+                     + per_chunk_received * chunk * costs.per_byte_s)
+
+
+def chunk_candidates(part: float, lo: int, hi: int) -> List[int]:
+    """Powers of two from ``lo`` to ``hi`` below ``part``, and the part itself when it fits
+    in ``hi`` (one chunk)."""
+    out = []
+    c = lo
+    while c <= hi and c < part:
+        out.append(c)
+        c *= 2
+    if part <= hi:
+        out.append(max(1, int(math.ceil(part))))
+    return out or [lo]
+
+
+def choose_chunk(part: float, rate_Bps: float, profile: Profile, busiest: Tuple[float, float],
+                 lo: int, hi: int, costs: SoftwareCosts = ENGINE_COSTS,
+                 window: Optional[int] = None) -> int:
+    """The chunk size that minimises one tree's predicted time for a ``part`` of bytes.
+
+    Small chunks fill the pipeline fast but pay the software cost per message on the tree's
+    busiest rank (``busiest`` = its messages posted and chunks received per chunk); big ones
+    take long to cross the critical path. With fill ``d (L + c / b)`` and per-chunk cost
+    ``alpha`` the continuous optimum is ``c* = sqrt(P alpha b / d)``; this takes the best of
+    :func:`chunk_candidates` on the full model (window and CPU bound included), the smaller
+    on ties. Every candidate is at least ``lo`` (or the whole part), at most ``hi``.
+    ``window`` is the engine's chunks in flight per arc (None: :func:`window_for` each
+    candidate).
+    """
+    best_c, best_t = lo, math.inf
+    for c in chunk_candidates(part, lo, hi):
+        chunks = math.ceil(part / c)
+        t = max(tree_time(part, c, rate_Bps, profile, costs, window),
+                cpu_time(busiest[0], busiest[1], chunks, c, costs))
+        if t < best_t * (1 - 1e-9):
+            best_c, best_t = c, t
+    return int(best_c)
+
+
+def rank_degrees(trees: Sequence[Tuple[int, Sequence[int], Sequence[int]]]
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """Per tree ``(root, reduce_parent, bcast_parent)`` (rows) and rank (columns): the
+    messages a rank posts and the chunks it receives per chunk of the tree (a receive per
+    reduce child, a send per broadcast child, and off the root a send up and a receive down).
+    """
+    n = len(trees[0][1]) if trees else 0
+    msgs = np.zeros((len(trees), n))
+    recvs = np.zeros((len(trees), n))
+    for k, (root, a, b) in enumerate(trees):
+        up = np.bincount([p for p in a if p >= 0], minlength=n)
+        down = np.bincount([p for p in b if p >= 0], minlength=n)
+        off = np.ones(n)
+        off[root] = 0
+        msgs[k] = up + down + 2 * off
+        recvs[k] = up + off
+    return msgs, recvs
+
+
+def busiest_cpu_time(degrees: Tuple[np.ndarray, np.ndarray], parts: Sequence[float],
+                     chunks: Sequence[float], costs: SoftwareCosts) -> float:
+    """The busiest rank's software time over all trees (its CPU is shared by every tree):
+    ``degrees`` from :func:`rank_degrees`, each tree's ``parts`` bytes in ``chunks``."""
+    if costs.per_message_s == 0 and costs.per_byte_s == 0:
+        return 0.0
+    msgs, recvs = degrees
+    count = np.array([math.ceil(p / c) if p > 0 else 0 for p, c in zip(parts, chunks)],
+                     dtype=float)
+    size = np.minimum(np.asarray(chunks, dtype=float), np.asarray(parts, dtype=float))
+    per_rank = (count * costs.per_message_s) @ msgs + (count * size * costs.per_byte_s) @ recvs
+    return float(per_rank.max())
+
+
+def tree_profile(topology: Topology, reduce_parent: Sequence[int], bcast_parent: Sequence[int],
+                 chunk_bytes: float, costs: SoftwareCosts = ENGINE_COSTS) -> Profile:
+    """The hops of a tree pair's critical reduce path and critical broadcast path, merged."""
+    groups: Dict[Tuple[float, float], int] = {}
+    for parent, inward in ((reduce_parent, True), (bcast_parent, False)):
+        for lat, inv, count in critical_profile(topology, parent, inward, chunk_bytes,
+                                                costs=costs):
+            groups[(lat, inv)] = groups.get((lat, inv), 0) + count
+    return tuple((lat, inv, count) for (lat, inv), count in sorted(groups.items()))
+
+
+def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Sequence[int],
+                                                          float]],
+                shares: Sequence[float], size: int, lo: int, hi: int,
+                costs: SoftwareCosts = ENGINE_COSTS) -> Tuple[List[Profile], List[int]]:
+    """Each tree's critical-path profile and chunk size for an allreduce of ``size`` bytes.
+
+    ``trees`` holds ``(root, reduce_parent, bcast_parent, rate_Bps)``. Chunks are first chosen
+    tree by tree (:func:`choose_chunk`) and the profiles taken at those chunks; the engine then
+    runs every tree with the window of the largest chunk (one window per call), so each chunk
+    is chosen again under that window, at most the largest.
+    """
+    msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
+    busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
+    profiles = [tree_profile(topology, a, b, lo, costs) for _, a, b, _ in trees]
+    first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs)
+             for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
+    profiles = [tree_profile(topology, a, b, c, costs) for (_, a, b, _), c in zip(trees, first)]
+    top = max(first)
+    window = window_for(top)
+    chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)
+              for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
+    return profiles, chunks
