@@ -60,3 +60,21 @@ def test_import_registers_the_backend_once():
     assert handlers["env"] is wrapped and hasattr(wrapped, "_horotopo_wraps")
     # torch's own cpu default stays gloo: registering claims no device
     assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
+
+
+def test_users_tags_are_never_a_collectives():
+    # the MPI transport's tag allocator hands out exactly the tags below user_tags()
+    from mpi4py import MPI
+
+    from horotopo.transport.base import TransportError
+    from horotopo.transport.mpi import MPITransport
+
+    t = MPITransport(MPI.COMM_SELF)
+    try:
+        users = t.user_tags()
+        assert len(users) >= 16383 and users.stop - 1 == MPI.COMM_SELF.Get_attr(MPI.TAG_UB)
+        assert t.alloc_tags(users.start - 1) == 1  # the whole allocator range fits below
+        with pytest.raises(TransportError, match="only"):
+            t.alloc_tags(users.start)
+    finally:
+        t.close()

@@ -85,6 +85,13 @@ class Transport:
         """
         raise NotImplementedError
 
+    def user_tags(self) -> range:
+        """Tags that :meth:`alloc_tags` never hands out, for the transport's users' own
+        point-to-point messages (torch.distributed's send/recv on the horotopo backend), so
+        that they cannot match the collectives' traffic. Empty where the transport has none.
+        """
+        return range(0)
+
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: ReduceOp) -> None:
         """Library allreduce (``sendbuf is recvbuf`` means in place). Optional."""
         raise TransportError(f"{type(self).__name__} has no library allreduce")
@@ -229,6 +236,9 @@ class WrappedTransport(Transport):
 
     def irecv_any(self, buf: Any, tag: int) -> Any:
         return self.inner.irecv_any(buf, tag)
+
+    def user_tags(self) -> range:
+        return self.inner.user_tags()
 
     def allreduce_control(self, buf: Any, op: ReduceOp, timeout_s: Optional[float] = None,
                           what: str = "allreduce") -> None:

@@ -68,8 +68,10 @@ class MPITransport(Transport):
         self._comm: Optional[MPI.Comm] = comm.Dup()
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()
-        upper = self._comm.Get_attr(MPI.TAG_UB)
-        self._tags = TagAllocator(int(upper) if upper else 32767)
+        upper = int(self._comm.Get_attr(MPI.TAG_UB) or 32767)
+        # The upper half of the tags is the users' (user_tags): collectives never take them.
+        self._tags = TagAllocator(upper // 2)
+        self._user_tags = range(upper // 2 + 1, upper + 1)
 
     @classmethod
     def world(cls, **kwargs: Any) -> "MPITransport":
@@ -145,6 +147,9 @@ class MPITransport(Transport):
 
     def alloc_tags(self, count: int) -> int:
         return self._tags.alloc(count)
+
+    def user_tags(self) -> range:
+        return self._user_tags
 
     def allreduce(self, sendbuf: Any, recvbuf: Any, op: ReduceOp) -> None:
         """MPI_Allreduce on flat arrays of one dtype; float16 and bfloat16 are reduced in

@@ -91,3 +91,25 @@ def test_measure_pairs_gives_every_rank_the_same_rates():
     with pytest.raises(ValueError, match="two different ranks"):
         measure_pairs(CHECK, [(0, 0)])
 
+
+
+def test_probe_by_hosts_over_mpi_gives_rank_0_a_loadable_document():
+    """The hosts scheme over real MPI: ranks paired into hosts by name (two per host, the
+    lowest leading), the document on rank 0 only, every pair measured."""
+    comm = MPI.COMM_WORLD
+    hosts = [f"host{r // 2}" for r in range(comm.size)]
+    doc = probe(MPITransport(comm), "quick", name="by-hosts", hosts=hosts, scheme="hosts",
+                **SMALL)
+    if comm.rank != 0:
+        assert doc is None
+        return
+    topo = from_dict(doc)
+    assert topo.n == comm.size and doc["ranks"] == hosts
+    info = doc["probe"]
+    assert info["scheme"] == "hosts" and info["members"] == [
+        list(range(k, min(k + 2, comm.size))) for k in range(0, comm.size, 2)]
+    for i in range(comm.size):
+        for j in range(comm.size):
+            if i != j:
+                assert doc["bandwidth_gbps"][i][j] > 0
+    assert make_plan(topo).throughput_Bps > 0

@@ -5,6 +5,7 @@ started as a user would (``init_process_group("horotopo")`` with no MASTER_ADDR:
 rendezvous); a gloo group over the same ranks (``new_group(backend="gloo")``, on the store
 that rendezvous made) gives every reference result.
 """
+from datetime import timedelta
 from typing import Callable, List
 
 import pytest
@@ -159,14 +160,112 @@ def test_mismatched_tensors_raise_on_every_rank(gloo):
 def test_what_horotopo_cannot_do_names_itself(gloo):
     # called on the group itself: torch.distributed's own argument checks differ by rank
     pg = dist.distributed_c10d._get_default_group()
-    for call, what in [(lambda: pg.send([torch.ones(1)], 0, 0), "send"),
-                       (lambda: pg.recv([torch.ones(1)], 0, 0), "recv"),
-                       (lambda: pg.gather([[torch.ones(1)]], [torch.ones(1)], None), "gather"),
-                       (lambda: pg.reduce([torch.ones(1)], None), "reduce")]:
+    for call, what in [(lambda: pg.gather([[torch.ones(1)]], [torch.ones(1)], None), "gather"),
+                       (lambda: pg.scatter([torch.ones(1)], [[torch.ones(1)]], None),
+                        "scatter"),
+                       (lambda: pg.reduce([torch.ones(1)], None), "reduce"),
+                       (lambda: pg.alltoall([torch.ones(1)], [torch.ones(1)], None),
+                        "alltoall")]:
         with pytest.raises(NotImplementedError, match=f"does not implement {what}:"):
             call()
     with pytest.raises(ValueError, match="no reduction BAND"):
         dist.all_reduce(torch.ones(1, dtype=torch.int32), op=R.BAND)
+    # send/recv: CPU tensors of the listed dtypes, tags within the group's block
+    for call, match in [(lambda: pg.send([torch.ones(1, device="meta")], 0, 0),
+                         "cannot run send of a meta tensor: .*CPU tensors only"),
+                        (lambda: pg.recv([torch.ones(1, dtype=torch.complex64)], 0, 0),
+                         "cannot run recv of torch.complex64")]:
+        with pytest.raises(NotImplementedError, match=match):
+            call()
+    with pytest.raises(ValueError, match=r"tag -1 is out of range; .* tags 0\.\."):
+        pg.send([torch.ones(1)], 0, -1)
+    with pytest.raises(ValueError, match="rank 99 is not in the group"):
+        pg.recv([torch.ones(1)], 99, 0)
+
+
+# ---------------------------------------------------------------------------- send and recv
+
+P2P_DTYPES = DTYPES + [torch.float16, torch.uint8, torch.int64, torch.bool]
+
+
+def test_ring_exchange_respects_tags_for_every_dtype(gloo):
+    # every rank sends two messages right (tags 7, then 3) and receives them from the left in
+    # the other order: each tag matches its own message (at n = 1 the ring is this rank)
+    me, n = dist.get_rank(), dist.get_world_size()
+    right, left = (me + 1) % n, (me - 1) % n
+    for dtype in P2P_DTYPES:
+        a, b = data(dtype, me), data(dtype, me + 10)[:4].reshape(2, 2)
+        got_b, got_a = torch.zeros(2, 2, dtype=dtype), torch.zeros(6, dtype=dtype)
+        sends = [dist.isend(a, right, tag=7), dist.isend(b, right, tag=3)]
+        recv_b, recv_a = dist.irecv(got_b, left, tag=3), dist.irecv(got_a, left, tag=7)
+        for w in sends + [recv_b, recv_a]:
+            w.wait()
+        assert torch.equal(got_a, data(dtype, left)), (dtype, got_a)
+        assert torch.equal(got_b, data(dtype, left + 10)[:4].reshape(2, 2)), (dtype, got_b)
+
+
+def test_send_recv_beside_collectives_and_from_any_rank(gloo):
+    need_two()
+    me, n = dist.get_rank(), dist.get_world_size()
+    # a receive posted before a collective and matched after it: the runtime's own messages
+    # and the user's do not meet
+    got = torch.zeros(5, dtype=torch.bfloat16)
+    pending = dist.irecv(got, (me - 1) % n, tag=0)
+    total = torch.ones(1000)
+    dist.all_reduce(total)
+    dist.send(torch.full((5,), float(me) + 0.5, dtype=torch.bfloat16), (me + 1) % n, tag=0)
+    pending.wait()
+    assert torch.equal(got, torch.full((5,), ((me - 1) % n) + 0.5, dtype=torch.bfloat16))
+    assert torch.equal(total, torch.full((1000,), float(n)))
+    # rank 0 receives from whichever rank sends first; recv returns the sender
+    if me == 0:
+        senders = []
+        for _ in range(n - 1):
+            t = torch.zeros(3, 2)  # not contiguous once transposed: received via a copy
+            src = dist.recv(t.t(), tag=11)
+            assert torch.equal(t.t(), torch.full((2, 3), float(src))), (src, t)
+            senders.append(src)
+        assert sorted(senders) == list(range(1, n))
+    else:
+        dist.send(torch.full((2, 3), float(me)), 0, tag=11)
+    # a receive from any rank posted before one from rank 1: rank 1's first message is its
+    if me == 0:
+        first, second = torch.zeros(2), torch.zeros(7)
+        works = [dist.irecv(first, tag=4), dist.irecv(second, 1, tag=4)]
+        for w in works:
+            w.wait()
+        assert torch.equal(first, torch.ones(2)) and torch.equal(second, torch.full((7,), 2.0))
+    elif me == 1:
+        dist.send(torch.ones(2), 0, tag=4)
+        dist.send(torch.full((7,), 2.0), 0, tag=4)
+    dist.barrier()
+
+
+def test_a_message_of_another_size_or_dtype_is_an_error_naming_both(gloo):
+    need_two()
+    me, n = dist.get_rank(), dist.get_world_size()
+    right, left = (me + 1) % n, (me - 1) % n
+    sends = [dist.isend(torch.arange(4, dtype=torch.int32), right, tag=2),
+             dist.isend(torch.ones(3), right, tag=2),
+             dist.isend(torch.arange(6, dtype=torch.int64), right, tag=2)]
+    with pytest.raises(ValueError, match=f"rank {left} sent 4 int32 elements .*receiving "
+                                         f"tensor holds 5 int32"):
+        dist.recv(torch.zeros(5, dtype=torch.int32), left, tag=2)
+    with pytest.raises(ValueError, match="sent 3 float32 elements .* holds 3 float64"):
+        dist.recv(torch.zeros(3, dtype=torch.float64), left, tag=2)
+    ok = torch.zeros(6, dtype=torch.int64)  # the stream stays in step after the errors
+    dist.recv(ok, left, tag=2)
+    assert torch.equal(ok, torch.arange(6))
+    for w in sends:
+        w.wait()
+
+
+def test_a_receive_nobody_answers_ends_at_the_groups_timeout(gloo):
+    me, n = dist.get_rank(), dist.get_world_size()
+    pg = htd.ProcessGroupHorotopo(me, n, timedelta(seconds=0.3))  # every rank makes one
+    with pytest.raises(Exception, match=rf"recv from rank {(me - 1) % n} \(tag 1\).*timeout "
+                                        r"of 0.3 s"):
+        pg.recv([torch.zeros(2)], (me - 1) % n, 1).wait()
 
 
 # ---------------------------------------------------------------------------- DDP and FSDP

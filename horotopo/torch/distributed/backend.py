@@ -10,6 +10,9 @@ that disagree on the dtype or shape at one place fail together with the runtime'
 error instead of waiting for each other under different names. (Ranks that run different
 collectives at one place still stall: the runtime does not yet report a kind mismatch.)
 
+``send``/``recv`` (and ``recv(src=None)``) are point-to-point messages over the engine's
+transport, on tags that no collective uses (:mod:`.p2p`).
+
 Reduce-scatter runs as horotopo's reduce-scatter (a tree allreduce, then this rank's block),
 all-to-all as horotopo's (two allgathers): correct, not fast.
 """
@@ -29,6 +32,7 @@ from ...api.runtime import BARRIER
 from .. import collectives as hvd_ops
 from .completion import HorotopoWork, submit
 from .launch import check_ranks, mpi_size_before_init, refuse_torchrun
+from .p2p import PointToPoint
 
 __all__ = ["BACKEND_NAME", "ProcessGroupHorotopo", "create_process_group", "hvd_op",
            "UNSUPPORTED_OPS"]
@@ -41,9 +45,6 @@ _OPS = {_RedOp.SUM: Sum, _RedOp.AVG: Average, _RedOp.MIN: Min, _RedOp.MAX: Max,
 
 #: The torch.distributed operations this backend does not run, and why (each raises).
 UNSUPPORTED_OPS = {
-    "send": "horotopo's runtime has collectives only, no point-to-point messages",
-    "recv": "horotopo's runtime has collectives only, no point-to-point messages",
-    "recv_anysource": "horotopo's runtime has collectives only, no point-to-point messages",
     "gather": "not a horotopo collective (all_gather gives every rank the result)",
     "scatter": "not a horotopo collective (broadcast, or all_to_all_single, can replace it)",
     "reduce": "not a horotopo collective (all_reduce gives every rank the result)",
@@ -53,6 +54,8 @@ UNSUPPORTED_OPS = {
 }
 
 _group_ids = itertools.count()
+#: send/recv's wait for the peer in a group made without torch's timeout (torch's default).
+_P2P_TIMEOUT = timedelta(minutes=30)
 
 
 def hvd_op(op: Any) -> int:
@@ -104,11 +107,13 @@ class ProcessGroupHorotopo(dist.ProcessGroup):
     "horotopo")`` over every rank) once :mod:`horotopo.torch.distributed` is imported.
     """
 
-    def __init__(self, rank: int, size: int) -> None:
+    def __init__(self, rank: int, size: int, timeout: timedelta = _P2P_TIMEOUT) -> None:
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._group_name = self._group_desc = ""
-        self._tag = f"torch.pg{next(_group_ids)}"
+        index = next(_group_ids)
+        self._tag = f"torch.pg{index}"
+        self._p2p = PointToPoint(index, rank, size, timeout.total_seconds())
         self._seq = itertools.count()
         self._seq_lock = threading.Lock()  # DDP may start collectives from autograd threads
 
@@ -314,16 +319,18 @@ class ProcessGroupHorotopo(dist.ProcessGroup):
             rt.wait(hid)
         return self._work(wait)
 
+    # ------------------------------------------------------------------ point to point
+
+    def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> HorotopoWork:
+        return self._p2p.send(tensors, dst, tag)
+
+    def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> HorotopoWork:
+        return self._p2p.recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> HorotopoWork:
+        return self._p2p.recv(tensors, None, tag)
+
     # ------------------------------------------------------------------ not horotopo's
-
-    def send(self, tensors: Any, dst: int, tag: int = 0) -> HorotopoWork:
-        raise _unsupported("send")
-
-    def recv(self, tensors: Any, src: int, tag: int = 0) -> HorotopoWork:
-        raise _unsupported("recv")
-
-    def recv_anysource(self, tensors: Any, tag: int = 0) -> HorotopoWork:
-        raise _unsupported("recv_anysource")
 
     def gather(self, *args: Any, **kwargs: Any) -> HorotopoWork:
         raise _unsupported("gather")
@@ -359,4 +366,4 @@ def create_process_group(store: dist.Store, rank: int, world_size: int,
     refuse_torchrun(world_size, mpi_size_before_init())
     hvd.init()
     check_ranks(rank, world_size, hvd_rank(), hvd_size())
-    return ProcessGroupHorotopo(rank, world_size)
+    return ProcessGroupHorotopo(rank, world_size, timeout)
