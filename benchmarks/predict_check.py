@@ -157,15 +157,30 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+#: The Markdown table's columns: header, right-aligned, cell of a row.
+COLUMNS = (
+    ("topology", False, lambda r: r["topology"]),
+    ("ranks", True, lambda r: str(r["ranks"])),
+    ("size", True, lambda r: format_size(r["size"])),
+    ("forest", False, lambda r: r["forest"] + (" **chosen**" if r["chosen"] else "")),
+    ("trees", True, lambda r: str(r["trees"])),
+    ("max hops", True, lambda r: str(r["max_hops"])),
+    ("R MB/s", True, lambda r: f"{r['throughput_Bps'] / 1e6:.1f}"),
+    ("predicted ms", True, lambda r: f"{r['predicted_s'] * 1e3:.2f}"),
+    ("simulated ms", True, lambda r: _ms(r["time_s"])),
+    ("error", True, lambda r: (f"{r['error_frac'] * 100:+.1f}%" if "error_frac" in r
+                               else r.get("error", "-"))),
+)
+
+
 def table(rows: Sequence[Dict[str, Any]]) -> str:
-    out = ["| topology | ranks | size | forest | trees | max hops | R MB/s | predicted ms | "
-           "simulated ms | error |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        err = f"{r['error_frac'] * 100:+.1f}%" if "error_frac" in r else r.get("error", "-")
-        out.append(f"| {r['topology']} | {r['ranks']} | {format_size(r['size'])} | "
-                   f"{r['forest']}{' **chosen**' if r['chosen'] else ''} | {r['trees']} | "
-                   f"{r['max_hops']} | {r['throughput_Bps'] / 1e6:.1f} | "
-                   f"{r['predicted_s'] * 1e3:.2f} | {_ms(r['time_s'])} | {err} |")
+    """The rows as a Markdown table (:data:`COLUMNS`)."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    out = [line([c[0] for c in COLUMNS]),
+           line(["---:" if c[1] else "---" for c in COLUMNS])]
+    out += [line([c[2](r) for c in COLUMNS]) for r in rows]
     return "\n".join(out)
 
 

@@ -307,9 +307,14 @@ class Plan:
                          f"{self.pruning_loss * 100:.2f}%{', from the ' + phase if phase else ''})")
         for k, t in enumerate(self.trees):
             lines.append(f"  tree {k:<3} root {t.root:<3} rate {t.rate_Bps / 1e6:10.3f} MB/s "
-                         f"share {t.share:6.3f} depth {t.depth}")
+                         f"share {t.share:6.3f} depth {t.depth}"
+                         + ("" if t.chunk_bytes is None
+                            else f" chunk {format_size(t.chunk_bytes)}"))
             lines.append(f"      reduce {_arcs(t.reduce_parent)}")
             lines.append(f"      bcast  {_arcs(t.bcast_parent)}")
+        forest = self.planner.get("forest")
+        if forest:
+            lines += _ab.describe_choice(forest, format_size)
         if size is not None:
             t_plan = self.predict_time(size)
             t_ring = _ring_time(self, size)

@@ -1,8 +1,8 @@
 """Cost model and the per-call choice between the tree engine and MPI_Allreduce.
 
 Each algorithm costs ``latency + bytes / bandwidth``; the tree's transfer time is the plan's
-own prediction (:meth:`horotopo.plan.Plan.predict_time`, plus a per-message cost) times a
-measured factor ``tree_scale``, so a calibration made on one plan still applies to the next
+own alpha-beta prediction (:meth:`horotopo.plan.Plan.predict_time`, with this model's
+per-message cost as the engine's software cost) times a measured factor ``tree_scale``, so a calibration made on one plan still applies to the next
 one after a re-plan. :data:`DEFAULT_COST_MODEL` is only a prior: ``Engine.calibrate()`` times
 both algorithms on the job's own ranks at init (:func:`calibrated_model`), and a
 :class:`Selector` refines the choice per size from the timings of real calls, Horovod-autotune
@@ -22,6 +22,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..packing.alphabeta import ENGINE_COSTS, SoftwareCosts, rank_degrees
 from ..plan import Plan
 
 __all__ = ["CostModel", "DEFAULT_COST_MODEL", "MODELLED", "fit_line", "fit_affine",
@@ -33,25 +34,12 @@ MODELLED: Tuple[str, ...] = ("tree", "mpi")
 
 
 def messages_per_rank(plan: Plan, nbytes: int, chunk_bytes: int) -> float:
-    """Chunk messages the busiest rank completes in a tree allreduce of ``nbytes``.
-
-    Per tree and chunk a rank completes about one receive per reduce child, one send up, one
-    receive down and one send per broadcast child; this counts that on the busiest rank.
-    """
-    worst = 0.0
-    for v in range(plan.n):
-        total = 0.0
-        for t in plan.trees:
-            part = t.share * nbytes
-            if part <= 0:
-                continue
-            chunks = math.ceil(part / chunk_bytes)
-            deg = (sum(1 for p in t.reduce_parent if p == v)
-                   + sum(1 for p in t.bcast_parent if p == v)
-                   + (2 if t.root != v else 0))
-            total += chunks * deg
-        worst = max(worst, total)
-    return worst
+    """Chunk messages the busiest rank completes in a tree allreduce of ``nbytes`` in chunks of
+    ``chunk_bytes`` (:func:`~horotopo.packing.alphabeta.rank_degrees` per chunk: a receive
+    per reduce child, a send up, a receive down and a send per broadcast child)."""
+    msgs, _ = rank_degrees([(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees])
+    counts = np.array([math.ceil(t.share * nbytes / chunk_bytes) for t in plan.trees], float)
+    return float((counts @ msgs).max()) if len(counts) else 0.0
 
 
 def fit_affine(points: Sequence[Tuple[float, float]]) -> Tuple[float, float]:
@@ -106,8 +94,10 @@ class CostModel:
     tree_latency_s
         The tree engine's fixed cost per call (metadata exchange, set-up).
     per_message_s
-        Python overhead per chunk message in the progress loop (0 once calibrated: the fitted
-        ``tree_scale`` holds it).
+        Python overhead per chunk message in the progress loop, the software cost the plan's
+        prediction charges per message; 0 (once calibrated) charges the engine's measured
+        CPU cost (:data:`~horotopo.packing.alphabeta.ENGINE_COSTS`), the plan's own default,
+        and the fitted ``tree_scale`` holds the rest.
     tree_Bps
         Measured tree bandwidth; ``None`` means the plan's prediction times ``tree_scale``.
     tree_scale
@@ -123,15 +113,18 @@ class CostModel:
     source: str = "default"
     tree_scale: float = 1.0
 
+    def plan_time(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
+        """The plan's predicted time with this model's per-message software cost."""
+        costs = (SoftwareCosts(self.per_message_s, ENGINE_COSTS.per_byte_s)
+                 if self.per_message_s else ENGINE_COSTS)
+        return plan.predict_time(nbytes, chunk_bytes, costs=costs)
+
     def tree_time(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
-        chunk = chunk_bytes or plan.chunk_bytes
         if nbytes <= 0:
             return self.tree_latency_s
-        msgs = (messages_per_rank(plan, nbytes, chunk) * self.per_message_s
-                if self.per_message_s else 0.0)
         if self.tree_Bps:
-            return self.tree_latency_s + msgs + nbytes / self.tree_Bps
-        return self.tree_latency_s + self.tree_scale * (msgs + plan.predict_time(nbytes, chunk))
+            return self.tree_latency_s + nbytes / self.tree_Bps
+        return self.tree_latency_s + self.tree_scale * self.plan_time(plan, nbytes, chunk_bytes)
 
     def mpi_time(self, plan: Plan, nbytes: int) -> float:
         bw = self.mpi_Bps or plan.ring_Bps
@@ -200,8 +193,8 @@ def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
     """
     if not (len(sizes) == len(tree_s) == len(mpi_s)) or not sizes:
         raise ValueError("calibrated_model needs one tree and one MPI time per size")
-    chunk = chunk_bytes or plan.chunk_bytes
-    pred = [plan.predict_time(int(s), chunk) for s in sizes]
+    model = prior.with_(per_message_s=0.0)  # calibrated: tree_scale holds the software cost
+    pred = [model.plan_time(plan, int(s), chunk_bytes) for s in sizes]
     if len(sizes) == 1:
         mpi_lat = min(prior.mpi_latency_s, 0.5 * mpi_s[0])
         tree_lat = min(prior.tree_latency_s, 0.5 * tree_s[0])

@@ -7,7 +7,8 @@ import sys
 import time
 
 from ..packing import format_percent
-from ..plan import format_size, make_plan, parse_size
+from ..packing.depth import FORESTS
+from ..plan import format_size, make_plan, parse_size, target_size
 from ..topology import Topology, TopologyError, bundled, load
 
 
@@ -24,8 +25,16 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("topology", help="topology JSON file, or the name of a bundled one "
                                     "(racks-2x3, slow-nic, uniform-4)")
-    p.add_argument("--size", default="64M", type=_size,
-                   help="allreduce size for the predicted time (default 64M; K, M, G are binary)")
+    p.add_argument("--size", default=None, type=_size,
+                   help="allreduce size the plan is made for and predicted at: chunk sizes and "
+                        "the deep-or-shallow forest are chosen for it (default: "
+                        "HOROVOD_FUSION_THRESHOLD, 128M unless set; K, M, G are binary)")
+    p.add_argument("--forest", choices=FORESTS, default="auto",
+                   help="auto: keep the deep (highest-throughput) or the shallow (depth-bounded) "
+                        "forest, whichever predicts less time for --size; deep or shallow force "
+                        "one (default auto)")
+    p.add_argument("--max-depth", type=int, default=None, metavar="D",
+                   help="depth bound of the shallow forest's trees (default ceil(log2 ranks))")
     p.add_argument("--json", action="store_true",
                    help="print only the plan's JSON on stdout (progress goes to stderr)")
     p.add_argument("-o", "--output", help="also write the plan's JSON to this file")
@@ -65,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_trees_per_root < 1:
         print("horotopo plan: --max-trees-per-root must be at least 1", file=sys.stderr)
         return 2
+    if args.max_depth is not None and args.max_depth < 1:
+        print("horotopo plan: --max-depth must be at least 1", file=sys.stderr)
+        return 2
     if not 0 < args.target_gap < 1:
         print("horotopo plan: --target-gap must be between 0 and 1", file=sys.stderr)
         return 2
@@ -80,12 +92,14 @@ def run(args: argparse.Namespace) -> int:
 
     progress(f"{topology.name}: {topology.n} ranks, {len(topology.resources)} resources")
     start = time.perf_counter()
+    size = target_size(args.size)
     plan = make_plan(topology, chunk_bytes=args.chunk, max_trees_per_root=args.max_trees_per_root,
-                     target_gap=args.target_gap, progress=progress)
+                     target_gap=args.target_gap, progress=progress, size=size,
+                     forest=args.forest, max_depth=args.max_depth)
     progress(f"planned in {time.perf_counter() - start:.2f} s")
     doc = plan.to_json()
-    doc["predicted_time_s"] = plan.predict_time(args.size)
-    doc["size"] = args.size
+    doc["predicted_time_s"] = plan.predict_time(size)
+    doc["size"] = size
     if args.output:
         with open(args.output, "w") as fh:
             json.dump(plan.to_json(), fh, indent=1)
@@ -103,12 +117,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc))
     else:
-        print(plan.describe(size=args.size))
+        print(plan.describe(size=size))
         ratio = plan.throughput_Bps / plan.ring_Bps if plan.ring_Bps > 0 else float("inf")
         gap = plan.gap
         certified = ("no optimality certificate" if gap is None
                      else f"certified within {format_percent(gap)} of optimal")
-        print(f"verdict: {ratio:.2f}x ring on the model for {format_size(args.size)}, "
+        print(f"verdict: {ratio:.2f}x ring on the model for {format_size(size)}, "
               f"{certified}")
     return 0
 

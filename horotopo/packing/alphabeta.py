@@ -34,7 +34,8 @@ from ..topology import Topology
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
-           "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time"]
+           "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time",
+           "describe_choice"]
 
 #: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
 #: inverse of the hop's bottleneck link rate (0 between ranks that share memory); the order of
@@ -333,3 +334,17 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)
               for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
     return profiles, chunks
+
+
+def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
+    """Lines saying which forest a plan kept and both predictions (``planner["forest"]``)."""
+    out = [f"  forest: {record['chosen']}, predicted faster for {size_text(record['size'])}"
+           f"{'' if 'shallow' in record else ' (the only candidate)'}"]
+    for kind in ("deep", "shallow"):
+        got = record.get(kind)
+        if got:
+            bound = f", depth bound {got['depth_bound']}" if "depth_bound" in got else ""
+            out.append(f"    {kind:<8} predicted {got['predicted_s'] * 1e3:12.3f} ms, "
+                       f"R {got['throughput_Bps'] / 1e6:.3f} MB/s, {got['trees']} trees, "
+                       f"deepest {got['max_hops']} hops{bound}")
+    return out
