@@ -168,6 +168,8 @@ SETTINGS: Dict[str, Setting] = _registry(
     _S("HOROVOD_CACHE_CAPACITY", "int", 1024, "Entries in the response cache; 0 negotiates "
        "every request through rank 0.", lo=0,
        aliases=_launcher_alias("HOROVOD_CACHE_CAPACITY")),
+    _S("HOROVOD_DYNAMIC_PROCESS_SETS", "bool", False, "Allow hvd.add_process_set and "
+       "hvd.remove_process_set after init (hvd.init(process_sets='dynamic') does too)."),
     _S("HOROVOD_STALL_CHECK_DISABLE", "bool", False, "Turn off the stall check (rank 0's "
        "warning about tensors that only some ranks submitted)."),
     _S("HOROVOD_STALL_CHECK_TIME_SECONDS", "float", 60.0, "Seconds a tensor may wait for the "

@@ -56,11 +56,25 @@ def test_internal_error_aliases():
     assert issubclass(hvd.HorovodInternalError, RuntimeError)
 
 
-def test_process_sets_say_they_are_unsupported():
-    with pytest.raises(NotImplementedError, match="process sets are not implemented"):
+def test_process_sets_need_init_and_ranks():
+    with pytest.raises(ValueError, match="has not been initialized"):
         hvd.add_process_set([0])
-    with pytest.raises(NotImplementedError, match="process sets"):
-        hvd.init(process_sets=[hvd.ProcessSet([0])])
+    with pytest.raises(ValueError, match="list of process ranks"):
+        hvd.ProcessSet(3)
+    ps = hvd.ProcessSet([2, 0])
+    assert ps.ranks == [0, 2] and ps.process_set_id is None and ps.size() is None
+
+
+def test_a_topology_restricted_to_some_ranks_keeps_their_links():
+    from horotopo.api.process_sets import restrict
+    from horotopo.topology import bundled, load
+
+    top = load(bundled("racks-2x3"))
+    sub = restrict(top, [1, 4, 5])
+    assert sub.n == 3 and sub.hosts == tuple(top.hosts[r] for r in (1, 4, 5))
+    assert sub.routes[0][2] == tuple(top.routes[1][5])
+    assert sub.latency_s[2][1] == top.latency_s[5][4]
+    assert sub.digest != top.digest
 
 
 def test_bits_of_lists_set_bits_in_order():

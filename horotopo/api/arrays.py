@@ -25,7 +25,7 @@ __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "broadcast_", "broadcast_async", "broadcast_async_", "barrier", "poll", "synchronize",
            "join", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
            "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
-           "grouped_reducescatter_async", "group_names",
+           "grouped_reducescatter_async", "group_names", "set_root",
            "handles"]
 
 handles = HandleTable()
@@ -88,19 +88,26 @@ def ready_hook(device: int, last: Any) -> Optional[Callable[[], None]]:
 
 
 def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
-            prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
+            prescale_factor: float, postscale_factor: float, grouped: bool,
+            process_set: Any) -> int:
     rt = runtime()
+    pset, _ = check_process_set(process_set, "Allreduce")
     staged = [_stage(t, inplace) for t in tensors]
     dev = call_device([s.device for s in staged])
+    if op == Adasum and pset:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
     check_adasum(op, rt.size, dev, [s.array.dtype.name for s in staged])
+    call = None
     if grouped:
-        names = group_names(name or unnamed("grouped_allreduce"), len(tensors))
+        base = name or unnamed("grouped_allreduce")
+        names, call = group_names(base, len(tensors)), (base, len(tensors))
     else:
         names = [name or unnamed("allreduce")]
     items = [(n, s.array, s.output) for n, s in zip(names, staged)]
     hid = rt.enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
                      postscale=postscale_factor, device=dev,
-                     ready=ready_hook(dev, staged[-1].array if staged else None))
+                     ready=ready_hook(dev, staged[-1].array if staged else None), pset=pset,
+                     call=call)
     if grouped:
         return handles.add(hid, lambda res: list(res))
     return handles.add(hid, lambda res: res[0])
@@ -114,9 +121,9 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None, name: Optional[
     The reduction is keyed by ``name`` (auto-generated if None); dtype and shape must agree on
     all ranks for a name. ``op`` defaults to Average; ``average`` is Horovod's deprecated flag.
     """
-    check_process_set(process_set)
     op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
-    return _reduce([tensor], False, name, op, prescale_factor, postscale_factor, False)
+    return _reduce([tensor], False, name, op, prescale_factor, postscale_factor, False,
+                   process_set)
 
 
 def allreduce(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
@@ -132,9 +139,9 @@ def allreduce_async_(tensor: Any, average: Optional[bool] = None, name: Optional
                      op: Optional[int] = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = global_process_set) -> int:
     """In-place allreduce of ``tensor``; return a handle."""
-    check_process_set(process_set)
     op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
-    return _reduce([tensor], True, name, op, prescale_factor, postscale_factor, False)
+    return _reduce([tensor], True, name, op, prescale_factor, postscale_factor, False,
+                   process_set)
 
 
 def allreduce_(tensor: Any, average: Optional[bool] = None, name: Optional[str] = None,
@@ -150,9 +157,9 @@ def grouped_allreduce_async(tensors: Sequence[Any], average: Optional[bool] = No
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set: Any = global_process_set) -> int:
     """Start allreduces of a list of arrays as one unit (fused together); return a handle."""
-    check_process_set(process_set)
     op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
-    return _reduce(list(tensors), False, name, op, prescale_factor, postscale_factor, True)
+    return _reduce(list(tensors), False, name, op, prescale_factor, postscale_factor, True,
+                   process_set)
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
@@ -170,9 +177,9 @@ def grouped_allreduce_async_(tensors: Sequence[Any], average: Optional[bool] = N
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: Any = global_process_set) -> int:
     """In-place grouped allreduce; return a handle."""
-    check_process_set(process_set)
     op = check_op(handle_average_backwards_compatibility(op, average), adasum=True)
-    return _reduce(list(tensors), True, name, op, prescale_factor, postscale_factor, True)
+    return _reduce(list(tensors), True, name, op, prescale_factor, postscale_factor, True,
+                   process_set)
 
 
 def grouped_allreduce_(tensors: Sequence[Any], average: Optional[bool] = None,
@@ -192,10 +199,10 @@ def group_names(base: str, count: int) -> List[str]:
 def allgather_async(tensor: Any, name: Optional[str] = None,
                     process_set: Any = global_process_set) -> int:
     """Start concatenating every rank's ``tensor`` along dimension 0 (which may differ)."""
-    check_process_set(process_set)
+    pset, _ = check_process_set(process_set, "Allgather")
     s = _stage(tensor, False)
     hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), s.array, None)],
-                            device=s.device, ready=ready_hook(s.device, s.array))
+                            device=s.device, ready=ready_hook(s.device, s.array), pset=pset)
     return handles.add(hid, lambda res: res[0])
 
 
@@ -203,13 +210,15 @@ def grouped_allgather_async(tensors: Sequence[Any], name: Optional[str] = None,
                             process_set: Any = global_process_set) -> int:
     """Start an allgather of each of ``tensors`` as one call; the result is the list of
     concatenations."""
-    check_process_set(process_set)
+    pset, _ = check_process_set(process_set, "Allgather")
     staged = [_stage(t, False) for t in tensors]
     dev = call_device([s.device for s in staged])
-    names = group_names(name or unnamed("grouped_allgather"), len(staged))
+    base = name or unnamed("grouped_allgather")
+    names = group_names(base, len(staged))
     last = staged[-1].array if staged else None
     hid = runtime().enqueue(ALLGATHER, [(n, s.array, None) for n, s in zip(names, staged)],
-                            device=dev, ready=ready_hook(dev, last))
+                            device=dev, ready=ready_hook(dev, last), pset=pset,
+                            call=(base, len(staged)))
     return handles.add(hid, lambda res: list(res))
 
 
@@ -225,19 +234,34 @@ def allgather(tensor: Any, name: Optional[str] = None,
     return synchronize(allgather_async(tensor, name, process_set))
 
 
-def _bcast(tensor: Any, root_rank: int, name: Optional[str], inplace: bool) -> int:
+def set_root(process_set: Any, root_rank: int) -> Tuple[int, int]:
+    """``(set id, root)`` of a broadcast: the root is a global rank (Horovod's API), which
+    the set's engine and the negotiation count from the set's first rank (as Horovod's root
+    rank within the set)."""
+    pset, ranks = check_process_set(process_set, "Broadcast")
+    root = int(root_rank)
+    if pset:
+        if root not in ranks:
+            raise ValueError(f"broadcast received invalid root rank {root} for provided "
+                             f"process set")
+        root = ranks.index(root)
+    return pset, root
+
+
+def _bcast(tensor: Any, root_rank: int, name: Optional[str], inplace: bool,
+           process_set: Any) -> int:
+    pset, root = set_root(process_set, root_rank)
     s = _stage(tensor, inplace)
     hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), s.array, s.output)],
-                            root=int(root_rank), device=s.device,
-                            ready=ready_hook(s.device, s.array))
+                            root=root, device=s.device,
+                            ready=ready_hook(s.device, s.array), pset=pset)
     return handles.add(hid, lambda res: res[0])
 
 
 def broadcast_async(tensor: Any, root_rank: int, name: Optional[str] = None,
                     process_set: Any = global_process_set) -> int:
     """Start broadcasting ``root_rank``'s ``tensor`` into a new array on every rank."""
-    check_process_set(process_set)
-    return _bcast(tensor, root_rank, name, False)
+    return _bcast(tensor, root_rank, name, False, process_set)
 
 
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
@@ -249,8 +273,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
 def broadcast_async_(tensor: Any, root_rank: int, name: Optional[str] = None,
                      process_set: Any = global_process_set) -> int:
     """Start broadcasting ``root_rank``'s ``tensor`` into ``tensor`` on every rank."""
-    check_process_set(process_set)
-    return _bcast(tensor, root_rank, name, True)
+    return _bcast(tensor, root_rank, name, True, process_set)
 
 
 def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None,
@@ -261,9 +284,9 @@ def broadcast_(tensor: Any, root_rank: int, name: Optional[str] = None,
 
 def barrier(process_set: Any = global_process_set) -> None:
     """Block until every rank has called barrier()."""
-    check_process_set(process_set)
+    pset, _ = check_process_set(process_set, "Barrier")
     rt = runtime()
-    rt.wait(rt.enqueue(BARRIER, [(BARRIER_NAME, None, None)]))
+    rt.wait(rt.enqueue(BARRIER, [(BARRIER_NAME, None, None)], pset=pset))
 
 
 def join(device: int = -1) -> int:
@@ -280,10 +303,7 @@ def join(device: int = -1) -> int:
     return int(rt.wait(rt.enqueue(JOIN, [(JOIN_NAME, None, None)], device=int(device)))[0])
 
 
-def _alltoall_splits(n: int, first: int, splits: Any) -> List[int]:
-    from .basics import size
-
-    world = size()
+def _alltoall_splits(world: int, first: int, splits: Any) -> List[int]:
     if splits is None:
         if first % world:
             raise ValueError(f"alltoall: dimension 0 ({first}) is not divisible by the number "
@@ -303,19 +323,19 @@ def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
     Implemented over two allgathers (of the splits, then of the data), so it moves ``size``
     times the bytes a native MPI_Alltoallv would; correct, not fast.
     """
-    from .basics import rank, size
-
-    check_process_set(process_set)
+    pset, ranks = check_process_set(process_set, "Alltoall")
+    rt = runtime()
+    me, world = ranks.index(rt.rank), len(ranks)
     s = _stage(tensor, False)
     if s.array.ndim == 0:
         raise ValueError("alltoall needs a tensor of rank >= 1")
-    mine = _alltoall_splits(size(), s.array.shape[0], splits)
+    mine = _alltoall_splits(world, s.array.shape[0], splits)
     base = name or unnamed("alltoall")
-    rt = runtime()
-    h_splits = rt.enqueue(ALLGATHER, [(f"{base}.splits", np.array(mine, np.int64), None)])
+    # One call of two names: rank 0 compares it as a whole with what the others submitted.
+    h_splits = rt.enqueue(ALLGATHER, [(f"{base}.splits", np.array(mine, np.int64), None)],
+                          pset=pset, call=(base, 2))
     h_data = rt.enqueue(ALLGATHER, [(f"{base}.data", s.array, None)], device=s.device,
-                        ready=ready_hook(s.device, s.array))
-    me, world = rank(), size()
+                        ready=ready_hook(s.device, s.array), pset=pset, call=(base, 2))
 
     def finish(got_splits: List[Any], got_data: List[Any]) -> Any:
         every = got_splits[0].reshape(world, world)
@@ -343,9 +363,7 @@ def _reducescatter(tensors: Sequence[Any], name: str, op: int, process_set: Any,
                    names: Sequence[str]) -> Tuple[int, Callable[[List[Any]], List[Any]]]:
     """Enqueue the allreduces of a (grouped) reduce-scatter as one call; return its handle and
     the function that cuts this rank's block from each result."""
-    from .basics import rank, size
-
-    check_process_set(process_set)
+    pset, ranks = check_process_set(process_set, "Reducescatter")
     if op == Adasum:
         # Horovod's words (its reducescatter takes Average and Sum; Min, Max and Product run
         # here as an extension, since the allreduce beneath takes them).
@@ -355,17 +373,19 @@ def _reducescatter(tensors: Sequence[Any], name: str, op: int, process_set: Any,
     if any(s.array.ndim == 0 for s in staged):
         raise ValueError(f"{name} needs tensors of rank >= 1")
     dev = call_device([s.device for s in staged])
-    world, me = size(), rank()
+    rt = runtime()
+    world, me = len(ranks), ranks.index(rt.rank)
     blocks = []
     for s in staged:
         rows = s.array.shape[0]
         counts = [rows // world + (1 if r < rows % world else 0) for r in range(world)]
         blocks.append((sum(counts[:me]), counts[me]))
     last = staged[-1].array if staged else None
-    hid = runtime().enqueue(REDUCESCATTER,
-                            [(n, s.array, s.output) for n, s in zip(names, staged)],
-                            op=op, prescale=prescale_factor, postscale=postscale_factor,
-                            device=dev, ready=ready_hook(dev, last))
+    hid = rt.enqueue(REDUCESCATTER, [(n, s.array, s.output) for n, s in zip(names, staged)],
+                     op=op, prescale=prescale_factor, postscale=postscale_factor, device=dev,
+                     ready=ready_hook(dev, last), pset=pset,
+                     # a grouped call's names are group_names(base): its key is the base
+                     call=(names[0].rsplit(".", 1)[0], len(names)) if len(names) > 1 else None)
     # Rows [start, start + count) of a C-contiguous result are already contiguous.
     return hid, lambda res: [out[start:start + count] for out, (start, count) in zip(res, blocks)]
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from .. import config
 from .. import timeline as _timeline
 from .errors import NOT_INITIALIZED
+from . import process_sets as _process_sets
+from .process_sets import (ProcessSet, add_process_set, global_process_set, remove_process_set,
+                           resolve)
 from .runtime import RETUNE, RETUNE_MODES, Runtime
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
@@ -16,7 +19,7 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
            "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
            "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "runtime", "retune",
            "unnamed", "ProcessSet", "global_process_set", "add_process_set",
-           "remove_process_set", "check_process_set", "PROCESS_SETS_UNSUPPORTED"]
+           "remove_process_set", "check_process_set"]
 
 _runtime: Optional[Runtime] = None
 _atexit_done = False
@@ -24,13 +27,7 @@ _init_lock = threading.Lock()
 _counters: Dict[str, int] = {}
 _counters_lock = threading.Lock()  # user threads may name unnamed ops concurrently
 
-PROCESS_SETS_UNSUPPORTED = ("process sets are not implemented in horotopo: every collective "
-                            "runs over the global set (the communicator given to hvd.init()). "
-                            "To work on a subset of ranks, pass that subset's communicator or "
-                            "rank list to hvd.init(comm=...).")
-
-
-def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None:
+def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None) -> None:
     """Start horotopo on ``comm`` (an MPI communicator or a list of world ranks).
 
     Collective over ``comm``: every rank plans the allreduce trees together (probing the
@@ -40,12 +37,24 @@ def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None
     ----------
     comm : MPI communicator (``MPI.Comm``) or list of int, optional
         The ranks to run over; ``MPI.COMM_WORLD`` by default.
-    process_sets : optional
-        Only ``None`` (or an empty list) is supported; see :data:`PROCESS_SETS_UNSUPPORTED`.
+    process_sets : list of ProcessSet, or "dynamic", optional
+        Sets to register now (ids 1, 2, ... in this order; every rank passes the same), or
+        ``"dynamic"``: none now, and :func:`add_process_set` / :func:`remove_process_set`
+        allowed later (as ``HOROVOD_DYNAMIC_PROCESS_SETS=1``).
+
+    Raises
+    ------
+    ValueError
+        A process set repeats another's ranks (Horovod's message); horotopo is then not
+        initialized.
     """
     global _runtime, _atexit_done
-    if process_sets:
-        raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
+    if isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError(f"process_sets must be a list of hvd.ProcessSet or 'dynamic', got "
+                             f"{process_sets!r}")
+        _process_sets.allow_dynamic()
+        process_sets = []
     with _init_lock:
         if _runtime is not None and _runtime.alive:
             return
@@ -58,6 +67,8 @@ def init(comm: Any = None, process_sets: Optional[Sequence[Any]] = None) -> None
         rt.start()
         try:
             _timeline_from_env(rt)
+            global_process_set.ranks = list(range(rt.size))
+            _process_sets.init_process_sets(rt, list(process_sets or []))
         except BaseException:
             rt.stop()  # the other ranks learn of it at their next cycle, instead of hanging
             raise
@@ -281,42 +292,6 @@ def _timeline_from_env(rt: Runtime) -> None:
                                  f"({exc.strerror})") from exc
 
 
-class ProcessSet:
-    """Horovod's ProcessSet; only the global set (all ranks) is supported."""
-
-    def __init__(self, ranks_or_comm: Any = None) -> None:
-        self.ranks: Optional[List[int]] = None if ranks_or_comm is None else \
-            sorted(int(r) for r in ranks_or_comm)
-        self.process_set_id: Optional[int] = None
-
-    def size(self) -> int:
-        return size() if self.ranks is None else len(self.ranks)
-
-    def rank(self) -> int:
-        return rank() if self.ranks is None else self.ranks.index(rank())
-
-    def included(self) -> bool:
-        return self.ranks is None or rank() in self.ranks
-
-    def __repr__(self) -> str:
-        what = "global" if self.ranks is None else self.ranks
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={what})"
-
-
-global_process_set = ProcessSet()
-global_process_set.process_set_id = 0
-
-
-def add_process_set(process_set: Any) -> ProcessSet:
-    raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
-
-
-def remove_process_set(process_set: Any) -> bool:
-    raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
-
-
-def check_process_set(process_set: Any) -> None:
-    """Raise NotImplementedError for anything but the global process set."""
-    if process_set is not global_process_set and \
-            getattr(process_set, "process_set_id", None) != 0:
-        raise NotImplementedError(PROCESS_SETS_UNSUPPORTED)
+def check_process_set(process_set: Any, what: str = "Allreduce") -> Tuple[int, Tuple[int, ...]]:
+    """``(id, ranks)`` of the set a collective ``what`` runs on (see :func:`.process_sets.resolve`)."""
+    return resolve(process_set, what)

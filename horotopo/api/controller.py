@@ -29,7 +29,7 @@ import heapq
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
@@ -155,10 +155,20 @@ class Coordinator:
         self._join_sig: Optional[Signature] = None
         self.stall_reason: Optional[str] = None
         self._last_stall_check = 0.0
+        #: Each process set's ranks by id (0: every rank); the runtime keeps it up to date, at
+        #: the same point of the response stream on every rank.
+        self.sets: Dict[int, Tuple[int, ...]] = {0: tuple(range(size))}
+        #: (process set, call) -> rank -> [names that call submits, names seen so far]
+        self._calls: Dict[Tuple[int, str], Dict[int, List[Any]]] = {}
+
+    def expected(self, pset: int) -> Tuple[int, ...]:
+        """The ranks that must ask for a name of process set ``pset``."""
+        return self.sets.get(pset, ())
 
     def respond(self, gathered: List[List[Request]], keep_ready_times: bool) -> List[Response]:
         """Take every rank's new requests (rank order); answer the names all ranks asked for."""
         now = time.monotonic()
+        touched: Set[Tuple[int, str]] = set()
         for r, lst in enumerate(gathered):
             for req in lst:
                 if req.sig.kind == JOIN:
@@ -167,6 +177,10 @@ class Coordinator:
                     self._join_sig = req.sig
                     continue
                 asked = now - req.age_s
+                key = (req.sig.pset, req.call or req.name)
+                seen = self._calls.setdefault(key, {}).setdefault(r, [req.count, []])
+                seen[1].append(req.name)
+                touched.add(key)
                 slot = self.table.get(req.name)
                 if slot is None:
                     slot = self.table[req.name] = _Slot(t0=asked)
@@ -174,13 +188,15 @@ class Coordinator:
                 slot.ready[r] = asked
                 slot.t0 = min(slot.t0, asked)
         joined = set(self.joined)
-        # A joined rank counts as having asked for every name (it will send zeros).
+        responses = self._mismatched_calls(touched, joined)
+        # A joined rank counts as having asked for every name of the global set (it will send
+        # zeros); a process set's name is ready once the set's ranks have asked.
         ready = [n for n, slot in self.table.items()
-                 if len(slot.reqs) + len(joined.difference(slot.reqs)) == self.size]
+                 if self._complete(slot.reqs, next(iter(slot.reqs.values())).pset, joined)]
         slots = [(n, self.table.pop(n)) for n in ready]
         if keep_ready_times:
             self.ready_times.update((n, slot.ready) for n, slot in slots)
-        responses = [self.construct(n, slot.reqs, bool(joined)) for n, slot in slots]
+        responses += [self.construct(n, slot.reqs, bool(joined)) for n, slot in slots]
         if len(joined) == self.size:
             # Every rank has joined: the names above were the last that any rank asked for.
             assert self._join_sig is not None
@@ -188,6 +204,47 @@ class Coordinator:
             self.joined = []
             self._join_sig = None
         return responses
+
+    def _members_of(self, slot: _Slot) -> Tuple[int, ...]:
+        return self.expected(next(iter(slot.reqs.values())).pset)
+
+    def _complete(self, asked: Mapping[int, Any], pset: int, joined: Set[int]) -> bool:
+        """Whether every rank that must ask (a set's members; joined ranks count as asking
+        for the global set's names) has asked."""
+        if pset == 0:
+            return len(asked) + len(joined.difference(asked)) == self.size
+        return all(r in asked for r in self.expected(pset))
+
+    def _mismatched_calls(self, touched: Set[Tuple[int, str]],
+                          joined: Set[int]) -> List[Response]:
+        """Horovod's "Mismatched operations" error for the calls that every rank has submitted
+        in full, under different collectives (hence, often, different tensor names: a
+        broadcast's ``name.0`` against an allreduce's ``name``); the call's names leave the
+        table. A call whose ranks all submitted one kind is left to the names' own checks."""
+        out: List[Response] = []
+        for key in touched:
+            seen = self._calls.get(key)
+            if seen is None or not self._complete(seen, key[0], joined) or \
+                    any(len(names) < count for count, names in seen.values()):
+                continue
+            del self._calls[key]
+            ranks = sorted(seen)
+            if all(seen[r][1] == seen[ranks[0]][1] for r in ranks):
+                continue   # one set of names: their own checks (Horovod's order) answer them
+            kinds = {r: self.table[seen[r][1][0]].reqs[r].kind if seen[r][1][0] in self.table
+                     else None for r in ranks}
+            first = kinds[ranks[0]]
+            other = next((kinds[r] for r in ranks[1:] if kinds[r] != first), None)
+            if first is None or other is None:
+                continue
+            error = (f"Mismatched operations: One rank did an {first}, but another rank did an "
+                     f"{other}.")
+            for name in dict.fromkeys(n for r in ranks for n in seen[r][1]):
+                slot = self.table.pop(name, None)
+                if slot is not None:
+                    sig = next(iter(slot.reqs.values()))
+                    out.append(Response(sig.kind, name, error, sig))
+        return out
 
     def construct(self, name: str, reqs: Dict[int, Signature],
                   some_joined: bool = False) -> Response:
@@ -213,7 +270,7 @@ class Coordinator:
         for name, slot in self.table.items():
             if now - slot.t0 > cfg.stall_check_s and now - slot.warned > cfg.stall_check_s:
                 slot.warned = now
-                for r in range(self.size):
+                for r in self._members_of(slot):
                     if r not in slot.reqs and r not in self.joined:
                         missing.setdefault(r, []).append(name)
         if missing:
@@ -225,7 +282,7 @@ class Coordinator:
                         "submitting tensors, which will cause deadlock. \nMissing ranks:\n%s",
                         cfg.stall_check_s, "\n".join(lines))
         if cfg.stall_shutdown_s > 0 and self.stall_reason is None:
-            late = {name: sorted(set(range(self.size)) - set(slot.reqs) - set(self.joined))
+            late = {name: sorted(set(self._members_of(slot)) - set(slot.reqs) - set(self.joined))
                     for name, slot in self.table.items()
                     if now - slot.t0 > cfg.stall_shutdown_s}
             if late:
@@ -382,7 +439,10 @@ class Controller:
                 negotiated = self._negotiate(to_send, keep_ready_times=tl is not None)
             self.stats["negotiations"] += 1
             for resp in negotiated:
-                if resp.error is None and resp.kind in (ALLREDUCE, REDUCESCATTER, BROADCAST):
+                # A process set's names are not cached: the cache bits are ANDed over every
+                # rank, and the set's non-members never hit them.
+                if resp.error is None and resp.kind in (ALLREDUCE, REDUCESCATTER, BROADCAST) \
+                        and resp.sig.pset == 0:
                     self.cache.put(resp.name, resp.sig)
                 elif resp.kind == JOIN:
                     self.joined = False
@@ -406,7 +466,7 @@ class Controller:
 
     def _negotiate(self, to_send: List[Entry], keep_ready_times: bool) -> List[Response]:
         now = time.monotonic()
-        msgs = [Request(e.name, e.sig, now - e.t0) for e in to_send]
+        msgs = [Request(e.name, e.sig, now - e.t0, e.call, e.count) for e in to_send]
         for e in to_send:
             e.sent = True
         gathered = self.transport.gather_object(msgs, 0, self.backstop_s,

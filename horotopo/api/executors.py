@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, ClassVar, Dict, List, MutableMapping, Optional
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, MutableMapping, Optional
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ..buffers import array_module, device_scope, synchronize
 from .fusion import FusionBuffers, FusionGroup, fuse, plan_fusion
 from .ops import OP_NAMES, Adasum, Average
 from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES,
-                      REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response, Signature)
+                      PROCESS_SET, REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response, Signature)
 from .settings import log
 
 __all__ = ["Executor", "OpExecutor", "EXECUTORS", "OnDevice"]
@@ -242,6 +242,35 @@ class RetuneExecutor(OpExecutor):
         return [event]
 
 
+class ProcessSetExecutor(OpExecutor):
+    """Register a process set (every rank; the members build its communicator, plan and
+    engine) or remove one; the result is the set's id (None: no such set)."""
+
+    kind = PROCESS_SET
+    on_device = False
+
+    def run(self, ex: "Executor", entries: List[Entry], responses: List[Response]) -> List[Any]:
+        from .process_sets import PROCESS_SET_ADD, ranks_from_name
+
+        resp = responses[0]
+        if ex.sets is None or ex.build_group is None:
+            raise RuntimeError("this runtime has no process-set table")
+        if resp.sig.op == PROCESS_SET_ADD:
+            ranks = ranks_from_name(resp.name)
+            found = ex.sets.find(ranks)
+            if found is not None:   # added by an earlier call that every rank also made
+                return [found]
+            group = ex.build_group(ranks) if ex.rank in ranks else None
+            return [ex.sets.register(ranks, group)]
+        pid = resp.sig.root
+        if ex.sets.get(pid) is None:
+            return [None]
+        group = ex.sets.unregister(pid)
+        if group is not None:
+            group.engine.close()
+        return [pid]
+
+
 class JoinExecutor(OpExecutor):
     """Every rank has joined (``hvd.join``); the result is the last rank to join."""
 
@@ -255,7 +284,7 @@ class JoinExecutor(OpExecutor):
 #: The executor of each op kind.
 EXECUTORS: Dict[str, OpExecutor] = {x.kind: x for x in (
     AllreduceExecutor(), ReducescatterExecutor(), BroadcastExecutor(), AllgatherExecutor(),
-    BarrierExecutor(), RetuneExecutor(), JoinExecutor())}
+    BarrierExecutor(), RetuneExecutor(), JoinExecutor(), ProcessSetExecutor())}
 
 
 def _zeros(sig: Signature) -> Any:
@@ -312,6 +341,11 @@ class Executor:
         self.tl: Optional[_timeline.Timeline] = None  # the timeline of the running cycle
         self._finish = finish
         self._events_seen = 0
+        self._pset = 0   # the process set whose op runs now (0: the global set)
+        #: The process-set table and the function that builds this rank's part of a new set
+        #: (the runtime sets both; :mod:`.process_sets`).
+        self.sets: Any = None
+        self.build_group: Optional[Callable[[Any], Any]] = None
 
     def execute(self, responses: List[Response], pending: MutableMapping[str, Entry],
                 tl: Optional[_timeline.Timeline] = None, t_resp: float = 0.0) -> None:
@@ -320,6 +354,9 @@ class Executor:
         self.tl = tl
         for item in plan_fusion(responses, self.fusion_threshold):
             group = item.responses if isinstance(item, FusionGroup) else [item]
+            pset = group[0].sig.pset
+            if pset and (self.sets is None or pset not in self.sets.groups):
+                continue   # a process set this rank is not in: its members run it
             # A name missing here was asked for by the others while this rank has joined.
             entries = [pending.pop(r.name, None) or stand_in(r) for r in group]
             if tl is not None:
@@ -330,12 +367,29 @@ class Executor:
                 continue
             runner = EXECUTORS[group[0].kind]
             try:
-                with OnDevice(entries) if runner.on_device else contextlib.nullcontext():
+                with OnDevice(entries) if runner.on_device else contextlib.nullcontext(), \
+                        self._in_set(pset):
                     values = runner.run(self, entries, group)
             except Exception as exc:
                 self.finish(entries, error=f"{type(exc).__name__}: {exc}")
             else:
                 self.finish(entries, values)
+
+    @contextlib.contextmanager
+    def _in_set(self, pset: int) -> Iterator[None]:
+        """Run the op kinds on process set ``pset``: they read the engine, rank and size from
+        the executor, so these are the set's (its engine over the set's communicator, this
+        rank's place in it) while the op runs."""
+        if not pset:
+            yield
+            return
+        g = self.sets.groups[pset]
+        saved = self.engine, self.rank, self.size
+        self.engine, self.rank, self.size, self._pset = g.engine, g.rank, g.size, pset
+        try:
+            yield
+        finally:
+            (self.engine, self.rank, self.size), self._pset = saved, 0
 
     def finish(self, entries: List[Entry], values: Optional[List[Any]] = None,
                error: Optional[str] = None) -> None:
@@ -350,6 +404,8 @@ class Executor:
 
     def note_replans(self) -> None:
         """Take up the plan the adaptive engine switched to, and say so on rank 0."""
+        if self._pset:
+            return   # a process set's engine does not re-plan (adapt off); the plan is the job's
         events = getattr(self.engine, "events", ())
         for event in events[self._events_seen:]:
             if self.rank == 0:

@@ -38,9 +38,10 @@ def fusion_key(resp: Response) -> Optional[Hashable]:
         return None
     sig = resp.sig
     if resp.kind in (ALLREDUCE, REDUCESCATTER):  # both are allreduces to the engine
-        return (ALLREDUCE, sig.dtype, sig.op, sig.prescale, sig.postscale, sig.on_host)
+        return (ALLREDUCE, sig.dtype, sig.op, sig.prescale, sig.postscale, sig.on_host,
+                sig.pset)
     if resp.kind == BROADCAST:
-        return (BROADCAST, sig.root, sig.on_host)
+        return (BROADCAST, sig.root, sig.on_host, sig.pset)
     return None
 
 

@@ -7,7 +7,8 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from .basics import check_process_set, global_process_set, rank, runtime, size, unnamed
+from .arrays import set_root
+from .basics import check_process_set, global_process_set, rank, runtime, unnamed
 from .runtime import ALLGATHER, BROADCAST
 
 __all__ = ["broadcast_object", "allgather_object"]
@@ -24,9 +25,10 @@ def _dumps(obj: Any) -> np.ndarray:
     return np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
 
 
-def _run(kind: str, name: str, arr: np.ndarray, out: Optional[np.ndarray], root: int = 0) -> Any:
+def _run(kind: str, name: str, arr: np.ndarray, out: Optional[np.ndarray], root: int = 0,
+         pset: int = 0) -> Any:
     rt = runtime()
-    hid = rt.enqueue(kind, [(name, arr, out)], root=root)
+    hid = rt.enqueue(kind, [(name, arr, out)], root=root, pset=pset)
     return rt.wait(hid)[0]
 
 
@@ -43,15 +45,15 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     name : str, optional
         Base name of the two underlying broadcasts (size, then bytes).
     """
-    check_process_set(process_set)
+    pset, root = set_root(process_set, root_rank)
     # Counted, not typed, default names: non-root ranks often pass None.
     base = name or unnamed("broadcast_object")
     payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
     length = np.array([payload.size], dtype=np.int64)
-    _run(BROADCAST, f"{base}.size", length, length, root_rank)
+    _run(BROADCAST, f"{base}.size", length, length, root, pset)
     if rank() != root_rank:
         payload = np.empty(int(length[0]), dtype=np.uint8)
-    _run(BROADCAST, f"{base}.data", payload, payload, root_rank)
+    _run(BROADCAST, f"{base}.data", payload, payload, root, pset)
     if rank() == root_rank:
         return obj
     return pickle.loads(payload.tobytes())
@@ -60,15 +62,15 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
 def allgather_object(obj: Any, name: Optional[str] = None,
                      process_set: Any = global_process_set) -> List[Any]:
     """Return the list of every rank's ``obj``, in rank order."""
-    check_process_set(process_set)
+    pset, ranks = check_process_set(process_set, "Allgather")
     base = name or unnamed("allgather_object")
     payload = _dumps(obj)
     sizes = _run(ALLGATHER, f"{base}.size",
-                 np.array([payload.size], dtype=np.int64), None)
-    data = _run(ALLGATHER, f"{base}.data", payload, None)
+                 np.array([payload.size], dtype=np.int64), None, pset=pset)
+    data = _run(ALLGATHER, f"{base}.data", payload, None, pset=pset)
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(data[offset:offset + n].tobytes()))
         offset += n
-    assert len(out) == size()
+    assert len(out) == len(ranks)
     return out

@@ -46,7 +46,8 @@ class RequestQueue:
 
     def enqueue(self, kind: str, items: Sequence[Item], op: int = Average,
                 prescale: float = 1.0, postscale: float = 1.0, root: int = 0, device: int = -1,
-                ready: Optional[Callable[[], None]] = None) -> int:
+                ready: Optional[Callable[[], None]] = None, pset: int = 0,
+                call: Optional[Tuple[str, int]] = None) -> int:
         """Queue ``items`` as one call; return its handle id (see :meth:`.Runtime.enqueue`).
 
         Raises
@@ -60,24 +61,30 @@ class RequestQueue:
         with self._lock:
             if self.dead is not None or self._stop_requested:
                 raise HorovodInternalError(SHUT_DOWN)
-            names = [name for name, _, _ in items]
+            # Each process set has its own names (Horovod's per-set tensor tables): a set's
+            # names are kept apart from the global set's and from other sets'.
+            names = [name if pset == 0 else f"ps{pset}:{name}" for name, _, _ in items]
             if len(set(names)) != len(names) or any(n in self._names for n in names):
                 raise ValueError(DUPLICATE_NAME)
-            if kind == BROADCAST and self.size > 0 and not 0 <= int(root) < self.size:
+            if pset == 0 and kind == BROADCAST and self.size > 0 and \
+                    not 0 <= int(root) < self.size:
                 raise ValueError(f"root_rank {root} is out of range: there are {self.size} "
                                  f"ranks")
             hid = next(self._ids)
             handle = Handle(hid, len(items))
-            for index, (name, array, output) in enumerate(items):
+            for index, (name, (_, array, output)) in enumerate(zip(names, items)):
                 if array is not None:
                     sig = Signature(kind, dtype_name(array.dtype), tuple(map(int, array.shape)),
                                     int(op), float(prescale), float(postscale), int(root),
-                                    int(device))
+                                    int(device), pset)
                 else:
                     # root carries a data-less op's one parameter (retune's probe mode)
                     sig = Signature(kind, "uint8", (), int(op), 1.0, 1.0, int(root),
-                                    int(device))
-                self._incoming.append(Entry(name, sig, array, output, handle, index, ready))
+                                    int(device), pset)
+                entry = Entry(name, sig, array, output, handle, index, ready)
+                if call is not None:
+                    entry.call, entry.count = call
+                self._incoming.append(entry)
                 self._names.add(name)
             self._handles[hid] = handle
         return hid

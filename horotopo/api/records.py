@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 __all__ = ["ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "JOIN",
-           "JOIN_NAME",
+           "JOIN_NAME", "PROCESS_SET",
            "BARRIER_NAME",
            "RETUNE_MODES",
            "NATIVE_DTYPES", "WIDENED_DTYPES", "SUPPORTED_DTYPES", "dtype_name", "Signature",
@@ -31,6 +31,9 @@ ALLGATHER = "ALLGATHER"
 BROADCAST = "BROADCAST"
 BARRIER = "BARRIER"
 JOIN = "JOIN"
+#: Registers or removes a process set (:mod:`.process_sets`): a negotiated op of the global
+#: set, so that every rank changes its table at the same point of the response stream.
+PROCESS_SET = "PROCESS_SET"
 
 #: The name of every rank's join request: one name, so that the join response finds each
 #: rank's entry (a rank joins once at a time, which the duplicate-name check enforces).
@@ -82,6 +85,8 @@ class Signature(NamedTuple):
         Broadcast's root rank, or retune's index in :data:`RETUNE_MODES`.
     device : int
         The CUDA device of the tensors, -1 on the host.
+    pset : int
+        The process set the op runs over (0: every rank; :mod:`.process_sets`).
     """
 
     kind: str
@@ -92,6 +97,7 @@ class Signature(NamedTuple):
     postscale: float
     root: int
     device: int
+    pset: int = 0
 
     @property
     def on_host(self) -> bool:
@@ -138,6 +144,8 @@ class Entry:
 
     ``ready`` waits for the caller's device stream to finish writing the input; ``t0`` is when
     it was enqueued; ``sent`` is set once its request went to the coordinator (rank 0).
+    ``call`` and ``count`` name the user call the tensor belongs to and how many names that
+    call submits in all (``""``: the tensor's own name, alone); see :class:`Request`.
     """
 
     name: str
@@ -149,16 +157,27 @@ class Entry:
     ready: Optional[Callable[[], None]] = None
     t0: float = field(default_factory=time.monotonic)
     sent: bool = False
+    call: str = ""
+    count: int = 1
 
 
 @dataclass(slots=True)
 class Request:
     """What a rank tells the coordinator about an uncached name: its signature, and how long
-    ago it asked (so rank 0 can time stalls and draw each rank's request on the timeline)."""
+    ago it asked (so rank 0 can time stalls and draw each rank's request on the timeline).
+
+    ``call`` is the name of the user call the tensor is part of and ``count`` how many names
+    that call submits (a grouped op, alltoall's two allgathers); ``""`` means the tensor's own
+    name, alone. Rank 0 compares what the ranks submitted under one call, so that ranks calling
+    different collectives at one place (whose tensor names then differ) fail together with
+    Horovod's mismatch error instead of waiting for each other.
+    """
 
     name: str
     sig: Signature
     age_s: float
+    call: str = ""
+    count: int = 1
 
 
 @dataclass(slots=True)

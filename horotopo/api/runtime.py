@@ -35,6 +35,7 @@ from .controller import Controller
 from .errors import SHUT_DOWN
 from .executors import Executor
 from .ops import Average
+from .process_sets import SetTable, build_group
 from .queue import Item, RequestQueue
 from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, RETUNE, RETUNE_MODES,
                       SUPPORTED_DTYPES, Entry, Handle, dtype_name)
@@ -69,6 +70,7 @@ class Runtime:
         self.executor: Optional[Executor] = None
         self._liveness: Any = None
         self.setup: Any = None          # horotopo.bootstrap.Setup
+        self.sets = SetTable(0)         # the process sets, once set up
         self.rank = self.size = -1
         self.local_rank = self.local_size = self.cross_rank = self.cross_size = -1
         self.hosts: Tuple[str, ...] = ()
@@ -113,13 +115,16 @@ class Runtime:
 
     def enqueue(self, kind: str, items: Sequence[Item], op: int = Average,
                 prescale: float = 1.0, postscale: float = 1.0, root: int = 0,
-                device: int = -1, ready: Optional[Callable[[], None]] = None) -> int:
+                device: int = -1, ready: Optional[Callable[[], None]] = None, pset: int = 0,
+                call: Optional[Tuple[str, int]] = None) -> int:
         """Queue ``items`` (name, input, output) as one call; return its handle id.
 
         Inputs and outputs are NumPy arrays, or CuPy arrays on ``device`` (>= 0), which the
         engine then reduces on the device. ``ready`` (from :func:`horotopo.gpu.record_ready`)
         blocks until the caller's stream has finished writing the inputs; the background
-        thread calls it before the data moves.
+        thread calls it before the data moves. ``pset`` is the process set's id (0: every
+        rank); ``call`` is ``(name of the user call, names it submits in all)`` when the call
+        submits several names (see :class:`.records.Request`).
 
         Raises
         ------
@@ -128,7 +133,8 @@ class Runtime:
         HorovodInternalError
             The runtime has shut down.
         """
-        return self.queue.enqueue(kind, items, op, prescale, postscale, root, device, ready)
+        return self.queue.enqueue(kind, items, op, prescale, postscale, root, device, ready,
+                                  pset, call)
 
     def next_id(self) -> int:
         """A fresh id from the handle counter (Horovod names unnamed ops after it)."""
@@ -217,6 +223,18 @@ class Runtime:
         watchdog = Watchdog(timeout, describe=self._describe_control_wait)
         self.controller = Controller(control, self.settings, watchdog, self.stats,
                                      self._on_stall)
+        self._process_sets(base, timeout)
+
+    def _process_sets(self, base: Any, timeout_s: float) -> None:
+        """The process-set table, shared by the user threads (checks), the coordinator (who
+        must ask) and the executor (which builds and runs the sets)."""
+        assert self.executor is not None and self.controller is not None
+        self.sets = SetTable(self.size)
+        ring = self.setup.source == "uniform"   # HOROTOPO_PROBE=off plans rings, sets too
+        self.executor.sets = self.sets
+        self.executor.build_group = lambda ranks: build_group(
+            base, ranks, self.rank, self.setup.topology, ring, timeout_s)
+        self.controller.coordinator.sets = self.sets.members
 
     def _describe_control_wait(self) -> str:
         what = ("the runtime's control exchange with every rank (some rank's background "
@@ -269,7 +287,8 @@ class Runtime:
         self._tl = None
         if self.executor is not None:
             self.executor.tl = None
-        for closer in (getattr(self.engine, "close", None),
+        set_engines = [getattr(g.engine, "close", None) for g in self.sets.groups.values()]
+        for closer in (*set_engines, getattr(self.engine, "close", None),
                        getattr(self.controller, "close", None),
                        getattr(self._liveness, "close", None)):
             if closer is not None:

@@ -13,7 +13,8 @@ import torch
 from ..api import arrays as _arrays
 from ..api.basics import check_process_set, global_process_set, runtime, size, unnamed
 from ..api.handles import HandleTable
-from ..api.ops import Average, check_adasum, check_op, handle_average_backwards_compatibility
+from ..api.ops import (Adasum, Average, check_adasum, check_op,
+                       handle_average_backwards_compatibility)
 from ..api.runtime import ALLGATHER, ALLREDUCE, BROADCAST
 from .tensors import array_of, call_ready, check_tensor, device_of, settled, stage, tensor_of
 
@@ -31,22 +32,27 @@ _handles = HandleTable()
 
 def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optional[str],
                      op: int, prescale_factor: float, postscale_factor: float,
-                     grouped: bool) -> int:
+                     grouped: bool, process_set: Any) -> int:
     """Enqueue one allreduce per tensor (as one grouped unit when ``grouped``); the handle's
     result is the reduced tensor, or the list of them when ``grouped``."""
+    pset, _ = check_process_set(process_set, "Allreduce")
     op = check_op(op, adasum=True)
+    if op == Adasum and pset:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
     staged = [stage(t, inplace, True) for t in tensors]
     check_adasum(op, size(), _arrays.call_device([device_of(t) for t in tensors]),
                  [inp.dtype.name for inp, _, _ in staged])
+    call = None
     if grouped:
         base = name or unnamed("grouped_allreduce")
-        names = [f"{base}.{i}of{len(tensors)}" for i in range(len(tensors))]
+        names, call = _arrays.group_names(base, len(tensors)), (base, len(tensors))
     else:
         names = [name or unnamed("allreduce")]
     items = [(n, inp, out) for n, (inp, out, _) in zip(names, staged)]
     dev, ready = call_ready(tensors)
     hid = runtime().enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
-                            postscale=postscale_factor, device=dev, ready=ready)
+                            postscale=postscale_factor, device=dev, ready=ready, pset=pset,
+                            call=call)
     finish = [f for _, _, f in staged]
     if grouped:
         return _handles.add(hid, lambda res: [f(r) for f, r in zip(finish, res)])
@@ -63,9 +69,9 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
     dtype and shape must match on all ranks for a given name. ``op`` defaults to Average;
     ``average`` is Horovod's deprecated flag and may not be combined with ``op``.
     """
-    check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async([tensor], False, name, op, prescale_factor, postscale_factor, False)
+    return _allreduce_async([tensor], False, name, op, prescale_factor, postscale_factor, False,
+                            process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -73,9 +79,9 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: Any = global_process_set) -> int:
     """Start an in-place allreduce of ``tensor``; return a handle."""
-    check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async([tensor], True, name, op, prescale_factor, postscale_factor, False)
+    return _allreduce_async([tensor], True, name, op, prescale_factor, postscale_factor, False,
+                            process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -92,10 +98,9 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set: Any = global_process_set) -> int:
     """Start allreduces of ``tensors`` as one unit (submitted together, fused together)."""
-    check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async(list(tensors), False, name, op, prescale_factor, postscale_factor,
-                            True)
+                            True, process_set)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -103,10 +108,9 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: Any = global_process_set) -> int:
     """In-place grouped allreduce; returns a handle."""
-    check_process_set(process_set)
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async(list(tensors), True, name, op, prescale_factor, postscale_factor,
-                            True)
+                            True, process_set)
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -143,10 +147,11 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
     sparse sum (divided by the number of ranks for Average), with duplicate indices left
     uncoalesced as Horovod leaves them.
     """
-    check_process_set(process_set)
+    _, ranks = check_process_set(process_set, "Allgather")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
-    h_idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices")
-    h_val = allgather_async(t._values(), name=f"{name}.values")
+    h_idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
+                            process_set=process_set)
+    h_val = allgather_async(t._values(), name=f"{name}.values", process_set=process_set)
     idx_finish = _handles._entries[h_idx][1]
     val_finish = _handles._entries[h_val][1]
     with _handles._lock:
@@ -155,7 +160,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
     def finish(got_idx: List[Any], got_val: List[Any]) -> torch.Tensor:
         indices, values = idx_finish(got_idx), val_finish(got_val)
         if op == Average:
-            values = values / size()
+            values = values / len(ranks)
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size(),
                                        check_invariants=True)
 
@@ -166,12 +171,12 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
                     process_set: Any = global_process_set) -> int:
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
-    check_process_set(process_set)
+    pset, _ = check_process_set(process_set, "Allgather")
     check_tensor(tensor)
     inp = array_of(tensor, False)
     dev, ready = call_ready([tensor])
     hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), inp, None)],
-                            device=dev, ready=ready)
+                            device=dev, ready=ready, pset=pset)
     return _handles.add(hid, lambda res: tensor_of(res[0], tensor, False))
 
 
@@ -189,26 +194,25 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
 
 
 def _broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str],
-                     inplace: bool) -> int:
+                     inplace: bool, process_set: Any) -> int:
+    pset, root = _arrays.set_root(process_set, root_rank)
     inp, out, finish = stage(tensor, inplace, False)
     dev, ready = call_ready([tensor])
     hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), inp, out)],
-                            root=int(root_rank), device=dev, ready=ready)
+                            root=root, device=dev, ready=ready, pset=pset)
     return _handles.add(hid, lambda res: finish(res[0]))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set: Any = global_process_set) -> int:
     """Start broadcasting ``root_rank``'s ``tensor`` into a new tensor on every rank."""
-    check_process_set(process_set)
-    return _broadcast_async(tensor, root_rank, name, False)
+    return _broadcast_async(tensor, root_rank, name, False, process_set)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set: Any = global_process_set) -> int:
     """Start broadcasting ``root_rank``'s ``tensor`` into ``tensor`` on every rank."""
-    check_process_set(process_set)
-    return _broadcast_async(tensor, root_rank, name, True)
+    return _broadcast_async(tensor, root_rank, name, True, process_set)
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,

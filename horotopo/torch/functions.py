@@ -33,13 +33,13 @@ def broadcast_parameters(params: Any, root_rank: int,
     root_rank : int
         The rank whose values win.
     """
-    check_process_set(process_set)
+    check_process_set(process_set, "Broadcast")
     handles = []
     for name, p in _named(params):
         if p is None:
             continue
         handles.append(broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p,
-                                        root_rank, name))
+                                        root_rank, name, process_set))
     for h in handles:
         synchronize(h)
 
@@ -79,12 +79,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     be sparse. The whole ``state_dict()`` then travels as one pickled object, so scalars,
     tensors and nested containers all arrive intact; non-root ranks ``load_state_dict`` it.
     """
-    check_process_set(process_set)
+    check_process_set(process_set, "Broadcast")
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state_dict()["state"]:
         _initialize_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict() if rank() == root_rank else None,
-                             root_rank, name="optimizer_state")
+                             root_rank, name="optimizer_state", process_set=process_set)
     if rank() != root_rank:
         optimizer.load_state_dict(state)

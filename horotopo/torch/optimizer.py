@@ -186,14 +186,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor = p.grad
         if tensor.is_sparse:
             if not self.sparse_as_dense:
-                return sparse_allreduce_async(tensor, name=name, op=self.op), None
+                return sparse_allreduce_async(tensor, name=name, op=self.op,
+                                              process_set=self.process_set), None
             # p.grad stays sparse: synchronize() turns the reduced dense copy back into a
             # sparse gradient, so optimizers that take only sparse ones (SparseAdam) step.
             tensor = tensor.to_dense()
         compressed, ctx = self._compression.compress(tensor)
         pre, post = self._scales()
         handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
-                                  postscale_factor=post)
+                                  postscale_factor=post, process_set=self.process_set)
         return handle, (ctx, compressed)
 
     def _grouped_allreduce_grad_async(self, group: Tuple[Any, ...]) -> Tuple[Any, Any]:
@@ -204,7 +205,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         pre, post = self._scales()
         handle = grouped_allreduce_async_([c for c, _ in pairs],
                                           name=self._parameter_names.get(group[0]), op=self.op,
-                                          prescale_factor=pre, postscale_factor=post)
+                                          prescale_factor=pre, postscale_factor=post,
+                                          process_set=self.process_set)
         return handle, [(ctx, c) for c, ctx in pairs]
 
     def _make_hook(self, p: torch.Tensor) -> Any:
@@ -418,9 +420,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         Densify sparse gradients for the allreduce (otherwise they are allgathered); the
         reduced gradient goes back to sparse before the step.
     process_set : ProcessSet
-        Only the global process set is supported.
+        The ranks whose gradients are averaged (this rank must be one of them); Adasum takes
+        only the global set, as Horovod's.
     """
-    check_process_set(process_set)
+    pset, _ = check_process_set(process_set)
+    if op == Adasum and pset:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:

@@ -366,7 +366,8 @@ def test_unsupported_features_say_so():
     with pytest.raises(hvd.HorovodInternalError,
                        match=r"^Reducescatter currently only supports AVERAGE and SUM\.$"):
         hvd.reducescatter(np.ones(hvd.size()), op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match="process sets"):
+    with pytest.raises(ValueError, match=r"^Allreduce: Process set provided does not exist, "
+                                         r"or has not been registered\.$"):
         hvd.allreduce(np.ones(2), process_set=hvd.ProcessSet([0]))
     with pytest.raises(ValueError, match="The op parameter supersedes average"):
         hvd.allreduce(np.ones(2), average=True, op=hvd.Sum)

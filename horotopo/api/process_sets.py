@@ -1,0 +1,385 @@
+"""Process sets, as in Horovod 0.28 (``horovod.common.process_sets``): collectives over a
+subset of the ranks.
+
+A process set is registered by every rank at the same point (``hvd.init(process_sets=...)``,
+or :func:`add_process_set` with ``HOROVOD_DYNAMIC_PROCESS_SETS=1``): a negotiated op of the
+global set, so that each rank's background thread builds the set at the same place of the
+response stream. The set's members then make a communicator of their own (the transport's
+``group_comm``, collective over the members only) and a plan of their own: the set's first
+rank plans the job's measured topology restricted to the members (:func:`restrict`; no new
+probe) and shares the plan with the members (:func:`horotopo.planning_protocol.share_plan`),
+so the trees serve the subset. The set's collectives are negotiated through rank 0 with the
+others (a name is ready once the set's members asked for it) and run on the set's engine.
+
+Ranks stay global in the API, as in Horovod: a broadcast's ``root_rank`` is a global rank,
+and ``ProcessSet.rank()`` is the rank within the set.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .. import config
+from ..topology import Topology
+
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+           "resolve", "restrict", "Group", "SetTable", "init_process_sets", "NOT_REGISTERED",
+           "PROCESS_SET_ADD", "PROCESS_SET_REMOVE"]
+
+#: The request's ``op`` of the negotiated process-set ops (kind PROCESS_SET).
+PROCESS_SET_ADD = 0
+PROCESS_SET_REMOVE = 1
+
+#: Horovod's words (operations.cc) after "<Op>: ".
+NOT_REGISTERED = "Process set provided does not exist, or has not been registered."
+_DYNAMIC_ADD = ("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow adding process sets after Horovod "
+                "initialization.")
+_DYNAMIC_REMOVE = ("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow removing process sets after "
+                   "Horovod initialization.")
+
+
+class ProcessSet:
+    """A set of ranks that run collectives together (Horovod's ``hvd.ProcessSet``).
+
+    Parameters
+    ----------
+    ranks_or_comm : sequence of int
+        The global ranks (any order; kept sorted). An MPI communicator is refused: horotopo
+        builds sets from rank lists (see the README's Horovod API section).
+
+    Attributes
+    ----------
+    process_set_id : int or None
+        Set once registered (``hvd.init(process_sets=...)`` or :func:`add_process_set`);
+        None before, and again once removed.
+    ranks : list of int
+        The sorted global ranks.
+    """
+
+    process_set_id: Optional[int] = None
+    ranks: Optional[List[int]] = None
+    mpi_comm: Any = None
+
+    def __init__(self, ranks_or_comm: Sequence[int]) -> None:
+        try:
+            ranks = sorted(ranks_or_comm)
+        except TypeError:
+            raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                             "(horotopo does not build process sets from MPI communicators)"
+                             ) from None
+        if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
+            raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                             "or an mpi4py Comm object")
+        self.ranks = ranks
+
+    def _invalidate(self) -> None:
+        self.process_set_id = None
+
+    def size(self) -> Optional[int]:
+        """The number of ranks in the set; None while not registered."""
+        if self.process_set_id is None:
+            return None
+        return len(_table().ranks_of(self.process_set_id))
+
+    def rank(self) -> Optional[int]:
+        """This process's rank within the set; None while not registered.
+
+        Raises
+        ------
+        ValueError
+            This process is not in the set (Horovod's message).
+        """
+        if self.process_set_id is None:
+            return None
+        ranks = _table().ranks_of(self.process_set_id)
+        me = _runtime().rank
+        if me not in ranks:
+            raise ValueError("Process is not part of provided process set.")
+        return ranks.index(me)
+
+    def included(self) -> Optional[bool]:
+        """Whether this process is in the set; None before its ranks are known."""
+        if self.ranks is None:
+            return None
+        return _runtime().rank in self.ranks
+
+    def __str__(self) -> str:
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
+
+    __repr__ = __str__
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+_dynamic = False   # hvd.init(process_sets="dynamic") was called
+
+
+def allow_dynamic() -> None:
+    """What ``init(process_sets="dynamic")`` asks for (Horovod sets the variable instead)."""
+    global _dynamic
+    _dynamic = True
+
+
+def dynamic() -> bool:
+    """Whether sets may be added and removed after init."""
+    return _dynamic or bool(config.get("HOROVOD_DYNAMIC_PROCESS_SETS"))
+
+
+def _runtime() -> Any:
+    from .basics import runtime
+
+    return runtime()
+
+
+def _table() -> "SetTable":
+    return _runtime().sets
+
+
+def resolve(process_set: Any, what: str) -> Tuple[int, Tuple[int, ...]]:
+    """``(id, ranks)`` of the set a collective ``what`` ("Allreduce"...) was called on.
+
+    Raises
+    ------
+    ValueError
+        Horovod's errors: the set is not registered (never, or removed), or this rank is not
+        a member.
+    """
+    if process_set is None or process_set is global_process_set:
+        return 0, _table().ranks_of(0)
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"process_set must be an hvd.ProcessSet, got "
+                        f"{type(process_set).__name__}")
+    rt = _runtime()
+    pid = process_set.process_set_id
+    ranks = rt.sets.get(pid) if pid is not None else None
+    if ranks is None:
+        raise ValueError(f"{what}: {NOT_REGISTERED}")
+    if rt.rank not in ranks:
+        raise ValueError(f"{what}: Rank {rt.rank} is not a member of the provided process set.")
+    return pid, ranks
+
+
+def add_process_set(process_set: Any) -> ProcessSet:
+    """Register a process set after init; collective over every rank (Horovod's).
+
+    Parameters
+    ----------
+    process_set : ProcessSet or sequence of int
+        The ranks; every rank must pass the same ones.
+
+    Returns
+    -------
+    ProcessSet
+        ``process_set`` (or a new one for a rank list), registered.
+
+    Raises
+    ------
+    ValueError
+        Without ``HOROVOD_DYNAMIC_PROCESS_SETS=1`` (or ``init(process_sets="dynamic")``), or
+        when a set of these ranks exists already (Horovod's messages), or for ranks out of
+        range.
+    """
+    rt = _runtime()
+    if not dynamic():
+        raise ValueError(_DYNAMIC_ADD)
+    return _add(rt, process_set)
+
+
+def _add(rt: Any, process_set: Any) -> ProcessSet:
+    from .records import PROCESS_SET
+
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    ranks = tuple(process_set.ranks or ())
+    if not ranks or len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= rt.size:
+        raise ValueError(f"a process set needs distinct ranks in 0..{rt.size - 1}, got "
+                         f"{list(ranks)}")
+    if rt.sets.find(ranks) is not None:
+        raise ValueError(f"Attempted to add a duplicate process set: {process_set}")
+    name = "process_set.add." + ",".join(map(str, ranks))
+    hid = rt.enqueue(PROCESS_SET, [(name, None, None)], op=PROCESS_SET_ADD)
+    process_set.process_set_id = int(rt.wait(hid)[0])
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Remove a registered process set; collective over every rank (Horovod's).
+
+    Returns
+    -------
+    bool
+        True once removed; False for the global set or a set that is not registered.
+
+    Raises
+    ------
+    ValueError
+        Without ``HOROVOD_DYNAMIC_PROCESS_SETS=1`` (Horovod's message).
+    """
+    from .records import PROCESS_SET
+
+    rt = _runtime()
+    pid = process_set.process_set_id
+    if pid is None or pid == 0:
+        return False
+    if not dynamic():
+        raise ValueError(_DYNAMIC_REMOVE)
+    process_set._invalidate()
+    if rt.sets.get(pid) is None:
+        return False
+    hid = rt.enqueue(PROCESS_SET, [(f"process_set.remove.{pid}", None, None)],
+                     op=PROCESS_SET_REMOVE, root=pid)
+    return rt.wait(hid)[0] is not None
+
+
+def init_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
+    """Register ``hvd.init(process_sets=[...])``'s sets in order (ids 1, 2, ...).
+
+    Raises
+    ------
+    ValueError
+        An entry repeats another's ranks or the global set's (Horovod's message); checked
+        before any is registered.
+    """
+    seen = {tuple(range(rt.size))}
+    for k, ps in enumerate(process_sets):
+        if not isinstance(ps, ProcessSet):
+            raise TypeError(f"process_sets entry number {k} is not an hvd.ProcessSet: {ps!r}")
+        key = tuple(ps.ranks or ())
+        if key in seen:
+            raise ValueError(f"Horovod could not be initialized because process_sets entry "
+                             f"number {k} is a duplicate: {ps}")
+        seen.add(key)
+    for ps in process_sets:
+        _add(rt, ps)
+
+
+def restrict(topology: Topology, ranks: Sequence[int]) -> Topology:
+    """The job's network model seen by ``ranks`` only: their hosts, the routes and latencies
+    between them (rank ``k`` of the result is ``ranks[k]``), the same resources.
+
+    The result is planned, never re-read from a file: its ``source`` records what it was cut
+    from, for its digest.
+    """
+    idx = [int(r) for r in ranks]
+    return Topology(
+        name=f"{topology.name}[{','.join(map(str, idx))}]",
+        hosts=tuple(topology.hosts[r] for r in idx),
+        resources=topology.resources, capacity_Bps=topology.capacity_Bps,
+        routes=[[tuple(topology.routes[a][b]) for b in idx] for a in idx],
+        latency_s=tuple(tuple(topology.latency_s[a][b] for b in idx) for a in idx),
+        kind=topology.kind,
+        source=json.dumps({"restricted_from": topology.digest, "ranks": idx}, sort_keys=True))
+
+
+def ranks_from_name(name: str) -> Tuple[int, ...]:
+    """The ranks of a PROCESS_SET add request, which its name carries (so that every rank
+    that adds the same set meets under one name)."""
+    return tuple(int(r) for r in name.rsplit(".", 1)[1].split(","))
+
+
+def build_group(comm: Any, ranks: Tuple[int, ...], rank: int, topology: Topology,
+                ring: bool, timeout_s: float) -> "Group":
+    """This member's part of a new set: a communicator over ``ranks`` of ``comm`` (collective
+    over the members only), the plan of the members' sub-network, made on the set's first
+    rank and checked by every member, and an engine that runs it (no re-probing: the set's
+    model is cut from the job's)."""
+    from horotopo.adapt import AdaptiveEngine
+    from horotopo.adapt.runtime import RUNTIME_DEFAULTS
+    from horotopo.plan import make_plan, ring_plan
+    from horotopo.planning_protocol import share_plan
+    from horotopo.transport import mpi as door
+
+    # The engine and the planning exchange each work on a Dup of it (freed when closed); the
+    # communicator itself lives as long as the process, as the runtime's own does.
+    sub = door.group_comm(comm, ranks)
+    model = restrict(topology, ranks)
+    transport = door.MPITransport(sub)
+    try:
+        plan, _ = share_plan(
+            transport,
+            lambda: ((ring_plan(model) if ring or len(ranks) < 3 else make_plan(model)), None),
+            what=f"process set {list(ranks)}: plan")
+    finally:
+        transport.close()
+    engine = AdaptiveEngine(sub, plan, model, adapt=False, timeout_s=timeout_s, calibrate_s=0.0,
+                            **RUNTIME_DEFAULTS)
+    return Group(0, tuple(ranks), ranks.index(rank), engine, plan, model)
+
+
+@dataclass
+class Group:
+    """What a member holds for one process set: the engine over the set's communicator, the
+    plan over its sub-network, and this rank's place in it."""
+
+    pid: int
+    ranks: Tuple[int, ...]
+    rank: int
+    engine: Any
+    plan: Any
+    topology: Topology
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+class SetTable:
+    """Every process set's ranks by id (identical on every rank), and this rank's groups.
+
+    Only the background thread changes it, when it runs a PROCESS_SET response; user threads
+    read it (dict reads are atomic, and a registration completes before the user's
+    ``add_process_set`` returns).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._ranks: Dict[int, Tuple[int, ...]] = {0: tuple(range(size))}
+        self.groups: Dict[int, Group] = {}
+        self._next = 1
+        self._lock = threading.Lock()
+
+    @property
+    def members(self) -> Dict[int, Tuple[int, ...]]:
+        """The id -> ranks mapping itself (the coordinator counts requests against it)."""
+        return self._ranks
+
+    def get(self, pid: int) -> Optional[Tuple[int, ...]]:
+        return self._ranks.get(pid)
+
+    def ranks_of(self, pid: int) -> Tuple[int, ...]:
+        ranks = self._ranks.get(pid)
+        if ranks is None:
+            raise ValueError("Process set does not exist or has not been registered.")
+        return ranks
+
+    def find(self, ranks: Sequence[int]) -> Optional[int]:
+        key = tuple(ranks)
+        return next((pid for pid, r in self._ranks.items() if r == key), None)
+
+    def ids(self) -> Dict[int, List[int]]:
+        """``{id: ranks}`` (Horovod's ``_get_process_set_ids_and_ranks``)."""
+        return {pid: list(r) for pid, r in self._ranks.items()}
+
+    def register(self, ranks: Tuple[int, ...], group: Optional[Group]) -> int:
+        """Record a set under the next id (the same on every rank: every rank registers the
+        same sets in the same order); ``group`` is this rank's part, None for a non-member."""
+        with self._lock:
+            pid = self._next
+            self._next += 1
+            self._ranks[pid] = tuple(ranks)
+            if group is not None:
+                group.pid = pid
+                self.groups[pid] = group
+        return pid
+
+    def peek_id(self) -> int:
+        return self._next
+
+    def unregister(self, pid: int) -> Optional[Group]:
+        with self._lock:
+            self._ranks.pop(pid, None)
+            return self.groups.pop(pid, None)
