@@ -125,9 +125,9 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float) -> Dict[str, Any]:
             if a != b:
                 want = topo.pair_capacity_Bps(members[a][0], members[b][0]) / GBPS_TO_BPS
                 err = abs(measured[a, b] - want) / want
-                good += err <= WITHIN
+                good += int(err <= WITHIN)
                 total += 1
-                worst = max(worst, err)
+                worst = max(worst, float(err))
     links = []
     for link in declared_links(doc, meta["hosts"]):
         for out in (True, False):
@@ -142,7 +142,7 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float) -> Dict[str, Any]:
             "pairs_within": good, "pairs": total, "worst_pair_error": worst,
             "links_found": sum(x["found"] for x in links), "links": len(links),
             "link_rows": links, "trusted": meta["trusted"],
-            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": sim.messages}
+            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": int(sim.messages)}
 
 
 def main(argv: Any = None) -> int:
@@ -164,7 +164,8 @@ def main(argv: Any = None) -> int:
             rows.append(row)
             print(f"# {row['name']}: {row['probe_s']:.2f} s simulated, pairs "
                   f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"
-                  f"{row['links']}, wall {row['wall_s']:.1f} s", file=sys.stderr, flush=True)
+                  f"{row['links']}, wall {row['wall_s']:.1f} s\n# row {json.dumps(row)}",
+                  file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps({"rows": rows}, indent=1))
         return 0

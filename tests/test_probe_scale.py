@@ -45,25 +45,39 @@ def test_circle_rounds_over_hosts_are_disjoint_and_cover_every_pair_once(n):
     assert every == list(itertools.combinations(range(n), 2))
 
 
-def _racks_concurrent(racks, per, nic=10.0, uplink=10.0, seed=0):
+def _racks_concurrent(racks, per, nic=10.0, uplink=10.0, slow=()):
     """Concurrent figures of circle rounds over racks of ``per`` hosts: a pair inside a rack
-    gets its NIC; a pair across racks shares each uplink with the round's other flows."""
+    gets its NICs' rate; a pair across racks shares each uplink evenly with the round's other
+    flows (the hosts in ``slow`` have NICs at a quarter)."""
     h = racks * per
     rack = [x // per for x in range(h)]
+    nics = [nic / 4 if x in slow else nic for x in range(h)]
     c = np.full((h, h), np.nan)
     for pairs in circle_rounds(h):
         for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
             out = {r: sum(rack[a] == r != rack[b] for a, b in flows) for r in range(racks)}
             inn = {r: sum(rack[b] == r != rack[a] for a, b in flows) for r in range(racks)}
             for a, b in flows:
-                c[a, b] = nic if rack[a] == rack[b] else min(
-                    nic, uplink / out[rack[a]], uplink / inn[rack[b]])
+                c[a, b] = min(nics[a], nics[b]) if rack[a] == rack[b] else min(
+                    nics[a], nics[b], uplink / out[rack[a]], uplink / inn[rack[b]])
     return c
 
 
 def test_host_groups_find_racks_behind_oversubscribed_uplinks():
     c = _racks_concurrent(racks=8, per=4)
     assert host_groups(c, 0.2) == [list(range(k, k + 4)) for k in range(0, 32, 4)]
+
+
+def test_host_groups_place_slow_nics_with_their_racks():
+    # a slow NIC keeps its low rate through a loaded uplink, so it is kept with hosts of
+    # other racks too; the racks must not merge through it
+    slow = (4, 8, 11, 13)
+    c = _racks_concurrent(racks=4, per=4, uplink=8.0, slow=slow)
+    groups = host_groups(c, 0.2)
+    # here every share an uplink leaves exceeds a slow NIC: nothing places the slow hosts,
+    # and they stay groups of their own; the fast hosts of each rack are one group
+    assert groups == sorted([[x for x in range(k, k + 4) if x not in slow]
+                             for k in range(0, 16, 4)] + [[x] for x in slow])
 
 
 def test_host_groups_keep_a_non_blocking_network_whole():

@@ -35,6 +35,11 @@ SharedLink = Tuple[Tuple[int, ...], Tuple[int, ...], float, str]
 # Two hosts are in one group when the sets of hosts they kept their rate with overlap at least
 # this much (Jaccard): one round that happened to load an uplink lightly does not join racks.
 PROFILE_OVERLAP = 0.5
+# The pairs of a group kept their rate (nothing inside a rack is shared); a group found with
+# fewer of its pairs kept than this is split further.
+DENSE = 0.75
+# A host kept with more than this many times the median host's count is placed by nothing.
+UNIVERSAL = 2.0
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,9 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
 
     Two hosts are linked when their pair, both ways, kept at least ``1 - margin`` of its best
     (:func:`depression`) and the sets of hosts each kept its rate with overlap by at least
-    :data:`PROFILE_OVERLAP`; the groups are the connected components. Behind oversubscribed
+    :data:`PROFILE_OVERLAP`; the groups are the connected components, each split again
+    with a stricter overlap while fewer than :data:`DENSE` of its own pairs kept their rate.
+    Behind oversubscribed
     uplinks the hosts of a rack keep their rate with each other and lose it to everyone else,
     so a rack is a group; a host with a slow NIC keeps its (low) rate with everyone and stays
     a group of its own.
@@ -121,10 +128,33 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
     kept = (r >= 1.0 - margin) & (r.T >= 1.0 - margin)
     np.fill_diagonal(kept, True)
     sizes = kept.sum(axis=1)
+    # A host that kept its rate with far more hosts than is usual (a slow NIC, below every
+    # share the rounds left it) says nothing about where it sits: it stays a group of its own.
+    universal = sizes > UNIVERSAL * np.median(sizes)
+    kept[universal, :] = kept[:, universal] = False
+    kept[np.arange(n), np.arange(n)] = True
+    sizes = kept.sum(axis=1)
     both = kept.astype(np.int64) @ kept.astype(np.int64)
-    union = sizes[:, None] + sizes[None, :] - both
-    linked = kept & (both >= PROFILE_OVERLAP * union)
-    return _partition(linked.astype(float), 0.5)
+    overlap = both / (sizes[:, None] + sizes[None, :] - both)
+
+    def split(nodes: List[int], threshold: float) -> List[List[int]]:
+        sub = np.ix_(nodes, nodes)
+        linked = (kept[sub] & (overlap[sub] >= threshold)).astype(float)
+        out: List[List[int]] = []
+        for part in _partition(linked, 0.5):
+            members = [nodes[v] for v in part]
+            inside = kept[np.ix_(members, members)]
+            dense = (inside.sum() - len(members)) / max(1, len(members) * (len(members) - 1))
+            # A group whose own pairs lost their rate is two groups that a host kept with
+            # both (a slow NIC keeps its low rate through a loaded uplink): ask for more
+            # overlap inside it.
+            if dense < DENSE and threshold < 1.0:
+                out += split(members, min(1.0, threshold + 0.1))
+            else:
+                out.append(members)
+        return out
+
+    return sorted(split(list(range(n)), PROFILE_OVERLAP), key=lambda g: g[0])
 
 
 def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool) -> List[Pair]:
