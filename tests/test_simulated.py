@@ -190,6 +190,33 @@ def test_platform_routes_and_latencies_follow_the_model():
     assert cross >= 2 * 250_000 / (0.25e9 / 8)  # both 250 kB flows through one uplink
 
 
+def test_hierarchical_platform_routes_every_pair_as_the_topology_does():
+    """Declared topologies are built as star zones per attachment node under the root's
+    routes: SimGrid's route between every pair of ranks is the topology's, link for link, with
+    its latency (multi-GPU hosts, two ranks on one host, hosts on a switch)."""
+    from horotopo.generate import rack_cluster
+    shared = random_declared(9, 4)
+    assert len(set(shared["ranks"])) == 7  # two hosts carry two ranks each
+    for doc in (rack_cluster(12, hosts_per_rack=2, gpus=4, oversub=2, slow=0.5), shared):
+        topo = from_dict(doc)
+
+        def body(t, topo=topo):
+            sg = t._sg
+            me = sg.Host.current()
+            bad = []
+            for j in range(topo.n):
+                if topo.hosts[j] == topo.hosts[t.rank]:
+                    continue
+                links, lat = me.route_to(sg.Host.by_name(topo.hosts[j]))
+                want = [f"{r}:{topo.resources[r]}" for r in topo.routes[t.rank][j]]
+                if [link.name for link in links] != want \
+                        or abs(lat - topo.latency_s[t.rank][j]) > 1e-12:
+                    bad.append((t.rank, j, [link.name for link in links], want))
+            return bad
+
+        assert run_simulated(topo, body).results == [[]] * topo.n
+
+
 # ---- the engine's grid ----------------------------------------------------------------------
 
 
@@ -312,6 +339,13 @@ def test_simulate_command_takes_a_generated_cluster(capsys):
     assert [r["wrong"] for r in res["rows"]] == [0, 0, 0]
     assert main(["simulate", "racks:gpus=2", "--size", "1M"]) == 2
     assert "needs --ranks N" in capsys.readouterr().err
+    assert main(["simulate", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4", "--size", "64K",
+                 "--algorithms", "dbtree,tree", "--json"]) == 0
+    assert [r["algorithm"] for r in json.loads(capsys.readouterr().out)["rows"]] == \
+        ["tree", "dbtree"]
+    with pytest.raises(SystemExit):
+        main(["simulate", "racks-2x3", "--algorithms", "tree,nccl"])
+    assert "algorithms must be a non-empty subset" in capsys.readouterr().err
 
 
 def test_the_simulated_probe_recovers_the_declared_network_and_its_plan():

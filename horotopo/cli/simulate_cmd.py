@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -64,9 +64,28 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "measured topology (what init() does); declared: plan the topology as "
                         "given (default; the probe's n(n-1) pair tests are slow to simulate at "
                         "hundreds of ranks); off: plan ring")
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS), type=parse_algorithms,
+                   help="comma-separated subset of %(default)s to run (ring's 2 n (n - 1) "
+                        "messages dominate a simulation of thousands of ranks)")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(func=run)
     return p
+
+
+def parse_algorithms(text: str) -> Tuple[str, ...]:
+    """``"tree,dbtree"`` -> ``("tree", "dbtree")``, in :data:`ALGORITHMS`' order.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        An unknown name, or none.
+    """
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in names if a not in ALGORITHMS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"algorithms must be a non-empty subset of "
+                                         f"{','.join(ALGORITHMS)}, got {text!r}")
+    return tuple(a for a in ALGORITHMS if a in names)
 
 
 def resolve(text: str, ranks: Optional[int] = None) -> Topology:
@@ -95,12 +114,14 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
 
 
 def simulate(topology: Topology, size: int, probe: str = "declared",
-             progress: Any = None, timeout_s: Optional[float] = None) -> Dict[str, Any]:
+             progress: Any = None, timeout_s: Optional[float] = None,
+             algorithms: Sequence[str] = ALGORITHMS) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
     simulation, planner included (:class:`~horotopo.simulation.SimulationError` past it).
+    ``algorithms`` is the subset of :data:`ALGORITHMS` to run, one row each.
     """
     from ..engine import Engine
     from ..planning_protocol import share_plan
@@ -110,6 +131,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
 
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")
+    algorithms = parse_algorithms(",".join(algorithms))
     n = topology.n
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
@@ -141,7 +163,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             out["planner_s"] = planner["s"]
             out["probed"] = doc
         want = np.float32(n * (n - 1) / 2)
-        for alg, p in zip(ALGORITHMS, (plan, ring, ring)):
+        for alg in algorithms:
+            p = plan if alg == "tree" else ring
             # chunks scaled down alike, so the pipeline has the full-size run's chunk count
             chunk = max(4, int(p.chunk_bytes / scale) // 4 * 4)
             eng = Engine(t, p, chunk_bytes=chunk, window=window_for(p.chunk_bytes))
@@ -159,7 +182,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     predicted = {"tree": Plan.from_json(plan).predict_time(size),
                  "ring": ring.predict_time(size), "dbtree": None}
     rows: List[Dict[str, Any]] = []
-    for alg in ALGORITHMS:
+    for alg in algorithms:
         t_s = max(r[alg]["time_s"] for r in sim.results)
         algbw = size / t_s / 1e9
         rows.append({"algorithm": alg, "size": size, "time_s": t_s, "algbw_GBps": algbw,
@@ -195,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
     _say(f"simulating {topology.name!r}: {topology.n} ranks, {format_size(args.size)}, "
          f"probe {args.probe}")
     try:
-        res = simulate(topology, args.size, args.probe, progress=_say)
+        res = simulate(topology, args.size, args.probe, progress=_say,
+                       algorithms=args.algorithms)
     except SimulatorMissing as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .simgrid_support import DEFAULT_COSTS, SimCosts, SimulationError, load_simgrid
+from .simgrid_support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationError,
+                              load_simgrid)
 
 if TYPE_CHECKING:
     from .simulated import SimulatedTransport
@@ -59,7 +60,7 @@ def _engine(sg: ModuleType) -> Any:
                               "process); use horotopo.simulation.run_simulated, which runs each "
                               "in a child process")
     _USED = True
-    return sg.Engine(["horotopo", "--log=root.thres:critical"])
+    return sg.Engine(["horotopo", "--log=root.thres:critical", *NETWORK_CONFIG])
 
 
 class Simulation:
@@ -133,7 +134,7 @@ class Simulation:
                 transport = SimulatedTransport(self, rank, n, scale, labels[rank])
                 try:
                     results[rank] = fn(transport)
-                    transport._flush()  # sends posted but never waited for still go out
+                    transport._flush(settle=True)  # unwaited sends go out; the CPU finishes
                 except sg.ActorKilled:
                     raise  # a deadlock: SimGrid kills the blocked actors; let it
                 except BaseException as exc:  # noqa: BLE001 - re-raised by run()

@@ -13,11 +13,19 @@ from types import ModuleType
 from typing import Any, Mapping
 
 __all__ = ["INSTALL_HINT", "SimulatorMissing", "SimulationError", "load_simgrid", "SimCosts",
-           "DEFAULT_COSTS"]
+           "DEFAULT_COSTS", "NETWORK_CONFIG"]
 
 INSTALL_HINT = ("the simulator needs SimGrid's Python bindings: on Debian or Ubuntu, "
                 "`sudo apt-get install -y python3-simgrid` (3.32, a CPython 3.11 extension; "
                 "the venv finds it in /usr/lib/python3/dist-packages)")
+
+#: SimGrid's network model for long-lived MPI connections: LV08 (SimGrid's default: max-min
+#: sharing with RTT-weighted flows, weight-S 20537, 0.97 of a link's rate for TCP/IP headers,
+#: cross traffic, windows of at most network/TCP-gamma = 4 MiB, this machine's
+#: net.ipv4.tcp_wmem maximum) without its latency factor of 13.01, which models the slow start
+#: of a fresh TCP flow. MPI's connections, and the emulated cluster's, stay open for the whole
+#: job, so a message pays the route's latency once, as the planner's model has it.
+NETWORK_CONFIG = ("--cfg=network/model:LV08", "--cfg=network/latency-factor:1.0")
 
 # Where Debian puts python3-* extension modules; a venv's sys.path does not include it.
 _DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")

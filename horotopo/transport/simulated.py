@@ -7,7 +7,11 @@ holds, so a rank can keep a small array while the simulation moves the full-size
 results are still checked exactly, on the small arrays). The control steps (the engine's
 metadata check, a plan's broadcast, a barrier) are charged their true size. Software costs are
 charged as simulated time (:class:`SimCosts`): a fixed cost per message posted, and a cost per
-received byte (the copy or the reduce that follows a receive).
+received byte (the copy or the reduce that follows a receive). A rank's CPU is one resource:
+each cost starts when the CPU is free (or now, if later), and a message is posted once the CPU
+has done everything charged before it; a rank that waits anyway for the network sleeps for
+nothing more, so sleeps (each a SimGrid simcall, i.e. thread switches) happen only when a post
+has to wait for the CPU.
 
 Matching is MPI's: one mailbox per (source, destination, tag), which SimGrid matches in FIFO
 order, so messages of one (source, tag) stream never overtake each other. SimGrid pairs a send
@@ -48,7 +52,7 @@ _UFUNCS = dict(UFUNCS, band=np.bitwise_and)
 
 class _Request:
     """One posted message. Posting is deferred to the rank's next wait or test (see
-    :meth:`SimulatedTransport._flush`), so the CPU cost charged before it delays it."""
+    :meth:`SimulatedTransport._flush`), so that the CPU work charged before it delays it."""
 
     __slots__ = ("kind", "buf", "mailbox", "payload", "charged", "comm", "handle", "done",
                  "peer")
@@ -110,7 +114,7 @@ class SimulatedTransport(Transport):
         self._name = processor_name
         self._tags = TagAllocator(1 << 20)
         self._queue: List[_Request] = []
-        self._debt = 0.0          # simulated CPU seconds spent since the last wait
+        self._cpu_free = 0.0      # simulated time at which this rank's CPU is done
         self._unscaled = 0        # > 0 inside a control step
         self._snapshot: Optional[Tuple[Any, np.ndarray, _Request]] = None
 
@@ -175,16 +179,23 @@ class SimulatedTransport(Transport):
             raise TransportError(f"rank {self._rank} cannot message rank {peer} of "
                                  f"{self._size}")
 
+    def _charge(self, seconds: float) -> None:
+        """Occupy the CPU for ``seconds`` from when it is free (or from now)."""
+        clock = self._sg.Engine.clock
+        self._cpu_free = (self._cpu_free if self._cpu_free > clock else clock) + seconds
+
     def _post(self, req: _Request) -> None:
-        self._debt += self.sim.costs.per_message_s
+        self._charge(self.sim.costs.per_message_s)
         self._queue.append(req)
 
-    def _flush(self) -> None:
-        """Spend the CPU time owed, then post the queued messages (in posting order, so each
-        mailbox keeps MPI's order)."""
-        if self._debt > 0:
-            debt, self._debt = self._debt, 0.0
-            self._sg.this_actor.sleep_for(debt)
+    def _flush(self, settle: bool = False) -> None:
+        """Post the queued messages once the CPU has done the work charged before them (in
+        posting order, so each mailbox keeps MPI's order); with ``settle``, also wait for the
+        CPU when nothing is queued (a rank's last work)."""
+        if self._queue or settle:
+            wait = self._cpu_free - self._sg.Engine.clock
+            if wait > 0:
+                self._sg.this_actor.sleep_for(wait)
         if self._queue:
             queue, self._queue = self._queue, []
             for req in queue:
@@ -203,7 +214,7 @@ class SimulatedTransport(Transport):
                     f"rank {self._rank}: a {payload.nbytes}-byte message from rank {req.peer} "
                     f"for a {req.buf.nbytes}-byte receive")
             req.buf[...] = payload
-            self._debt += charged * self.sim.costs.recv_s_per_byte
+            self._charge(charged * self.sim.costs.recv_s_per_byte)
             req.handle = None
         req.payload = None
         req.comm = None
