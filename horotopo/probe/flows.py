@@ -48,6 +48,14 @@ TEST_OVERHEAD_S = 0.01
 MIN_TARGET_S = 0.004
 
 
+# The transfers' buffers, one set per process: the bytes sent are never looked at and the bytes
+# received are thrown away, so the ranks that share a process (a simulation's thousand actors,
+# threads in tests) share them too instead of holding megabytes each. Within one rank the
+# receive slots stay apart (one per concurrent flow).
+_SEND: List[np.ndarray] = [np.zeros(0, dtype=np.uint8)]
+_RECV: List[np.ndarray] = []
+
+
 @dataclass
 class _Figures:
     """Samples of one test: per flow and per aggregate subset."""
@@ -140,8 +148,6 @@ class _Prober:
         self.target = cfg.target_s
         self.spent = 0.0  # modelled transfer seconds of the tests so far (PAIR_COST * target)
         self.tests = 0
-        self._send = np.zeros(0, dtype=np.uint8)
-        self._recv: List[np.ndarray] = []
         self._last_say = self.t0
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -149,17 +155,19 @@ class _Prober:
     def _who(self, r: int) -> str:
         return f"rank {r} ({self.hosts[r]})" if self.hosts else f"rank {r}"
 
-    def _sendbuf(self, nbytes: int) -> np.ndarray:
-        if len(self._send) < nbytes:
-            self._send = np.ones(nbytes, dtype=np.uint8)
-        return self._send[:nbytes]
+    @staticmethod
+    def _sendbuf(nbytes: int) -> np.ndarray:
+        if len(_SEND[0]) < nbytes:
+            _SEND[0] = np.ones(nbytes, dtype=np.uint8)
+        return _SEND[0][:nbytes]
 
-    def _recvbuf(self, slot: int, nbytes: int) -> np.ndarray:
-        while len(self._recv) <= slot:
-            self._recv.append(np.zeros(0, dtype=np.uint8))
-        if len(self._recv[slot]) < nbytes:
-            self._recv[slot] = np.empty(nbytes, dtype=np.uint8)
-        return self._recv[slot][:nbytes]
+    @staticmethod
+    def _recvbuf(slot: int, nbytes: int) -> np.ndarray:
+        while len(_RECV) <= slot:
+            _RECV.append(np.zeros(0, dtype=np.uint8))
+        if len(_RECV[slot]) < nbytes:
+            _RECV[slot] = np.empty(nbytes, dtype=np.uint8)
+        return _RECV[slot][:nbytes]
 
     def _sync(self, local: np.ndarray, what: str) -> np.ndarray:
         """Max-allreduce of ``local`` plus the common clock (the last element)."""

@@ -45,6 +45,9 @@ __all__ = ["probe_hosts", "round_rates", "INTRA_SHARE"]
 
 #: Share of the time budget for the measurements inside the hosts (fast local links).
 INTRA_SHARE = 0.15
+#: The largest transfer inside a host. Every rank transfers at once in that phase, and a
+#: simulation holds every rank's messages in one process (4 MiB each at 1024 ranks: 12 GB).
+LOCAL_MAX_BYTES = 1 << 20
 #: Ping-pongs per pair in a round (the first opens the connection and does not count).
 ROUND_PINGS = 2
 #: How long ranks wait for the leaders' phase, in time budgets (plus one timeout).
@@ -180,8 +183,10 @@ def probe_hosts(transport: Transport, cfg: ProbeConfig, say: Callable[[str], Non
     local: Optional[Tuple[np.ndarray, np.ndarray]] = None
     local_clock = 0.0
     if len(layout.members[host]) > 1:
-        pr = _Prober(GroupTransport(t, layout.members[host], tag_local),
-                     replace(cfg, budget_s=cfg.budget_s * INTRA_SHARE), say if me == 0 else quiet)
+        inside = replace(cfg, budget_s=cfg.budget_s * INTRA_SHARE,
+                         max_bytes=max(cfg.start_bytes, min(cfg.max_bytes, LOCAL_MAX_BYTES)))
+        pr = _Prober(GroupTransport(t, layout.members[host], tag_local), inside,
+                     say if me == 0 else quiet)
         pr.hosts = [f"world rank {r} on {layout.names[host]}" for r in layout.members[host]]
         local = (round_rates(pr, f"inside {layout.names[host]}"), pr.rtt.copy())
         local_clock = pr.clock
