@@ -283,6 +283,35 @@ def test_other_mismatches_raise_internal_errors(case):
     assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2
 
 
+@pytest.mark.parametrize("case", ["grouped-vs-gather", "alltoall-vs-allreduce",
+                                  "gather-vs-broadcast"])
+def test_different_collectives_under_one_call_name_fail_everywhere(case):
+    """Ranks that call different collectives under one name submit different tensor names
+    (a grouped op's name.0of2, alltoall's name.splits): rank 0 compares the calls and answers
+    Horovod's mismatch on every rank instead of letting them wait for each other."""
+    need_two()
+    r = hvd.rank()
+    name = f"mismatch.call.{case}"
+    first = r == 0
+    if case == "grouped-vs-gather":
+        kinds = ("ALLREDUCE", "ALLGATHER")
+        call = (lambda: hvd.grouped_allreduce([np.ones(2), np.ones(3)], name=name)) if first \
+            else (lambda: hvd.allgather(np.ones(2), name=name))
+    elif case == "alltoall-vs-allreduce":
+        kinds = ("ALLGATHER", "ALLREDUCE")
+        call = (lambda: hvd.alltoall(np.ones(hvd.size()), name=name)) if first \
+            else (lambda: hvd.allreduce(np.ones(2), name=name))
+    else:
+        kinds = ("ALLGATHER", "BROADCAST")
+        call = (lambda: hvd.grouped_allgather([np.ones(2)] * 2, name=name)) if first \
+            else (lambda: hvd.broadcast(np.ones(2), 0, name=name))
+    with pytest.raises(hvd.HorovodInternalError) as err:
+        _within(30, call)
+    assert str(err.value) == (f"Mismatched operations: One rank did an {kinds[0]}, but another "
+                              f"rank did an {kinds[1]}.")
+    assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [float(hvd.size())] * 2
+
+
 def test_duplicate_pending_name_is_a_value_error():
     need_two()
     if hvd.rank() != 0:
@@ -384,14 +413,24 @@ def test_join_on_arrays_sends_zeros_and_returns_the_last_rank():
 
 
 def _within(seconds, fn, *args):
-    """Run ``fn`` on a thread and fail (not hang) when it has not returned by the deadline."""
+    """Run ``fn`` on a thread and fail (not hang) when it has not returned by the deadline;
+    return its value or raise its exception."""
     import threading
 
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("v", fn(*args)), daemon=True)
+
+    def run():
+        try:
+            out["v"] = fn(*args)
+        except BaseException as exc:  # handed to the caller below
+            out["e"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(seconds)
     assert not t.is_alive(), f"{fn.__name__} still waiting after {seconds} s"
+    if "e" in out:
+        raise out["e"]
     return out.get("v")
 
 

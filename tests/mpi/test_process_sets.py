@@ -24,6 +24,16 @@ def started():
     ps_module._dynamic = saved
 
 
+def _need_two():
+    if hvd.size() < 2:
+        pytest.skip("needs two ranks: at one rank every process set is the global set")
+
+
+def test_the_global_sets_ranks_are_a_duplicate():
+    with pytest.raises(ValueError, match=r"^Attempted to add a duplicate process set: "):
+        hvd.add_process_set(range(hvd.size()))
+
+
 def _halves():
     n = hvd.size()
     return [r for r in range(n) if r % 2 == 0], [r for r in range(n) if r % 2 == 1]
@@ -43,6 +53,7 @@ def test_add_and_remove_need_dynamic_process_sets(monkeypatch):
 
 
 def test_disjoint_sets_give_exact_results_over_their_members():
+    _need_two()
     r = hvd.rank()
     even, odd = _halves()
     sets = [hvd.add_process_set(even)] + ([hvd.add_process_set(odd)] if odd else [])
@@ -82,10 +93,11 @@ def test_disjoint_sets_give_exact_results_over_their_members():
 
 
 def test_overlapping_sets_and_the_global_set_run_at_once_under_one_name():
+    _need_two()
     n, r = hvd.size(), hvd.rank()
     # Both overlap the global set, and each other from three ranks on ([0, 1] and [1, 2]).
     low = hvd.add_process_set(range(0, max(1, n - 1)))
-    high = hvd.add_process_set(range(1, n)) if n > 1 else None
+    high = hvd.add_process_set(range(1, n))
     handles = [(hvd.allreduce_async(np.full(2, r + 1), op=hvd.Sum, name="ov"), list(range(n)))]
     for s in (low, high):
         if s is not None and s.included():
@@ -99,6 +111,7 @@ def test_overlapping_sets_and_the_global_set_run_at_once_under_one_name():
 
 
 def test_sets_made_and_removed_while_a_global_op_waits():
+    _need_two()
     n, r = hvd.size(), hvd.rank()
     # Pending until every rank asks: rank 0 asks only after the set was made and removed.
     h = None if r == 0 else hvd.allreduce_async(np.ones(1), op=hvd.Sum, name="while.waiting")
@@ -112,6 +125,7 @@ def test_sets_made_and_removed_while_a_global_op_waits():
 
 
 def test_horovods_errors_for_sets():
+    _need_two()
     n, r = hvd.size(), hvd.rank()
     s = hvd.add_process_set([0])
     with pytest.raises(ValueError, match="Attempted to add a duplicate process set"):
@@ -140,6 +154,7 @@ def test_horovods_errors_for_sets():
 
 
 def test_a_sets_plan_covers_its_members_only():
+    _need_two()
     n, r = hvd.size(), hvd.rank()
     members = list(range(1, n)) if n > 2 else [0]
     s = hvd.add_process_set(members)
@@ -166,8 +181,7 @@ def test_a_sets_plan_covers_its_members_only():
 
 def test_init_with_process_sets_registers_them_in_order():
     n = hvd.size()
-    if n < 2:
-        pytest.skip("needs two ranks for two disjoint sets")
+    _need_two()
     hvd.shutdown()
     try:
         with pytest.raises(ValueError, match="process_sets entry number 2 is a duplicate"):
@@ -187,6 +201,7 @@ def test_init_with_process_sets_registers_them_in_order():
 
 
 def test_distributed_optimizer_averages_over_its_set():
+    _need_two()
     torch = pytest.importorskip("torch")
     import horotopo.torch as thvd
 
