@@ -58,33 +58,58 @@ def _pair(gbps: float, latency_ms: float) -> Topology:
                       "ranks": ["a", "b"]})
 
 
-def _one_message(topology: Topology, nbytes: int) -> float:
-    """Simulated seconds of one message of ``nbytes`` from rank 0 to rank 1, no CPU cost."""
+def _one_message(topology: Topology, nbytes: int, both: bool = False) -> float:
+    """Simulated seconds of one message of ``nbytes`` from rank 0 to rank 1 (``both``: and
+    one from rank 1 to rank 0 at the same time), no CPU cost."""
     def body(t: Any) -> float:
-        x = np.zeros(1, np.uint8)
+        x, y = np.zeros(1, np.uint8), np.zeros(1, np.uint8)
         t.barrier()
         start = t.now()
-        t.waitall([t.isend(x, 1, 7) if t.rank == 0 else t.irecv(x, 0, 7)])
+        reqs = [t.isend(x, 1, 7) if t.rank == 0 else t.irecv(x, 0, 7)]
+        if both:
+            reqs.append(t.isend(y, 0, 8) if t.rank == 1 else t.irecv(y, 1, 8))
+        t.waitall(reqs)
         return t.now() - start
 
     return max(run_simulated(topology, body, scale=nbytes, costs=SimCosts(0.0, 0.0)).results)
 
 
 def measure_network() -> NetworkModel:
-    """The simulator's network as a :class:`NetworkModel`, from three single messages.
+    """The simulator's network as a :class:`NetworkModel`, from single messages.
 
-    A byte over a 1 ms link gives the latency factor; 64 MiB over a 1 gbps link without
-    latency the bandwidth factor; 64 MiB over a 10 gbps link of 5 ms the rate cap of one
-    message, read as a TCP window over twice the declared latency.
+    A byte over a 1 ms link gives the latency factor; 64 MiB each way at once over a 1 gbps
+    link without latency the bandwidth factor, in the regime of an allreduce, whose reduce and
+    broadcast traffic cross most links in both directions (SimGrid charges a flow's
+    acknowledgements to the reverse direction); 64 MiB over a 10 gbps link of 5 ms the rate
+    cap of one message, read as a TCP window over twice the declared latency.
     """
     lat_factor = _one_message(_pair(1.0, 1.0), 1) / 1e-3
     big = 64 << 20
-    bw_factor = big / 125e6 / _one_message(_pair(1.0, 0.0), big)
+    bw_factor = big / 125e6 / _one_message(_pair(1.0, 0.0), big, both=True)
     capped = _one_message(_pair(10.0, 5.0), big) - 5e-3 * lat_factor
     rate = big / capped
-    window = rate * 2 * 5e-3 / bw_factor if rate < 0.95 * bw_factor * 1.25e9 else None
+    window = rate * 2 * 5e-3 / bw_factor if rate < 0.9 * bw_factor * 1.25e9 else None
+    # two messages at once on one link: the first ends after one message's time on a FIFO
+    # stream, after about two when the link is shared between them
+    one = _one_message(_pair(1.0, 0.0), 1 << 20)
+    two = _two_messages(_pair(1.0, 0.0), 1 << 20)
     return NetworkModel(latency_factor=lat_factor, bandwidth_factor=bw_factor,
-                        tcp_window_bytes=window)
+                        tcp_window_bytes=window, shared_messages=two > 1.5 * one)
+
+
+def _two_messages(topology: Topology, nbytes: int) -> float:
+    """Simulated seconds until the first of two messages of ``nbytes`` posted together from
+    rank 0 to rank 1 arrives."""
+    def body(t: Any) -> float:
+        bufs = [np.zeros(1, np.uint8), np.zeros(1, np.uint8)]
+        t.barrier()
+        start = t.now()
+        reqs = [t.isend(b, 1, 7 + k) if t.rank == 0 else t.irecv(b, 0, 7 + k)
+                for k, b in enumerate(bufs)]
+        t.waitsome(reqs)
+        return t.now() - start
+
+    return min(run_simulated(topology, body, scale=nbytes, costs=SimCosts(0.0, 0.0)).results)
 
 
 def simulate_plan(topology: Topology, plan: Plan, size: int,

@@ -18,6 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_percent, pack,
                       ring_packing, start_bound, validate_arborescence)
 from .packing import alphabeta as _ab
+from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
 from .packing.depth import check_forest, choose_forest
@@ -186,9 +187,8 @@ class Plan:
         worst = 0.0
         for t, c in zip(self.trees, chunks):
             profile = t.profile or ((self.latency_s, 1.0 / t.rate_Bps, t.depth),)
-            worst = max(worst, _ab.tree_time(t.share * nbytes, c,
-                                             t.rate_Bps * network.bandwidth_factor,
-                                             _ab.on_network(profile, network), costs, window))
+            worst = max(worst, _ab.tree_time(t.share * nbytes, c, t.rate_Bps, profile, costs,
+                                             window, network))
         return max(worst, _ab.busiest_cpu_time(self._degrees, [t.share * nbytes for t in
                                                                self.trees], chunks, costs))
 
@@ -412,8 +412,15 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               max_trees_per_root: int = 4, target_gap: float = 0.01,
               progress: Optional[Any] = None, size: Optional[int] = None,
-              forest: str = "auto", max_depth: Optional[int] = None) -> Plan:
+              forest: str = "auto", max_depth: Optional[int] = None,
+              hierarchy: Optional[str] = None) -> Plan:
     """Plan ``topology``: certified packing, pruned, never slower than ring on the model.
+
+    ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
+    hosts with an intra-host stage (:mod:`horotopo.packing.hierarchy`), expanded to rank-level
+    trees; its certificate is the hierarchical model's bound, and ``planner`` holds the flat
+    model's bound beside it. The forest is then the deep one (the shallow alternative is
+    packed over ranks).
 
     ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
     chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
@@ -421,11 +428,18 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     the lower predicted time for it is kept (``forest="auto"``; ``"deep"`` or ``"shallow"``
     force one). ``plan.planner["forest"]`` records the choice and both predictions.
     """
-    ring = ring_packing(topology)
     size = target_size(size)
     check_forest(forest)
-    packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
-                   progress=progress)
+    if _hierarchy.use_hierarchy(topology, hierarchy):
+        rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
+        ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
+        packing = _hierarchy.pack_hierarchical(topology, max_trees_per_root=max_trees_per_root,
+                                               target_gap=target_gap, progress=progress)
+        forest = "deep"
+    else:
+        ring = ring_packing(topology)
+        packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
+                       progress=progress)
     plan, record = choose_forest(
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
@@ -450,16 +464,21 @@ def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None,
 
 
 def plan_from_trees(n: int, trees: Sequence[Tuple[int, Sequence[int], Sequence[int], float]],
-                    chunk_bytes: int = 1 << 20, latency_s: float = 0.0) -> Plan:
+                    chunk_bytes: int = 1 << 20, latency_s: float = 0.0,
+                    topology: Optional[Topology] = None) -> Plan:
     """A Plan from explicit ``(root, reduce_parent, bcast_parent, rate)`` tuples (tests, tools).
 
-    No network is known here, so the plan carries no certificate (``upper_bound_Bps`` None).
+    The plan carries no certificate (``upper_bound_Bps`` None). With a ``topology``, each
+    tree gets its critical-path profile there (for :meth:`Plan.predict_time`), all at
+    ``chunk_bytes``.
     """
     total = float(sum(t[3] for t in trees))
     shares = [t[3] / total for t in trees]
     shares[-1] = 1.0 - sum(shares[:-1])
-    plan = Plan(n=n, trees=tuple(Tree(int(r), tuple(a), tuple(b), float(x), s)
-                                 for (r, a, b, x), s in zip(trees, shares)),
+    profiles = [_ab.tree_profile(topology, a, b, chunk_bytes) if topology is not None else ()
+                for _, a, b, _ in trees]
+    plan = Plan(n=n, trees=tuple(Tree(int(r), tuple(a), tuple(b), float(x), s, profile=prof)
+                                 for (r, a, b, x), s, prof in zip(trees, shares, profiles)),
                 chunk_bytes=chunk_bytes, throughput_Bps=total, ring_Bps=total,
                 upper_bound_Bps=None, latency_s=latency_s, topology_name="explicit")
     plan.validate()

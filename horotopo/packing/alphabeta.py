@@ -3,23 +3,26 @@
 A tree carries its share ``P`` of the buffer in chunks of ``c`` bytes, ``K = ceil(P / c)`` of
 them. Its reduce and broadcast stages overlap: the root sends chunk ``k`` down as soon as it is
 reduced. So the first chunk crosses the critical reduce path and then the critical broadcast
-path (the *fill*), and the other ``K - 1`` follow at the tree's steady rate::
+path (the *fill*), and the rest follow at the tree's steady rate::
 
-    T(P, c) = fill(c) + (P - c) / rate
+    T(P, c) = fill(c) + (P - c) / rate + c (1 / rate - 1 / b_slowest)
     fill(c) = sum over the hops h of the critical paths of (L_h + c / b_h + 2 alpha + beta c)
 
 ``L_h`` is the hop's route latency and ``b_h`` the rate of the *route's bottleneck link*, not
 the tree's planned rate: a tree with a small share has a small planned rate, but its chunks
-still cross each link at that link's speed. ``alpha`` is the engine's software cost per message
-posted (a hop costs a send and a receive) and ``beta`` its cost per received byte. ``rate`` is
-the tree's planned rate, lowered where the engine's window (chunks in flight per arc) cannot
-cover a hop's round of latency. The busiest rank's software time, over all trees, bounds the
-allreduce from below too (its CPU is shared by every tree).
+cross the other links at their speed. Only on its slowest hop does a chunk move at the tree's
+rate (the last term), since every tree shares that link from the start; so ``T >= P / rate``.
+``alpha`` is the engine's software cost per message posted (a hop costs a send and a receive)
+and ``beta`` its cost per received byte. ``rate`` is the tree's planned rate, lowered where the
+engine's window (chunks in flight per arc) cannot cover a hop's round of latency. The busiest
+rank's software time, over all trees, bounds the allreduce from below too (its CPU is shared
+by every tree).
 
-Hop figures are kept per tree as a *profile*: the multiset ``(latency, rate, count)`` of the
-hops of its critical paths, so that a Plan can predict its time without the topology. A
-:class:`NetworkModel` turns a declared network into the one a transport really gives (SimGrid's
-TCP model multiplies latencies and caps a flow at its TCP window over the round trip).
+Hop figures are kept per tree as a *profile*: the multiset ``(latency, 1 / rate, count)`` of
+the hops of its critical paths, so that a Plan can predict its time without the topology. A
+:class:`NetworkModel` turns a declared network into the one a transport really gives (SimGrid
+caps a flow at its TCP window over the round trip, and shares a link among the messages in
+flight instead of sending them one after the other).
 """
 from __future__ import annotations
 
@@ -88,7 +91,9 @@ class NetworkModel:
     ``latency_factor`` multiplies every route latency; ``bandwidth_factor`` every link rate;
     ``tcp_window_bytes`` (None: no cap) caps one message's rate at
     ``bandwidth_factor * tcp_window_bytes / (2 * latency)``, a TCP flow's window over its
-    round trip. :data:`IDEAL_NETWORK` is the declared network itself; SimGrid's default TCP
+    round trip. ``shared_messages``: messages in flight on one link share it fairly and finish
+    together (SimGrid's flows) instead of one after the other (a TCP stream between two
+    ranks), so a window of chunks crosses each hop as one block. :data:`IDEAL_NETWORK` is the declared network itself; SimGrid's default TCP
     model is about ``NetworkModel(13.01, 0.97, 4 MiB)`` (``benchmarks/predict_check.py``
     measures it).
     """
@@ -96,6 +101,7 @@ class NetworkModel:
     latency_factor: float = 1.0
     bandwidth_factor: float = 1.0
     tcp_window_bytes: Optional[float] = None
+    shared_messages: bool = False
 
     def __post_init__(self) -> None:
         if not (self.latency_factor > 0 and self.bandwidth_factor > 0):
@@ -141,10 +147,12 @@ def on_network(profile: Profile, network: NetworkModel) -> Profile:
     return tuple((*network.hop(lat, inv), count) for lat, inv, count in profile)
 
 
-def _hop_time(latency_s: float, s_per_byte: float, chunk: float, costs: SoftwareCosts) -> float:
-    """One chunk across one hop: latency, transfer at the bottleneck link, a send and a
-    receive posted, the received bytes handled."""
-    return latency_s + chunk * (s_per_byte + costs.per_byte_s) + 2 * costs.per_message_s
+def _hop_time(latency_s: float, s_per_byte: float, chunk: float, costs: SoftwareCosts,
+              moved: Optional[float] = None) -> float:
+    """One chunk across one hop: latency, transfer at the bottleneck link (of ``moved``
+    bytes, default the chunk), a send and a receive posted, the received chunk handled."""
+    move = chunk if moved is None else moved
+    return latency_s + move * s_per_byte + chunk * costs.per_byte_s + 2 * costs.per_message_s
 
 
 def critical_profile(topology: Topology, parent: Sequence[int], inward: bool,
@@ -185,9 +193,11 @@ def critical_profile(topology: Topology, parent: Sequence[int], inward: bool,
     return tuple((lat, inv, count) for (lat, inv), count in sorted(groups.items()))
 
 
-def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts) -> float:
-    """Seconds for one chunk of ``chunk`` bytes to cross every hop of ``profile``."""
-    return sum(count * _hop_time(lat, inv, chunk, costs) for lat, inv, count in profile)
+def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts,
+              moved: Optional[float] = None) -> float:
+    """Seconds for one chunk of ``chunk`` bytes to cross every hop of ``profile`` (each hop
+    moving ``moved`` bytes before the chunk is through, default the chunk)."""
+    return sum(count * _hop_time(lat, inv, chunk, costs, moved) for lat, inv, count in profile)
 
 
 def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts) -> float:
@@ -197,7 +207,8 @@ def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCos
 
 
 def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
-              costs: SoftwareCosts = ENGINE_COSTS, window: Optional[int] = None) -> float:
+              costs: SoftwareCosts = ENGINE_COSTS, window: Optional[int] = None,
+              network: NetworkModel = IDEAL_NETWORK) -> float:
     """Seconds for one tree to allreduce its ``part`` bytes (see the module docstring).
 
     Parameters
@@ -214,13 +225,24 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
         The engine's software costs.
     window : int, optional
         Chunks in flight per arc; None is :func:`window_for` the chunk.
+    network : NetworkModel
+        What the transport makes of the profile's hops (:func:`on_network`); where it shares
+        a link among the messages in flight, the pipeline's unit is a window of chunks.
     """
     if part <= 0:
         return 0.0
     c = min(float(chunk), float(part))
     win = window if window is not None else window_for(int(c))
-    rate = min(rate_Bps, _window_rate(profile, c, win, costs))
-    return fill_time(profile, c, costs) + (part - c) / rate
+    hops = on_network(profile, network)
+    rate = min(rate_Bps * network.bandwidth_factor, _window_rate(hops, c, win, costs))
+    # Where a link is shared among the messages in flight, a window of chunks crosses each
+    # hop at once and they finish together: the window is the pipeline's unit.
+    unit = min(float(part), win * c) if network.shared_messages else c
+    # The unit crosses its slowest hop at the tree's rate, not alone at the link's: the
+    # tree shares that link with the other trees from the start.
+    slowest = max((inv for _, inv, _ in hops), default=0.0)
+    return (fill_time(hops, c, costs, unit) + (part - unit) / rate
+            + unit * max(0.0, 1.0 / rate - slowest))
 
 
 def cpu_time(per_chunk_messages: float, per_chunk_received: float, chunks: float, chunk: float,
@@ -260,9 +282,10 @@ def choose_chunk(part: float, rate_Bps: float, profile: Profile, busiest: Tuple[
     """
     best_c, best_t = lo, math.inf
     for c in chunk_candidates(part, lo, hi):
-        chunks = math.ceil(part / c)
+        # the chunk count taken as part / c, not rounded up: the rounding's steps would make
+        # the choice jump back and forth as the size grows
         t = max(tree_time(part, c, rate_Bps, profile, costs, window),
-                cpu_time(busiest[0], busiest[1], chunks, c, costs))
+                cpu_time(busiest[0], busiest[1], part / c, c, costs))
         if t < best_t * (1 - 1e-9):
             best_c, best_t = c, t
     return int(best_c)

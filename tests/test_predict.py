@@ -1,0 +1,222 @@
+"""The alpha-beta prediction of a plan's allreduce time, per-tree chunks, the shallow forest
+and the deep-or-shallow choice (horotopo.packing.alphabeta, horotopo.packing.depth)."""
+import importlib.util
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from horotopo.generate import generate
+from horotopo.packing import alphabeta as ab
+from horotopo.packing.depth import bounded_arborescence, pack_bounded
+from horotopo.plan import Plan, depth, make_plan, plan_from_trees
+from horotopo.schedule import compile_allreduce
+from horotopo.topology import bundled, from_dict, load
+
+from plan_checks import checked
+
+MiB = 1 << 20
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _star(n=4, gbps=1.0, latency_ms=0.1):
+    """``n`` hosts on one switch, each link ``gbps`` and ``latency_ms`` (a route crosses two)."""
+    return from_dict({"name": f"star-{n}", "switches": ["s"],
+                      "links": [{"ends": [f"h{i}", "s"], "gbps": gbps, "latency_ms": latency_ms}
+                                for i in range(n)],
+                      "ranks": [f"h{i}" for i in range(n)]})
+
+
+def _by_hand(nbytes, chunk, hops, lat, inv, rate, costs, window):
+    """One tree, brute force: the first chunk crosses ``hops`` hops; the rest follow at the
+    tree's rate or at what ``window`` chunks in flight sustain over one hop."""
+    part = float(nbytes)
+    c = min(chunk, part)
+    hop = lat + c * inv + 2 * costs.per_message_s + costs.per_byte_s * c
+    rate = min(rate, window * c / hop)
+    # the slowest hop (every hop here) moves the chunk at the tree's rate
+    return hops * hop + (part - c) / rate + c * (1 / rate - inv)
+
+
+COSTS = ab.SoftwareCosts(per_message_s=20e-6, per_byte_s=1e-9)
+
+
+@pytest.mark.parametrize("nbytes", [1000, MiB, 64 * MiB])
+def test_chain_matches_the_formula(nbytes):
+    topo = _star(4)
+    chain = (0, (-1, 0, 1, 2), (-1, 0, 1, 2))   # reduce 3->2->1->0, broadcast 0->1->2->3
+    rate = 125e6 / 2                            # a chain loads every NIC twice each way
+    plan = plan_from_trees(4, [(*chain, rate)], chunk_bytes=256 << 10, topology=topo)
+    got = plan.predict_time(nbytes, costs=COSTS)
+    net = _by_hand(nbytes, 256 << 10, 6, 2e-4, 1 / 125e6, rate, COSTS, ab.window_for(256 << 10))
+    # the busiest rank (a middle one) posts 4 messages and receives 2 chunks per chunk
+    chunks = math.ceil(nbytes / (256 << 10))
+    c = min(256 << 10, nbytes)
+    cpu = chunks * (4 * COSTS.per_message_s + 2 * c * COSTS.per_byte_s)
+    assert got == pytest.approx(max(net, cpu), rel=1e-12)
+    # the network alone: no software cost anywhere
+    assert plan.predict_time(nbytes, costs=ab.NO_COSTS) == pytest.approx(
+        _by_hand(nbytes, 256 << 10, 6, 2e-4, 1 / 125e6, rate, ab.NO_COSTS,
+                 ab.window_for(256 << 10)), rel=1e-12)
+
+
+def test_star_charges_the_root_for_its_children():
+    topo = _star(5, latency_ms=0.0)
+    star = (0, (-1, 0, 0, 0, 0), (-1, 0, 0, 0, 0))
+    rate = 125e6 / 4                             # the root's NIC carries four arcs each way
+    plan = plan_from_trees(5, [(*star, rate)], chunk_bytes=64 << 10, topology=topo)
+    for nbytes in (4096, 16 * MiB):
+        net = _by_hand(nbytes, 64 << 10, 2, 0.0, 1 / 125e6, rate, COSTS, ab.window_for(64 << 10))
+        c = min(64 << 10, nbytes)
+        cpu = math.ceil(nbytes / (64 << 10)) * (8 * COSTS.per_message_s
+                                                + 4 * c * COSTS.per_byte_s)
+        assert plan.predict_time(nbytes, costs=COSTS) == pytest.approx(max(net, cpu), rel=1e-12)
+    # with costs that large the root's CPU is the bottleneck of a big allreduce
+    heavy = ab.SoftwareCosts(1e-3, 1e-7)
+    cpu = math.ceil(16 * MiB / (64 << 10)) * (8e-3 + 4 * (64 << 10) * 1e-7)
+    assert plan.predict_time(16 * MiB, costs=heavy) == pytest.approx(cpu, rel=1e-12)
+
+
+def test_fill_is_charged_at_link_rates_not_at_a_small_trees_rate():
+    """The README's fattree 64 miss: a tree with a tiny share has a tiny rate, but its chunk
+    crosses each link at the link's speed."""
+    topo = _star(4)
+    chain = (0, (-1, 0, 1, 2), (-1, 0, 1, 2))
+    big, small = plan_from_trees(4, [(*chain, 60e6), (*chain, 0.6e6)], chunk_bytes=MiB,
+                                 topology=topo).trees
+    plan = Plan(n=4, trees=(big, small), chunk_bytes=MiB, throughput_Bps=60.6e6,
+                ring_Bps=60.6e6, upper_bound_Bps=None, latency_s=2e-4)
+    t = plan.predict_time(64 * MiB, costs=ab.NO_COSTS)
+    # M / R plus five more hops of a 1 MiB chunk at 1 gbps and six latencies, not six hops
+    # at 0.6 MB/s (10 s)
+    assert t == pytest.approx(64 * MiB / 60.6e6 + 5 * MiB / 125e6 + 6 * 2e-4, rel=1e-9)
+
+
+def test_network_model_scales_latency_and_caps_a_message():
+    net = ab.NetworkModel(latency_factor=13.0, bandwidth_factor=0.97, tcp_window_bytes=4 * MiB)
+    lat, inv = net.hop(5e-3, 1 / 1.25e9)
+    assert lat == pytest.approx(65e-3)
+    assert 1 / inv == pytest.approx(0.97 * 4 * MiB / 10e-3)   # the window over the round trip
+    assert net.hop(0.0, 1 / 1e9)[1] == pytest.approx(1 / 0.97e9)
+    with pytest.raises(ValueError):
+        ab.NetworkModel(latency_factor=0.0)
+
+
+def test_chunk_choice_grows_with_size():
+    # 100 gbps local links: the engine's software cost per chunk binds at small chunks
+    topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
+    chunks = [max(make_plan(topo, size=size, forest="deep").tree_chunks())
+              for size in (64 << 10, MiB, 16 * MiB, 256 * MiB, 4096 * MiB)]
+    assert chunks == sorted(chunks) and chunks[0] == 64 << 10 and chunks[-1] == 4 * MiB
+    # the tree-level rule alone, over a fine ladder of sizes, on a fast and a slow path
+    for rate, inv in ((2e9, 1 / 12.5e9), (60e6, 1 / 125e6)):
+        profile = ((2e-5, inv, 6),)
+        picks = [ab.choose_chunk(p, rate, profile, (4.0, 2.0), 64 << 10, 4 * MiB)
+                 for p in np.geomspace(1e3, 1e10, 40)]
+        assert picks == sorted(picks) and picks[-1] <= 4 * MiB
+        assert all(c >= 64 << 10 or c == math.ceil(p) for c, p in
+                   zip(picks, np.geomspace(1e3, 1e10, 40)))
+
+
+def test_plan_carries_per_tree_chunks_through_json_digest_and_tables():
+    topo = from_dict(generate("sites:gpus=8,wan_gbps=10", 32))
+    plan = checked(make_plan(topo, size=64 * MiB), topo)
+    # the deepest tree gets a smaller chunk than another (its fill is depth x chunk)
+    deep = max(plan.trees, key=lambda t: t.depth)
+    assert deep.chunk_bytes < max(plan.tree_chunks()) == plan.chunk_bytes
+    again = Plan.from_json(plan.to_json())
+    assert again == plan and again.digest == plan.digest
+    assert plan.with_chunk(plan.chunk_bytes).digest != plan.digest
+    # the step table cuts each tree's segment in that tree's chunks, scaled with the engine's
+    elems = plan.chunk_bytes // 4
+    table = compile_allreduce(plan, 0, 1 << 20, np.float32, elems)
+    for t in table.trees:
+        want = plan.tree_chunks(elems)[t.tree]
+        assert max(b - a for a, b in t.chunks) == min(want, t.chunks[-1][1] - t.chunks[0][0])
+
+
+def test_bounded_arborescence_is_a_tree_within_its_depth():
+    rng = np.random.default_rng(3)
+    for n, bound in itertools.product((2, 5, 9), (1, 2, 3)):
+        cost = rng.uniform(1, 10, (n, n))
+        for inward in (True, False):
+            parent, total = bounded_arborescence(cost, n - 1, bound, inward)
+            assert parent[n - 1] == -1 and depth(parent) <= bound
+            arcs = [(v, p) if inward else (p, v) for v, p in enumerate(parent) if p >= 0]
+            assert total == pytest.approx(sum(cost[a, b] for a, b in arcs))
+    with pytest.raises(ValueError, match="max_depth"):
+        bounded_arborescence(np.ones((3, 3)), 0, 0, True)
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3])
+def test_shallow_forest_respects_the_depth_bound(bound):
+    topo = from_dict(generate("racks:hosts_per_rack=2,gpus=4,oversub=2", 16))
+    packing = pack_bounded(topo, bound)
+    assert packing.trees and all(depth(t.reduce_parent) <= bound and depth(t.bcast_parent)
+                                 <= bound for t in packing.trees)
+    plan = checked(make_plan(topo, size=MiB, forest="shallow", max_depth=bound), topo)
+    assert plan.planner["forest"]["chosen"] == "shallow"
+    assert all(max(depth(t.reduce_parent), depth(t.bcast_parent)) <= bound for t in plan.trees)
+
+
+def test_choice_is_shallow_for_small_allreduces_across_a_wan():
+    topo = from_dict(generate("sites:gpus=4,wan_gbps=10", 16))
+    plan = make_plan(topo, size=256 << 10)
+    record = plan.planner["forest"]
+    assert record["chosen"] == "shallow"
+    assert record["shallow"]["predicted_s"] < record["deep"]["predicted_s"]
+    assert plan.predict_time(256 << 10) == pytest.approx(record["shallow"]["predicted_s"])
+    assert "forest: shallow" in plan.describe()
+
+
+def test_choice_is_deep_for_large_allreduces_on_a_bandwidth_bound_cluster():
+    topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
+    plan = make_plan(topo, size=256 * MiB)
+    record = plan.planner["forest"]
+    assert record["chosen"] == "deep"
+    assert record["deep"]["predicted_s"] < record["shallow"]["predicted_s"]
+    # forcing the other forest gives the plan the record predicted
+    forced = make_plan(topo, size=256 * MiB, forest="shallow")
+    assert forced.predict_time(256 * MiB) == pytest.approx(record["shallow"]["predicted_s"])
+    with pytest.raises(ValueError, match="forest"):
+        make_plan(topo, forest="medium")
+
+
+# -- against the simulator ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench():
+    pytest.importorskip("horotopo.simulation")
+    from horotopo.transport.simulated import SimulatorMissing
+
+    spec = importlib.util.spec_from_file_location("predict_check",
+                                                  ROOT / "benchmarks" / "predict_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        mod.network = mod.measure_network()
+    except SimulatorMissing as exc:
+        pytest.skip(str(exc))
+    return mod
+
+
+def test_simulator_network_is_measured(bench):
+    net = bench.network
+    assert net.latency_factor > 1 and 0.5 < net.bandwidth_factor <= 1
+    assert net.tcp_window_bytes is not None
+
+
+@pytest.mark.parametrize("spec,n,size,forest", [
+    ("sites:gpus=4,wan_gbps=10", 8, 64 * MiB, "deep"),
+    ("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16, 64 * MiB, "shallow"),
+])
+def test_prediction_within_15_percent_of_the_simulation(bench, spec, n, size, forest):
+    topo = from_dict(generate(spec, n))
+    plan = make_plan(topo, size=size, forest=forest)
+    sim = bench.simulate_plan(topo, plan, size, timeout_s=120)
+    assert sim["wrong"] == 0
+    pred = plan.predict_time(size, costs=bench.software_costs(), network=bench.network)
+    assert pred == pytest.approx(sim["time_s"], rel=0.15)
