@@ -18,7 +18,6 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_percent, pack,
                       ring_packing, start_bound, validate_arborescence)
 from .packing import alphabeta as _ab
-from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
 from .packing.depth import check_forest, choose_forest
@@ -412,15 +411,8 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               max_trees_per_root: int = 4, target_gap: float = 0.01,
               progress: Optional[Any] = None, size: Optional[int] = None,
-              forest: str = "auto", max_depth: Optional[int] = None,
-              hierarchy: Optional[str] = None) -> Plan:
+              forest: str = "auto", max_depth: Optional[int] = None) -> Plan:
     """Plan ``topology``: certified packing, pruned, never slower than ring on the model.
-
-    ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
-    hosts with an intra-host stage (:mod:`horotopo.packing.hierarchy`), expanded to rank-level
-    trees; its certificate is the hierarchical model's bound, and ``planner`` holds the flat
-    model's bound beside it. The forest is then the deep one (the shallow alternative is
-    packed over ranks).
 
     ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
     chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
@@ -430,16 +422,9 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     """
     size = target_size(size)
     check_forest(forest)
-    if _hierarchy.use_hierarchy(topology, hierarchy):
-        rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
-        ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
-        packing = _hierarchy.pack_hierarchical(topology, max_trees_per_root=max_trees_per_root,
-                                               target_gap=target_gap, progress=progress)
-        forest = "deep"
-    else:
-        ring = ring_packing(topology)
-        packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
-                       progress=progress)
+    ring = ring_packing(topology)
+    packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
+                   progress=progress)
     plan, record = choose_forest(
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
