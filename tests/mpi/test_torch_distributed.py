@@ -202,6 +202,12 @@ def test_ring_exchange_respects_tags_for_every_dtype(gloo):
             w.wait()
         assert torch.equal(got_a, data(dtype, left)), (dtype, got_a)
         assert torch.equal(got_b, data(dtype, left + 10)[:4].reshape(2, 2)), (dtype, got_b)
+    got = torch.zeros(3)  # torch's batch form goes through the same send and recv
+    ops = [dist.P2POp(dist.isend, torch.full((3,), float(me)), right),
+           dist.P2POp(dist.irecv, got, left)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert torch.equal(got, torch.full((3,), float(left)))
 
 
 def test_send_recv_beside_collectives_and_from_any_rank(gloo):

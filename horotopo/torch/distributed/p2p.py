@@ -104,7 +104,11 @@ class PointToPoint:
                                    "mpi4py.rc.thread_level says otherwise)")
         # The untracked transport under the engine's TrackedTransport: the user's messages are
         # not the plan's link traffic that the adaptive engine times (as the probe's are not).
-        transport = getattr(runtime().engine.tracked, "inner")
+        engine = runtime().engine
+        if engine is None:
+            raise RuntimeError(f"{what} on the horotopo backend: horotopo's runtime has no "
+                               f"engine (it has shut down, or never started)")
+        transport = engine.tracked.inner
         space = transport.user_tags()
         per_group = min(TAGS_PER_GROUP, len(space) // 32)  # >= 16 groups of tags
         if per_group < 1:
