@@ -20,9 +20,9 @@ from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_per
 from .packing import alphabeta as _ab
 from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
+from .packing.alphabeta import target_size
 from .packing.depth import check_forest, choose_forest
 from .packing.gk import PHASE_START
-from . import config
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
@@ -153,15 +153,9 @@ class Plan:
     def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None, *,
                      costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS,
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
-        """Modelled seconds for an allreduce of ``nbytes`` (the alpha-beta model of
-        :mod:`horotopo.packing.alphabeta`).
-
-        Each tree pipelines its share in its chunks: the first chunk crosses the tree's
-        critical reduce and broadcast paths, each hop costing its route latency, the chunk at
-        the hop's bottleneck *link* rate and the engine's software cost of a send and a
-        receive; the rest follow at the tree's planned rate (or what the window of chunks in
-        flight sustains). The slowest tree, or the busiest rank's software time over all
-        trees, is the allreduce's time.
+        """Modelled seconds for an allreduce of ``nbytes``: the slowest tree's pipeline (its
+        first chunk over its critical paths at the hops' *link* rates, the rest at the tree's
+        rate), or the busiest rank's software time (:mod:`horotopo.packing.alphabeta`).
 
         Parameters
         ----------
@@ -170,14 +164,12 @@ class Plan:
         chunk_bytes : int, optional
             The engine's chunk size (see :meth:`tree_chunks`); None: the plan's.
         costs : SoftwareCosts
-            The engine's per-message and per-byte software costs (default: measured,
-            :data:`horotopo.packing.alphabeta.ENGINE_COSTS`; ``NO_COSTS`` for the network alone).
+            The engine's software costs (default the measured ``ENGINE_COSTS``).
         network : NetworkModel
-            What the transport makes of the declared links (default: the links as declared).
+            What the transport makes of the declared links (default: as declared).
 
-        A tree without a profile (a plan made from explicit trees, with no network) is charged
-        ``depth`` hops at the plan's worst latency and at the tree's own planned rate: an
-        upper estimate, since a chunk crosses a link at least at its share of it.
+        A tree without a profile (explicit trees, no network) is charged ``depth`` hops at
+        the plan's worst latency and its own rate: an upper estimate.
         """
         if nbytes <= 0 or self.n == 1:
             return 0.0
@@ -350,18 +342,6 @@ def _ring_time(plan: Plan, nbytes: int) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # building plans
-
-
-def target_size(size: Optional[int] = None) -> int:
-    """The allreduce size a plan is made for: ``size``, else the fusion threshold
-    (``HOROVOD_FUSION_THRESHOLD``: a training step's allreduces are fusion buffers of about
-    that size), else, with fusion off, that setting's default."""
-    if size is not None:
-        if int(size) < 1:
-            raise ValueError(f"size: a plan is made for a positive allreduce size, got {size}")
-        return int(size)
-    threshold = int(config.get("HOROVOD_FUSION_THRESHOLD"))
-    return threshold if threshold > 0 else int(config.lookup("HOROVOD_FUSION_THRESHOLD").default)
 
 
 def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:

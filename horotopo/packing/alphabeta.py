@@ -32,13 +32,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import config
 from ..topology import Topology
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
            "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time",
-           "describe_choice"]
+           "describe_choice", "target_size"]
 
 #: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
 #: inverse of the hop's bottleneck link rate (0 between ranks that share memory); the order of
@@ -55,6 +56,18 @@ WINDOW_BYTES = 2 << 20
 DEFAULT_WINDOW = 4
 #: The largest automatic window.
 MAX_WINDOW = 32
+
+
+def target_size(size: Optional[int] = None) -> int:
+    """The allreduce size a plan is made for: ``size``, else the fusion threshold
+    (``HOROVOD_FUSION_THRESHOLD``: a training step's allreduces are fusion buffers of about
+    that size), else, with fusion off, that setting's default."""
+    if size is not None:
+        if int(size) < 1:
+            raise ValueError(f"size: a plan is made for a positive allreduce size, got {size}")
+        return int(size)
+    threshold = int(config.get("HOROVOD_FUSION_THRESHOLD"))
+    return threshold if threshold > 0 else int(config.lookup("HOROVOD_FUSION_THRESHOLD").default)
 
 
 def window_for(chunk_bytes: int) -> int:
