@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from horotopo.cli.simulate_cmd import ALGORITHMS, resolve, simulate
-from horotopo.plan import parse_size
+from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
+from horotopo.plan import Plan, parse_size
 from horotopo.simulation import SimulationError
 
 DEFAULT_GENERATORS = ["racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
@@ -39,41 +41,76 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def point(spec: str, n: int, size: int, probe: str, max_wall: float) -> Dict[str, Any]:
-    """One generator at one rank count: the simulate result flattened, or the limit met."""
+def _cached(plans: Optional[Path], name: str) -> Tuple[Optional[Plan], Optional[float]]:
+    """A plan saved for topology ``name`` under ``plans`` and the planner's time then."""
+    path = plans / f"{name}.json" if plans else None
+    if path is None or not path.exists():
+        return None, None
+    doc = json.loads(path.read_text())
+    return Plan.from_json(doc["plan"]), doc.get("planner_s")
+
+
+def point(spec: str, n: int, size: int, probe: str, max_wall: float,
+          algorithms: Sequence[str] = ALGORITHMS, chunk: Optional[int] = None,
+          plans: Optional[Path] = None) -> Dict[str, Any]:
+    """One generator at one rank count: the simulate result flattened, or the limit met.
+
+    With ``plans`` (a folder), a plan saved there for the topology is shared instead of
+    planning (the row keeps the planner time saved with it, ``planner`` "cached"), and a plan
+    made here is saved there."""
     topo = resolve(spec, n)
     row: Dict[str, Any] = {"generator": spec, "topology": topo.name, "ranks": n, "size": size,
-                           "probe": probe}
+                           "probe": probe, "chunk_bytes": chunk}
+    given, planner_s = _cached(plans, topo.name)
     t0 = time.perf_counter()
     try:
-        res = simulate(topo, size, probe, timeout_s=max_wall)
+        res = simulate(topo, size, probe, timeout_s=max_wall, algorithms=algorithms,
+                       plan=given, chunk_bytes=chunk)
     except SimulationError as exc:
         row.update(limit=str(exc).splitlines()[0], wall_s=time.perf_counter() - t0)
         return row
+    if given is None and plans is not None:
+        plans.mkdir(parents=True, exist_ok=True)
+        (plans / f"{topo.name}.json").write_text(json.dumps(
+            {"plan": res["plan"], "planner_s": res["planner_s"]}))
     by = {r["algorithm"]: r for r in res["rows"]}
-    row.update({f"{alg}_s": by[alg]["time_s"] for alg in ALGORITHMS})
-    row.update(wrong=sum(by[alg]["wrong"] for alg in ALGORITHMS),
-               predicted_tree_s=by["tree"]["predicted_s"], optimum_s=res["optimum_s"],
-               init_simulated_s=res["init_simulated_s"],
-               probe_simulated_s=res["probe_simulated_s"], planner_s=res["planner_s"],
-               messages=res["messages"], wall_s=res["wall_s"])
+    row.update({f"{alg}_s": by[alg]["time_s"] if alg in by else None for alg in ALGORITHMS})
+    row.update(wrong=sum(r["wrong"] for r in res["rows"]),
+               predicted_tree_s=by["tree"]["predicted_s"] if "tree" in by else None,
+               optimum_s=res["optimum_s"], init_simulated_s=res["init_simulated_s"],
+               probe_simulated_s=res["probe_simulated_s"],
+               planner_s=res["planner_s"] if given is None else planner_s,
+               planner="cached" if given is not None else "run",
+               chunks={r["algorithm"]: r["chunk_bytes"] for r in res["rows"]},
+               messages=res["messages"], wall_s=res["wall_s"],
+               cpu_s=res["simulation_cpu_s"])
     return row
+
+
+def _ms(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v * 1e3:.1f}"
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
     head = (f"{'topology':<30} {'ranks':>5} {'tree ms':>9} {'ring ms':>9} {'dbtree ms':>9} "
-            f"{'optimum ms':>10} {'init ms':>8} {'planner s':>9} {'messages':>9} {'wall s':>7}")
+            f"{'optimum ms':>10} {'init ms':>8} {'planner s':>9} {'chunk':>6} {'messages':>9} "
+            f"{'wall s':>7} {'cpu s':>6}")
     lines = [head]
     for r in rows:
         if "limit" in r:
             lines.append(f"{r['topology'][:30]:<30} {r['ranks']:>5}  limit: {r['limit']}")
             continue
-        opt = "-" if r["optimum_s"] is None else f"{r['optimum_s'] * 1e3:.1f}"
+        planner = "-" if r["planner_s"] is None else f"{r['planner_s']:.2f}"
+        if r["planner"] == "cached":
+            planner += "*"
+        chunk = "plan" if r["chunk_bytes"] is None else f"{r['chunk_bytes'] >> 10}K"
         lines.append(
-            f"{r['topology'][:30]:<30} {r['ranks']:>5} {r['tree_s'] * 1e3:>9.1f} "
-            f"{r['ring_s'] * 1e3:>9.1f} {r['dbtree_s'] * 1e3:>9.1f} {opt:>10} "
-            f"{r['init_simulated_s'] * 1e3:>8.2f} {r['planner_s']:>9.2f} {r['messages']:>9} "
-            f"{r['wall_s']:>7.1f}")
+            f"{r['topology'][:30]:<30} {r['ranks']:>5} {_ms(r['tree_s']):>9} "
+            f"{_ms(r['ring_s']):>9} {_ms(r['dbtree_s']):>9} {_ms(r['optimum_s']):>10} "
+            f"{r['init_simulated_s'] * 1e3:>8.2f} {planner:>9} {chunk:>6} {r['messages']:>9} "
+            f"{r['wall_s']:>7.1f} {r['cpu_s']:>6.1f}")
+    if any(r.get("planner") == "cached" for r in rows):
+        lines.append("* planner time saved with a cached plan (--plans), not run here")
     return "\n".join(lines)
 
 
@@ -95,12 +132,15 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
         colour = f"C{k}"
         label = gen.split(":")[0]
         for alg in ALGORITHMS:
-            ax_t.plot(xs, [r[f"{alg}_s"] * 1e3 for r in done], styles[alg], color=colour,
-                      label=f"{label} {alg}")
-        ax_i.plot(xs, [r["init_simulated_s"] + r["planner_s"] for r in done], "-o",
+            pts = [(r["ranks"], r[f"{alg}_s"] * 1e3) for r in done if r[f"{alg}_s"] is not None]
+            if pts:
+                ax_t.plot(*zip(*pts), styles[alg], color=colour, label=f"{label} {alg}")
+        timed = [r for r in done if r["planner_s"] is not None]
+        ax_i.plot([r["ranks"] for r in timed],
+                  [r["init_simulated_s"] + r["planner_s"] for r in timed], "-o",
                   color=colour, label=f"{label}: init + planner")
-        ax_i.plot(xs, [r["planner_s"] for r in done], ":", color=colour,
-                  label=f"{label}: planner (wall)")
+        ax_i.plot([r["ranks"] for r in timed], [r["planner_s"] for r in timed], ":",
+                  color=colour, label=f"{label}: planner (wall)")
     size = rows[0]["size"] if rows else 0
     ax_t.set(xscale="log", yscale="log", xlabel="ranks", ylabel="allreduce time (ms, simulated)",
              title=f"{size / 2 ** 20:g} MiB allreduce")
@@ -128,6 +168,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "simulate at hundreds of ranks), or the probe's modes")
     ap.add_argument("--max-wall", type=float, default=600.0,
                     help="wall seconds per point, planner included; past it, a measured limit")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                    help="subset of %(default)s (ring's 2 n (n - 1) messages dominate at "
+                         "thousands of ranks)")
+    ap.add_argument("--chunk", default=None, type=parse_size,
+                    help="full-size chunk for every algorithm instead of the plans' (fewer "
+                         "messages: a faster simulation of a different engine setting)")
+    ap.add_argument("--plans", default=None, type=Path,
+                    help="folder of plans per topology name: reused when present (the "
+                         "planner's saved time is shown, starred), saved when made here")
     ap.add_argument("--png", default=None, help="draw the figure here")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
     args = ap.parse_args(argv)
@@ -136,14 +185,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     for spec in filter(None, args.generators.split(";")):
         for n in ranks:
             say(f"{spec} at {n} ranks ...")
-            row = point(spec, n, args.size, args.probe, args.max_wall)
+            row = point(spec, n, args.size, args.probe, args.max_wall,
+                        parse_algorithms(args.algorithms), args.chunk, args.plans)
             rows.append(row)
             if "limit" in row:
                 say(f"  limit: {row['limit']} ({row['wall_s']:.0f} s); larger sizes skipped")
                 break
-            say(f"  tree {row['tree_s'] * 1e3:.1f} ms, ring {row['ring_s'] * 1e3:.1f} ms, "
-                f"dbtree {row['dbtree_s'] * 1e3:.1f} ms; planner {row['planner_s']:.2f} s; "
-                f"{row['wall_s']:.0f} s wall")
+            say(f"  tree {_ms(row['tree_s'])} ms, ring {_ms(row['ring_s'])} ms, dbtree "
+                f"{_ms(row['dbtree_s'])} ms; planner {row['planner_s']} s "
+                f"({row['planner']}); {row['wall_s']:.0f} s wall, {row['cpu_s']:.0f} s CPU, "
+                f"load {os.getloadavg()[0]:.1f}")
     if args.png:
         plot(rows, args.png)
         say(f"figure: {args.png}")

@@ -399,6 +399,17 @@ def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_p
     (row,) = json.loads(capsys.readouterr().out)["rows"]
     assert row["ranks"] == 4 and row["wrong"] == 0 and png.stat().st_size > 0
     assert all(row[f"{alg}_s"] > 0 for alg in ("tree", "ring", "dbtree"))
+    # --plans saves the plan made here and shares it on the next run; --chunk sets the chunk
+    plans = tmp_path / "plans"
+    for _ in range(2):
+        assert bench.main(["--generators", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4",
+                           "--size", "64K", "--algorithms", "tree", "--chunk", "16K",
+                           "--plans", str(plans), "--json"]) == 0
+        (again,) = json.loads(capsys.readouterr().out)["rows"]
+        assert again["ring_s"] is None and again["chunks"] == {"tree": 16 << 10}
+    saved = json.loads((plans / f"{row['topology']}.json").read_text())
+    assert again["planner"] == "cached" and again["planner_s"] == saved["planner_s"]
+    assert again["messages"] < row["messages"]
     assert bench.main(["--generators", "fattree", "--ranks", "4,8", "--size", "64K",
                        "--max-wall", "1e-6", "--json"]) == 0
     (limit,) = json.loads(capsys.readouterr().out)["rows"]

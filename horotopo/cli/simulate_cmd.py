@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -67,6 +68,12 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p.add_argument("--algorithms", default=",".join(ALGORITHMS), type=parse_algorithms,
                    help="comma-separated subset of %(default)s to run (ring's 2 n (n - 1) "
                         "messages dominate a simulation of thousands of ranks)")
+    p.add_argument("--chunk", default=None, type=parse_size,
+                   help="full-size chunk for every algorithm instead of the plans' (fewer, "
+                        "larger messages: a faster simulation of a different engine setting)")
+    p.add_argument("--plan", default=None,
+                   help="plan JSON to share instead of planning (python -m horotopo plan ... "
+                        "--json, or a previous simulation's 'plan'); needs --probe declared")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(func=run)
     return p
@@ -115,13 +122,25 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
 
 def simulate(topology: Topology, size: int, probe: str = "declared",
              progress: Any = None, timeout_s: Optional[float] = None,
-             algorithms: Sequence[str] = ALGORITHMS) -> Dict[str, Any]:
+             algorithms: Sequence[str] = ALGORITHMS, plan: Optional[Plan] = None,
+             chunk_bytes: Optional[int] = None) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
     simulation, planner included (:class:`~horotopo.simulation.SimulationError` past it).
     ``algorithms`` is the subset of :data:`ALGORITHMS` to run, one row each.
+
+    ``plan`` (with ``probe="declared"``): rank 0 shares this plan instead of planning (a plan
+    made earlier for the same topology: the planner's time is then not part of this run, and
+    ``planner_s`` is None). ``chunk_bytes`` replaces every algorithm's full-size chunk: the
+    engine's message count is ``size / chunk`` per tree edge and direction, and a simulation's
+    wall time is about proportional to messages, so larger chunks make big clusters
+    affordable, at the price of a longer pipeline fill than the plan's chunk would give (the
+    result is a different engine setting, reported as such, not the plan's).
+
+    The ring plan (``ring_plan``) is made only for the ``ring`` row; ``dbtree`` runs at the
+    plan's chunk size, so tree and dbtree differ only in their trees.
     """
     from ..engine import Engine
     from ..planning_protocol import share_plan
@@ -132,11 +151,14 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")
     algorithms = parse_algorithms(",".join(algorithms))
+    if plan is not None and (probe != "declared" or plan.n != topology.n):
+        raise ValueError(f"a given plan needs --probe declared and {topology.n} ranks (it has "
+                         f"{plan.n}; probe {probe!r})")
     n = topology.n
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
-    ring = ring_plan(topology)
-    planner: Dict[str, float] = {}
+    ring = ring_plan(topology) if "ring" in algorithms else None
+    planner: Dict[str, Optional[float]] = {}
 
     def body(t: Any) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -150,24 +172,28 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             out["probe_s"] = t.now() - t0
 
         def build() -> Tuple[Plan, Topology]:
+            if plan is not None:
+                planner["s"] = None
+                return plan, topology
             w0 = time.perf_counter()
             model = from_dict(doc) if doc is not None else topology
-            plan = ring_plan(model) if probe == "off" else make_plan(model)
+            made = ring_plan(model) if probe == "off" else make_plan(model)
             planner["s"] = time.perf_counter() - w0
-            return plan, model
+            return made, model
 
-        plan, _ = share_plan(t, build, what="init")
+        shared, _ = share_plan(t, build, what="init")
         out["init_s"] = t.now() - t0
         if t.rank == 0:
-            out["plan"] = plan.to_json()
+            out["plan"] = shared.to_json()
             out["planner_s"] = planner["s"]
             out["probed"] = doc
         want = np.float32(n * (n - 1) / 2)
         for alg in algorithms:
-            p = plan if alg == "tree" else ring
+            p = ring if alg == "ring" else shared
+            full = chunk_bytes or p.chunk_bytes
             # chunks scaled down alike, so the pipeline has the full-size run's chunk count
-            chunk = max(4, int(p.chunk_bytes / scale) // 4 * 4)
-            eng = Engine(t, p, chunk_bytes=chunk, window=window_for(p.chunk_bytes))
+            chunk = max(4, int(full / scale) // 4 * 4)
+            eng = Engine(t, p, chunk_bytes=chunk, window=window_for(full))
             x = np.full(elems, t.rank, np.float32)
             t.barrier()
             s = t.now()
@@ -178,9 +204,10 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     t0 = time.perf_counter()
     sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s)
     first = sim.results[0]
-    plan = first["plan"]
-    predicted = {"tree": Plan.from_json(plan).predict_time(size),
-                 "ring": ring.predict_time(size), "dbtree": None}
+    doc = first["plan"]
+    made = Plan.from_json(doc)
+    predicted = {"tree": made.predict_time(size, chunk_bytes),
+                 "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None}
     rows: List[Dict[str, Any]] = []
     for alg in algorithms:
         t_s = max(r[alg]["time_s"] for r in sim.results)
@@ -188,16 +215,18 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         rows.append({"algorithm": alg, "size": size, "time_s": t_s, "algbw_GBps": algbw,
                      "busbw_GBps": algbw * 2 * (n - 1) / n,
                      "wrong": sum(r[alg]["wrong"] for r in sim.results),
-                     "predicted_s": predicted[alg]})
-    bound = plan.get("upper_bound_Bps")
+                     "predicted_s": predicted[alg],
+                     "chunk_bytes": chunk_bytes or (ring if alg == "ring" else made).chunk_bytes})
+    bound = doc.get("upper_bound_Bps")
     out: Dict[str, Any] = {
         "topology": topology.name, "ranks": n, "size": size, "scale": scale, "probe": probe,
         "probe_simulated_s": first.get("probe_s"),
         "init_simulated_s": max(r["init_s"] for r in sim.results),
         "planner_s": first["planner_s"],
-        "throughput_Bps": plan.get("throughput_Bps"), "upper_bound_Bps": bound,
-        "optimum_s": size / bound if bound else None,
-        "rows": rows, "wall_s": time.perf_counter() - t0, "messages": sim.messages}
+        "throughput_Bps": doc.get("throughput_Bps"), "upper_bound_Bps": bound,
+        "optimum_s": size / bound if bound else None, "rows": rows,
+        "wall_s": time.perf_counter() - t0, "simulation_wall_s": sim.wall_s,
+        "simulation_cpu_s": sim.cpu_s, "messages": sim.messages, "plan": doc}
     if first["probed"] is not None:
         out["probed_topology"] = first["probed"]
     return out
@@ -218,9 +247,13 @@ def run(args: argparse.Namespace) -> int:
     _say(f"simulating {topology.name!r}: {topology.n} ranks, {format_size(args.size)}, "
          f"probe {args.probe}")
     try:
+        given = None
+        if args.plan:
+            doc = json.loads(Path(args.plan).read_text())
+            given = Plan.from_json(doc["plan"] if "rows" in doc else doc)  # a --json result
         res = simulate(topology, args.size, args.probe, progress=_say,
-                       algorithms=args.algorithms)
-    except SimulatorMissing as exc:
+                       algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk)
+    except (SimulatorMissing, OSError, ValueError) as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -228,9 +261,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     probe = ("" if res["probe_simulated_s"] is None
              else f"probe ({res['probe']}, simulated): {res['probe_simulated_s']:.3f} s; ")
+    planner = ("given (--plan)" if res["planner_s"] is None
+               else f"{res['planner_s']:.2f} s")
     print(f"{probe}init (simulated): {res['init_simulated_s'] * 1e3:.2f} ms; planner (this "
-          f"machine): {res['planner_s']:.2f} s; simulation took {res['wall_s']:.1f} s wall, "
-          f"{res['messages']} messages")
+          f"machine): {planner}; simulation took {res['wall_s']:.1f} s wall "
+          f"({res['simulation_cpu_s']:.1f} s CPU), {res['messages']} messages")
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")
