@@ -313,3 +313,42 @@ def test_broadcast_root_out_of_range_is_a_value_error():
     rt = _runtime_with_engine(size=4)
     with pytest.raises(ValueError, match="root_rank 4 is out of range: there are 4 ranks"):
         rt.enqueue(BROADCAST, [("b", np.ones(2), np.ones(2))], root=4)
+
+
+def _req(name, kind, call="", count=1):
+    from horotopo.api.records import Request, Signature
+
+    return Request(name, Signature(kind, "float32", (2,), 1, 1.0, 1.0, 0, -1), 0.0, call, count)
+
+
+def test_different_collectives_under_one_call_are_a_mismatch_for_all_its_names():
+    from horotopo.api.controller import Coordinator
+    from horotopo.api.records import ALLGATHER, ALLREDUCE
+    from horotopo.api.settings import Settings
+
+    c = Coordinator(2, Settings.from_env())
+    assert c.respond([[_req("g.0of2", ALLREDUCE, "g", 2)], []], False) == []
+    got = c.respond([[_req("g.1of2", ALLREDUCE, "g", 2)], [_req("g", ALLGATHER)]], False)
+    assert sorted(r.name for r in got) == ["g", "g.0of2", "g.1of2"]
+    assert {r.error for r in got} == {"Mismatched operations: One rank did an ALLREDUCE, but "
+                                      "another rank did an ALLGATHER."}
+    assert c.table == {}
+
+
+def test_a_name_answered_through_a_join_can_come_again():
+    """Regression: a name answered because the other ranks had joined left rank 0's call
+    record behind; when the name came again, rank 0 looked up a request it had not made."""
+    from horotopo.api.controller import Coordinator
+    from horotopo.api.records import ALLREDUCE, JOIN, JOIN_NAME
+    from horotopo.api.settings import Settings
+
+    c = Coordinator(3, Settings.from_env())
+    assert c.respond([[_req("n", ALLREDUCE)], [], []], False) == []
+    got = c.respond([[], [_req(JOIN_NAME, JOIN)], [_req(JOIN_NAME, JOIN)]], False)
+    assert [r.name for r in got] == ["n"]
+    assert c._calls == {}      # nothing of the answered name is left to meet its next use
+    c.respond([[_req(JOIN_NAME, JOIN)], [], []], False)          # the join completes
+    assert c.respond([[], [], [_req("n", ALLREDUCE)]], False) == []
+    assert c.respond([[], [_req("n", ALLREDUCE)], []], False) == []
+    (resp,) = c.respond([[_req("n", ALLREDUCE)], [], []], False)
+    assert (resp.name, resp.error) == ("n", None)

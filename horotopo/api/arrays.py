@@ -17,7 +17,7 @@ from .handles import HandleTable
 from .errors import HorovodInternalError
 from .ops import Adasum, check_adasum, check_op, handle_average_backwards_compatibility
 from .runtime import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, SUPPORTED_DTYPES, dtype_name
-from .records import BARRIER_NAME, JOIN, JOIN_NAME, REDUCESCATTER
+from .records import ALLTOALL, BARRIER_NAME, JOIN, JOIN_NAME, REDUCESCATTER
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
            "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
@@ -332,9 +332,9 @@ def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
     mine = _alltoall_splits(world, s.array.shape[0], splits)
     base = name or unnamed("alltoall")
     # One call of two names: rank 0 compares it as a whole with what the others submitted.
-    h_splits = rt.enqueue(ALLGATHER, [(f"{base}.splits", np.array(mine, np.int64), None)],
+    h_splits = rt.enqueue(ALLTOALL, [(f"{base}.splits", np.array(mine, np.int64), None)],
                           pset=pset, call=(base, 2))
-    h_data = rt.enqueue(ALLGATHER, [(f"{base}.data", s.array, None)], device=s.device,
+    h_data = rt.enqueue(ALLTOALL, [(f"{base}.data", s.array, None)], device=s.device,
                         ready=ready_hook(s.device, s.array), pset=pset, call=(base, 2))
 
     def finish(got_splits: List[Any], got_data: List[Any]) -> Any:

@@ -292,6 +292,8 @@ def _timeline_from_env(rt: Runtime) -> None:
                                  f"({exc.strerror})") from exc
 
 
-def check_process_set(process_set: Any, what: str = "Allreduce") -> Tuple[int, Tuple[int, ...]]:
-    """``(id, ranks)`` of the set a collective ``what`` runs on (see :func:`.process_sets.resolve`)."""
+def check_process_set(process_set: Any,
+                      what: str = "Allreduce") -> Tuple[int, Tuple[int, ...]]:
+    """``(id, ranks)`` of the set a collective ``what`` runs on (this rank must be in it; see
+    :func:`.process_sets.resolve`)."""
     return resolve(process_set, what)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence
 
 from .ops import horovod_dtype_name, shape_string
-from .records import (ALLGATHER, ALLREDUCE, BROADCAST, REDUCESCATTER, RETUNE, RETUNE_MODES,
-                      Signature)
+from .records import (ALLREDUCE, BROADCAST, GATHERS, REDUCESCATTER, RETUNE,
+                      RETUNE_MODES, Signature)
 
 __all__ = ["CHECKS", "first_mismatch"]
 
@@ -34,7 +34,7 @@ def _device_kind(on_cpu: bool) -> str:
 
 
 def _check_gather_shapes(kind: str, sigs: List[Signature]) -> Optional[str]:
-    if kind != ALLGATHER:
+    if kind not in GATHERS:
         return None
     first = sigs[0].shape
     if len(first) == 0:

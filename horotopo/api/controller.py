@@ -36,8 +36,8 @@ import numpy as np
 from .. import timeline as _timeline
 from .checks import first_mismatch
 from .errors import SHUT_DOWN
-from .records import (ALLGATHER, ALLREDUCE, BROADCAST, JOIN, JOIN_NAME, REDUCESCATTER, Entry,
-                      Request, Response, Signature)
+from .records import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, GATHERS, JOIN, JOIN_NAME,
+                      REDUCESCATTER, Entry, Request, Response, Signature)
 from .settings import Settings, log
 
 __all__ = ["ResponseCache", "bits_of", "Coordinator", "Controller", "trace_negotiations"]
@@ -52,6 +52,7 @@ _FLAG_NONE_JOINED = 4  # cleared by a rank that has joined (hvd.join) and waits 
 JOIN_ERRORS: Dict[str, str] = {
     ALLGATHER: "Allgather is not supported with Join at this time. Specify sparse_to_dense=True "
                "if using DistributedOptimizer",
+    ALLTOALL: "Alltoall is not supported with Join at this time.",
     BROADCAST: "Broadcast is not supported with Join at this time.",
     REDUCESCATTER: "Reducescatter is not supported with Join at this time.",
 }
@@ -131,6 +132,7 @@ class _Slot:
     reqs: Dict[int, Signature] = field(default_factory=dict)
     ready: Dict[int, float] = field(default_factory=dict)  # when each rank asked
     warned: float = 0.0                            # the last stall warning naming it
+    calls: Set[Tuple[int, str]] = field(default_factory=set)  # the calls it was asked under
 
 
 class Coordinator:
@@ -185,6 +187,7 @@ class Coordinator:
                 if slot is None:
                     slot = self.table[req.name] = _Slot(t0=asked)
                 slot.reqs[r] = req.sig
+                slot.calls.add(key)
                 slot.ready[r] = asked
                 slot.t0 = min(slot.t0, asked)
         joined = set(self.joined)
@@ -194,6 +197,11 @@ class Coordinator:
         ready = [n for n, slot in self.table.items()
                  if self._complete(slot.reqs, next(iter(slot.reqs.values())).pset, joined)]
         slots = [(n, self.table.pop(n)) for n in ready]
+        for _, slot in slots:
+            # Answered (every rank asked for it, or a joined rank stands in): its calls are
+            # no mismatch, and their records must not outlive it (the name may come again).
+            for key in slot.calls:
+                self._calls.pop(key, None)
         if keep_ready_times:
             self.ready_times.update((n, slot.ready) for n, slot in slots)
         responses += [self.construct(n, slot.reqs, bool(joined)) for n, slot in slots]
@@ -231,8 +239,11 @@ class Coordinator:
             ranks = sorted(seen)
             if all(seen[r][1] == seen[ranks[0]][1] for r in ranks):
                 continue   # one set of names: their own checks (Horovod's order) answer them
-            kinds = {r: self.table[seen[r][1][0]].reqs[r].kind if seen[r][1][0] in self.table
-                     else None for r in ranks}
+            kinds = {}
+            for r in ranks:
+                slot = self.table.get(seen[r][1][0])
+                sig = slot.reqs.get(r) if slot is not None else None
+                kinds[r] = sig.kind if sig is not None else None
             first = kinds[ranks[0]]
             other = next((kinds[r] for r in ranks[1:] if kinds[r] != first), None)
             if first is None or other is None:
@@ -242,6 +253,8 @@ class Coordinator:
             for name in dict.fromkeys(n for r in ranks for n in seen[r][1]):
                 slot = self.table.pop(name, None)
                 if slot is not None:
+                    for other_key in slot.calls - {key}:
+                        self._calls.pop(other_key, None)
                     sig = next(iter(slot.reqs.values()))
                     out.append(Response(sig.kind, name, error, sig))
         return out
@@ -255,7 +268,7 @@ class Coordinator:
         error = first_mismatch(first.kind, sigs)
         if error is None and some_joined:
             error = JOIN_ERRORS.get(first.kind)
-        extra = [s.shape[0] for s in sigs] if error is None and first.kind == ALLGATHER \
+        extra = [s.shape[0] for s in sigs] if error is None and first.kind in GATHERS \
             else None
         return Response(first.kind, name, error, first, extra)
 

@@ -19,8 +19,9 @@ from .. import timeline as _timeline
 from ..buffers import array_module, device_scope, synchronize
 from .fusion import FusionBuffers, FusionGroup, fuse, plan_fusion
 from .ops import OP_NAMES, Adasum, Average
-from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES,
-                      PROCESS_SET, REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response, Signature)
+from .records import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES,
+                      PROCESS_SET, REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response,
+                      Signature)
 from .settings import log
 
 __all__ = ["Executor", "OpExecutor", "EXECUTORS", "OnDevice"]
@@ -220,6 +221,13 @@ class AllgatherExecutor(OpExecutor):
         return [out]
 
 
+class AlltoallExecutor(AllgatherExecutor):
+    """An alltoall's two allgathers (its splits, then its rows; the front end keeps what is
+    addressed to this rank)."""
+
+    kind = ALLTOALL
+
+
 class BarrierExecutor(OpExecutor):
     """Nothing to move: every rank reaching this response is the barrier."""
 
@@ -284,6 +292,7 @@ class JoinExecutor(OpExecutor):
 #: The executor of each op kind.
 EXECUTORS: Dict[str, OpExecutor] = {x.kind: x for x in (
     AllreduceExecutor(), ReducescatterExecutor(), BroadcastExecutor(), AllgatherExecutor(),
+    AlltoallExecutor(),
     BarrierExecutor(), RetuneExecutor(), JoinExecutor(), ProcessSetExecutor())}
 
 

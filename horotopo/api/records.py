@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "BROADCAST", "BARRIER", "RETUNE", "JOIN",
+__all__ = ["ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "ALLTOALL", "GATHERS", "BROADCAST",
+           "BARRIER", "RETUNE", "JOIN",
            "JOIN_NAME", "PROCESS_SET",
            "BARRIER_NAME",
            "RETUNE_MODES",
@@ -28,6 +29,11 @@ ALLREDUCE = "ALLREDUCE"
 REDUCESCATTER = "REDUCESCATTER"
 RETUNE = "RETUNE"
 ALLGATHER = "ALLGATHER"
+# An alltoall runs as two allgathers (its splits, then its rows), under its own kind so that
+# rank 0 answers it as Horovod does where they differ (join, mismatched operations).
+ALLTOALL = "ALLTOALL"
+#: The kinds that gather rows of every rank (first dimensions may differ).
+GATHERS = frozenset({ALLGATHER, ALLTOALL})
 BROADCAST = "BROADCAST"
 BARRIER = "BARRIER"
 JOIN = "JOIN"
@@ -72,7 +78,8 @@ class Signature(NamedTuple):
     Attributes
     ----------
     kind : str
-        ALLREDUCE, REDUCESCATTER, ALLGATHER, BROADCAST, BARRIER, RETUNE or JOIN.
+        ALLREDUCE, REDUCESCATTER, ALLGATHER, ALLTOALL, BROADCAST, BARRIER, RETUNE, JOIN or
+        PROCESS_SET.
     dtype : str
         The input's dtype name ("uint8" for the data-less ops).
     shape : tuple of int

@@ -124,7 +124,8 @@ class HorovodAllgather(torch.autograd.Function):
         reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         dims = allgather(torch.tensor([ctx.dim], dtype=torch.int32),
                          process_set=ctx.process_set)
-        offset = int(dims[:rank()].sum().item())
+        # This rank's rows start after those of the set's ranks before it.
+        offset = int(dims[:ctx.process_set.rank()].sum().item())
         return reduced.narrow(0, offset, ctx.dim), None, None
 
 

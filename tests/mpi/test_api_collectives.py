@@ -298,7 +298,7 @@ def test_different_collectives_under_one_call_name_fail_everywhere(case):
         call = (lambda: hvd.grouped_allreduce([np.ones(2), np.ones(3)], name=name)) if first \
             else (lambda: hvd.allgather(np.ones(2), name=name))
     elif case == "alltoall-vs-allreduce":
-        kinds = ("ALLGATHER", "ALLREDUCE")
+        kinds = ("ALLTOALL", "ALLREDUCE")
         call = (lambda: hvd.alltoall(np.ones(hvd.size()), name=name)) if first \
             else (lambda: hvd.allreduce(np.ones(2), name=name))
     else:

@@ -217,5 +217,13 @@ def test_distributed_optimizer_averages_over_its_set():
     opt.step()
     want = -sum(q + 1 for q in mine.ranks) / len(mine.ranks)
     assert w.detach().tolist() == [want, want]
+    # allgather's gradient: averaged over the set, then this rank's rows within the set.
+    x = torch.full((r % 2 + 1,), float(r), requires_grad=True)
+    got = thvd.allgather(x, name="ps.grad", process_set=mine)
+    assert got.tolist() == [float(q) for q in mine.ranks for _ in range(q % 2 + 1)]
+    (got * (torch.arange(len(got), dtype=torch.float32) + r)).sum().backward()
+    offset = sum(q % 2 + 1 for q in mine.ranks[:mine.rank()])
+    mean = sum(mine.ranks) / len(mine.ranks)
+    assert x.grad.tolist() == [offset + k + mean for k in range(r % 2 + 1)]
     for s in reversed(sets):
         assert hvd.remove_process_set(s)

@@ -156,6 +156,9 @@ def test_join_fails_the_other_collectives_on_every_rank_and_passes_barriers():
         with pytest.raises(hvd.HorovodInternalError,
                            match=r"^Reducescatter is not supported with Join at this time\.$"):
             hvd.reducescatter(torch.ones(2 * n), name="sem.join.rs")
+        with pytest.raises(hvd.HorovodInternalError,
+                           match=r"^Alltoall is not supported with Join at this time\.$"):
+            hvd.alltoall(torch.ones(n), name="sem.join.a2a")
         # An allreduce still runs, with the joined ranks' zeros; a barrier releases this rank.
         assert hvd.allreduce(torch.ones(2), op=hvd.Sum, name="sem.join.ar").tolist() == [1, 1]
         hvd.barrier()
