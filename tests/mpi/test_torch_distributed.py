@@ -152,6 +152,10 @@ def test_mismatched_tensors_raise_on_every_rank(gloo):
         lambda: dist.all_gather_into_tensor(torch.empty((me + 1) * dist.get_world_size()),
                                             torch.ones(me + 1)),
         "Mismatched ALLGATHER tensor shapes")
+    # different collectives at one place of the group's order
+    other = ((lambda: dist.all_reduce(torch.ones(4))) if me == 0
+             else (lambda: dist.broadcast(torch.ones(4), src=0)))
+    _expect_error_everywhere(other, "Mismatched operations")
     t = torch.ones(2)
     dist.all_reduce(t)  # the job goes on
     assert torch.equal(t, torch.full((2,), float(dist.get_world_size())))

@@ -6,9 +6,8 @@ the job's one probe and plan, background thread, fusion, response cache and watc
 thread fills. The runtime matches ops across ranks by name; torch.distributed's ranks issue
 a group's collectives in the same order, so an op is named after its group and its place in
 that order (``torch.pg<k>.<seq>``). The name does not say which collective it is, so ranks
-that disagree on the dtype or shape at one place fail together with the runtime's mismatch
-error instead of waiting for each other under different names. (Ranks that run different
-collectives at one place still stall: the runtime does not yet report a kind mismatch.)
+that disagree on the dtype or shape, or run different collectives, at one place fail together
+with the runtime's mismatch errors instead of waiting for each other under different names.
 
 ``send``/``recv`` (and ``recv(src=None)``) are point-to-point messages over the engine's
 transport, on tags that no collective uses (:mod:`.p2p`).
@@ -183,8 +182,11 @@ class ProcessGroupHorotopo(dist.ProcessGroup):
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> HorotopoWork:
         root = int(opts.rootRank) if opts is not None else 0
         name = self._name()
-        handles = [hvd_ops.broadcast_async_(t, root, name=f"{name}.{i}")
-                   for i, t in enumerate(tensors)]
+        # One tensor (torch's only form today) under the place's own name, so that a rank
+        # running another collective at this place meets it under the same name (the runtime's
+        # mismatch check) instead of waiting for a name no other rank submits.
+        names = [name] if len(tensors) == 1 else [f"{name}.{i}" for i in range(len(tensors))]
+        handles = [hvd_ops.broadcast_async_(t, root, name=n) for n, t in zip(names, tensors)]
 
         def wait() -> List[torch.Tensor]:
             for h in handles:
