@@ -58,7 +58,7 @@ def test_distributed_optimizer_argument_errors():
     assert isinstance(adasum, torch.optim.SGD)
     with pytest.raises(AssertionError, match="not supported when using Adasum optimizer"):
         adasum.skip_synchronize()
-    with pytest.raises(NotImplementedError, match="process sets"):
+    with pytest.raises(ValueError, match="has not been initialized"):   # an unregistered set
         hvd.DistributedOptimizer(opt, model.named_parameters(),
                                  process_set=hvd.ProcessSet([0]))
 

@@ -423,9 +423,6 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         The ranks whose gradients are averaged (this rank must be one of them); Adasum takes
         only the global set, as Horovod's.
     """
-    pset, _ = check_process_set(process_set)
-    if op == Adasum and pset:
-        raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -435,6 +432,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
+    # The global set needs no runtime to check (the optimizer may be built before init).
+    pset = 0 if process_set is global_process_set else check_process_set(process_set)[0]
+    if op == Adasum and pset:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if op == Adasum:
         # Horovod's Adasum optimizer: deltas of local steps, combined with Adasum (CPU
         # tensors, a power-of-two number of ranks: checked at each allreduce).
