@@ -192,6 +192,9 @@ SETTINGS: Dict[str, Setting] = _registry(
     # -- horotopo's own ---------------------------------------------------------------------
     _S("HOROTOPO_PROBE", "choice", "quick", "What init() measures: quick probe, full probe, "
        "or off (a ring plan over a uniform model).", choices=("off", "quick", "full")),
+    _S("HOROTOPO_HIERARCHY", "choice", "auto", "Plan trees over hosts with an intra-host "
+       "stage (on), over ranks (off), or hosts when a host has several ranks and there are "
+       "more than 64 ranks (auto).", choices=("auto", "on", "off")),
     _S("HOROTOPO_TOPOLOGY", "str", None, "A topology JSON file to plan on instead of "
        "probing.", blank_ok=False, default_doc="unset: probe (HOROTOPO_PROBE)"),
     _S("HOROTOPO_ADAPT", "bool", None, "Re-plan when the engine's transfers stay slower than "

@@ -15,9 +15,12 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_percent, pack,
                       ring_packing, start_bound, validate_arborescence)
 from .packing import alphabeta as _ab
+from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
 from .packing.alphabeta import target_size
@@ -345,13 +348,17 @@ def _ring_time(plan: Plan, nbytes: int) -> float:
 
 
 def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:
-    worst = 0.0
-    for t in trees:
-        for parent, up in ((t.reduce_parent, True), (t.bcast_parent, False)):
-            for v, p in enumerate(parent):
-                if p >= 0:
-                    worst = max(worst, topology.latency_s[v][p] if up else topology.latency_s[p][v])
-    return worst
+    """The slowest arc's latency over every tree (each distinct arc looked up once: a
+    hierarchical plan's trees share most arcs)."""
+    n = topology.n
+    if not trees or n == 1:
+        return 0.0
+    up = np.array([t.reduce_parent for t in trees]).ravel()
+    down = np.array([t.bcast_parent for t in trees]).ravel()
+    v = np.tile(np.arange(n), len(trees))
+    arcs = np.unique(np.r_[(v * n + up)[up >= 0], (down * n + v)[down >= 0]])
+    lat = topology.latency_s
+    return max((lat[int(a) // n][int(a) % n] for a in arcs), default=0.0)
 
 
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,
@@ -391,8 +398,15 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               max_trees_per_root: int = 4, target_gap: float = 0.01,
               progress: Optional[Any] = None, size: Optional[int] = None,
-              forest: str = "auto", max_depth: Optional[int] = None) -> Plan:
+              forest: str = "auto", max_depth: Optional[int] = None,
+              hierarchy: Optional[str] = None) -> Plan:
     """Plan ``topology``: certified packing, pruned, never slower than ring on the model.
+
+    ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
+    hosts with an intra-host stage (:mod:`horotopo.packing.hierarchy`), expanded to rank-level
+    trees; its certificate is the hierarchical model's bound, and ``planner`` holds the flat
+    model's bound beside it. The forest is then the deep one (the shallow alternative is
+    packed over ranks).
 
     ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
     chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
@@ -402,9 +416,16 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     """
     size = target_size(size)
     check_forest(forest)
-    ring = ring_packing(topology)
-    packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
-                   progress=progress)
+    if _hierarchy.use_hierarchy(topology, hierarchy):
+        rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
+        ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
+        packing = _hierarchy.pack_hierarchical(topology, max_trees_per_root=max_trees_per_root,
+                                               target_gap=target_gap, progress=progress)
+        forest = "deep"
+    else:
+        ring = ring_packing(topology)
+        packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
+                       progress=progress)
     plan, record = choose_forest(
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,

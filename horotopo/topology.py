@@ -268,25 +268,39 @@ def _declared(doc: Mapping[str, Any]) -> Topology:
 
 
 class _PairTable(abc.Sequence):
-    """An ``n x n`` table read as ``table[i][j]`` whose entries :meth:`pair` computes."""
+    """An ``n x n`` table read as ``table[i][j]`` whose entries ``pair(i, j)`` computes."""
 
     def __len__(self) -> int:
         return len(self.node)  # type: ignore[attr-defined]
 
-    def pair(self, i: int, j: int) -> Any:
-        raise NotImplementedError
-
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return tuple(self[k] for k in range(len(self))[i])
-        i = range(len(self))[i]
-        return tuple(self.pair(i, j) for j in range(len(self)))
+        return _Row(self, range(len(self))[i])
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and self._key() == other._key()  # type: ignore
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+class _Row(abc.Sequence):
+    """Row ``i`` of a :class:`_PairTable`: ``row[j]`` computes one entry (no n-long tuple)."""
+
+    def __init__(self, table: _PairTable, i: int):
+        self.table, self.i = table, i
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, j):  # type: ignore[override]
+        if isinstance(j, slice):
+            return tuple(self[k] for k in range(len(self))[j])
+        return self.table.pair(self.i, range(len(self))[j])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, abc.Sequence) and tuple(self) == tuple(other)
 
 
 class HostRoutes(_PairTable):
@@ -297,16 +311,8 @@ class HostRoutes(_PairTable):
     left out when ``i`` or ``j`` is not on a leaf), and ``()`` for two ranks on one node. Only
     the shortest paths between attachment nodes are stored: at 4096 ranks on 512 hosts that is
     512**2 routes instead of 4096**2, which would take minutes to build and gigabytes to hold.
-
-    Attributes
-    ----------
-    node, attach : tuple of int
-        Per rank: its node, and the index into ``core`` of the node its routes leave from (the
-        leaf's neighbour, or its own node).
-    up, down : tuple of int
-        Per rank: the resource of its leaf link out of / into its node, ``-1`` when not a leaf.
-    core : tuple of tuple of tuple of int
-        Resources on the shortest path between two attachment nodes.
+    Per rank: ``node``, ``attach`` (index into ``core`` of the node its routes leave from),
+    ``up``/``down`` (its leaf link's resource out of / into its node, -1 if not a leaf).
     """
 
     def __init__(self, node: Sequence[int], attach: Sequence[int], up: Sequence[int],
@@ -315,8 +321,7 @@ class HostRoutes(_PairTable):
         self.up, self.down = tuple(up), tuple(down)
         self.core = tuple(tuple(row) for row in core)
 
-    def pair(self, i: int, j: int) -> Tuple[int, ...]:
-        """Resources that a transfer ``i -> j`` consumes."""
+    def pair(self, i: int, j: int) -> Tuple[int, ...]:  # what a transfer i -> j consumes
         if self.node[i] == self.node[j]:
             return ()
         head = (self.up[i],) if self.up[i] >= 0 else ()

@@ -115,10 +115,15 @@ def _edmonds(w: np.ndarray, root: int) -> np.ndarray:
     np.fill_diagonal(w, _INF)
     w[:, root] = _INF
     # Ties broken by lowest index chain every rank to rank 0 when costs are uniform, and then
-    # each level contracts a single 2-cycle (n levels). A fixed pseudo-random row order breaks
-    # ties like a random functional graph, which has many cycles: few levels, same minimum.
-    rows = np.random.default_rng(n).permutation(n)
-    parent = rows[np.argmin(w[rows], axis=0)]
+    # each level contracts a single 2-cycle (n levels). One row order shared by all columns
+    # does the same (every column picks the same first tied row). A fixed pseudo-random row
+    # order rotated by a pseudo-random offset per column breaks ties like a random functional
+    # graph, which has many cycles: few levels, same minimum.
+    rng = np.random.default_rng(n)
+    order = rng.permutation(n)
+    key = (order[:, None] + rng.integers(0, n, size=n)[None, :]) % n
+    best = w.min(axis=0)
+    parent = np.argmin(np.where(w == best[None, :], key, n), axis=0)
     parent[root] = -1
     cycles = _find_cycles(parent, root)
     if not cycles:

@@ -53,7 +53,7 @@ from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
 from .certificate import check_certificate
 from .model import (ArcModel, Packing, TreeRate, ring_order_nearest, ring_parents,
-                    ring_parents_in_order, ring_rate)
+                    ring_parents_in_order)
 
 __all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "PHASE_GK",
            "PHASE_COLUMNS", "PHASE_START"]
@@ -83,6 +83,7 @@ def price(model: ArcModel, lengths: np.ndarray, root_price: np.ndarray, inward: 
     first; the first entry is the exact minimum over the allowed roots.
     """
     w = model.arc_costs(lengths)
+    fixed = model.fixed_cost(lengths, inward)
     offsets = np.asarray(root_price, dtype=float).copy()
     if allowed_roots is not None:
         offsets[~allowed_roots] = np.inf
@@ -91,7 +92,8 @@ def price(model: ArcModel, lengths: np.ndarray, root_price: np.ndarray, inward: 
         if not np.isfinite(offsets).any():
             break
         r, parent, cost = best_root_arborescence(w, offsets, inward)
-        found.append((float(offsets[r] + cost), (inward, r, tuple(int(p) for p in parent))))
+        found.append((float(offsets[r] + cost + fixed),
+                      (inward, r, tuple(int(p) for p in parent))))
         offsets[r] = np.inf
     return found
 
@@ -111,19 +113,24 @@ def start_bound(model: ArcModel) -> float:
     np.fill_diagonal(w, np.inf)
     cheapest_out = w.min(axis=1)
     cheapest_in = w.min(axis=0)
-    d1 = float(cheapest_out.sum() - cheapest_out.max())
-    d2 = float(cheapest_in.sum() - cheapest_in.max())
+    d1 = float(cheapest_out.sum() - cheapest_out.max()) + model.fixed_cost(lengths, True)
+    d2 = float(cheapest_in.sum() - cheapest_in.max()) + model.fixed_cost(lengths, False)
     return dual_bound(model.capacity, lengths, d1, d2)
 
 
 class _Pool:
     """Reduce and broadcast trees found so far, deduplicated, with their unit loads."""
 
-    def __init__(self, model: ArcModel):
+    def __init__(self, model: ArcModel, lazy_rows: bool = False):
         self.model = model
         self.halves: List[Half] = []
         self.index: Dict[Half, int] = {}
         self.loads: List[np.ndarray] = []
+        # Row generation: the LP holds only the rows that bind or were violated so far
+        # (None: every row). A solution feasible for every row is optimal for the full LP,
+        # and the left-out rows' duals, 0, complete an optimal dual point.
+        self.rows: Optional[np.ndarray] = (np.zeros(len(model.capacity), dtype=bool)
+                                           if lazy_rows else None)
 
     def add(self, half: Half) -> bool:
         if half in self.index:
@@ -142,16 +149,30 @@ class _Pool:
         scale = float(cap.max())
         inward = np.array([self.halves[i][0] for i in ids])
         roots = np.array([self.halves[i][1] for i in ids])
-        a_ub = sp.csc_matrix(np.column_stack([self.loads[i] for i in ids]))
+        loads = np.column_stack([self.loads[i] for i in ids])
         a_eq = sp.csc_matrix((np.where(inward, 1.0, -1.0), (roots, np.arange(len(ids)))),
                              shape=(n, len(ids)))
-        res = linprog(-inward.astype(float), A_ub=a_ub, b_ub=cap / scale, A_eq=a_eq,
-                      b_eq=np.zeros(n), bounds=(0, None), method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"HiGHS could not solve the rate LP: {res.message}")
+        rows = np.ones(len(cap), dtype=bool) if self.rows is None else self.rows
+        if self.rows is not None:
+            # Each column's own bottleneck keeps the restricted LP bounded.
+            with np.errstate(divide="ignore"):
+                ratio = np.where(loads > 0, cap[:, None] / loads, np.inf)
+            rows[np.argmin(ratio, axis=0)] = True
+        while True:
+            res = linprog(-inward.astype(float), A_ub=sp.csc_matrix(loads[rows]),
+                          b_ub=cap[rows] / scale, A_eq=a_eq, b_eq=np.zeros(n),
+                          bounds=(0, None), method="highs")
+            if res.status != 0:
+                raise RuntimeError(f"HiGHS could not solve the rate LP: {res.message}")
+            x = np.maximum(res.x, 0.0) * scale
+            over = ~rows & (loads @ x > cap * (1 + 1e-9))
+            if not over.any():
+                break
+            rows |= over
         rates = np.zeros(len(self.halves))
-        rates[ids] = np.maximum(res.x, 0.0) * scale
-        lengths = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
+        rates[ids] = x
+        lengths = np.zeros(len(cap))
+        lengths[rows] = np.maximum(-np.asarray(res.ineqlin.marginals), 0.0)
         prices = -np.asarray(res.eqlin.marginals)
         return rates, lengths, prices
 
@@ -163,15 +184,40 @@ def _unconstrained(n: int) -> Packing:
                    full_throughput=UNBOUNDED_BPS, bound_phase="no constrained resource")
 
 
+def _single_node(model: "ArcModel") -> Packing:
+    """One node: the only column is the empty tree, whose fixed load (a hierarchical model's
+    intra-host stage) alone sets the rate, so the optimum is known exactly."""
+    rate = model.max_rate(model.load(0, (-1,), (-1,)))
+    if not np.isfinite(rate):
+        return _unconstrained(1)
+    tree = TreeRate(0, (-1,), (-1,), rate)
+    return Packing(trees=(tree,), throughput=rate, upper_bound=rate, full_throughput=rate,
+                   bound_phase="single node: the one column's rate")
+
+
 def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional[float] = None,
          target_gap: float = 0.01, eps: float = 0.1, gk_iterations: Optional[int] = None,
          columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
-         progress: Optional[Callable[[str], None]] = None) -> Packing:
+         progress: Optional[Callable[[str], None]] = None,
+         model: Optional[ArcModel] = None, ring_seeds: bool = True,
+         lazy_rows: bool = False) -> Packing:
     """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
 
     Parameters
     ----------
     topology : Topology
+        The network (its name goes into certificate errors).
+    model : ArcModel, optional
+        The packing model (default ``ArcModel(topology)``, trees over ranks); the hierarchical
+        planner passes its model of trees over hosts
+        (:class:`~horotopo.packing.hierarchy.HostModel`).
+    ring_seeds : bool
+        Seed the pool with ring's chains, in node order and along the topology-aware ring
+        (``4n`` columns). Without them (hundreds of nodes, where they would dominate the LP)
+        the aware ring is only the floor: the result is never below it either way.
+    lazy_rows : bool
+        Row generation: the LP holds only the capacity rows that bind (for models with many
+        rows that never do, such as a hierarchical model's local links).
     max_trees_per_root : int
         ``k``: pruning keeps at most ``k`` reduce and ``k`` broadcast trees per root.
     min_share : float, optional
@@ -191,31 +237,31 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     """
     start = time.perf_counter()
     say = progress or (lambda msg: None)
-    n = topology.n
-    model = ArcModel(topology)
+    model = model if model is not None else ArcModel(topology)
+    n = model.n
     cap = model.capacity
-    if n == 1 or model.incidence.nnz == 0:
+    if n == 1:
+        return _single_node(model)
+    if not model.constrained:
         return _unconstrained(n)
     if min_share is None:
         min_share = min(0.01, 0.25 / n)
     zeros = np.zeros(n)
 
-    pool = _Pool(model)
-    for r in range(n):
-        a, b = ring_parents(n, r)
-        pool.add((True, r, a))
-        pool.add((False, r, b))
-    # A topology-aware ring (n chains) is optimal on uniform stars and near it on racks, and
-    # gives the pruning a low-support solution to fall back on.
+    pool = _Pool(model, lazy_rows)
+    # Ring in node order, and a topology-aware ring (n chains), which is optimal on uniform
+    # stars and near it on racks, and gives the pruning a low-support solution to fall back on.
     order = ring_order_nearest(model.arc_costs(1.0 / cap))
-    aware_ring = []
-    for r in range(n):
-        a, b = ring_parents_in_order(order, r)
-        for half in ((True, r, a), (False, r, b)):
-            pool.add(half)
-            aware_ring.append(pool.index[half])
+    rings = [[(kind, r, ring_parents(n, r)[0 if kind else 1]) for r in range(n)
+              for kind in (True, False)],
+             [(kind, r, ring_parents_in_order(order, r)[0 if kind else 1]) for r in range(n)
+              for kind in (True, False)]]
+    for half in (rings[0] + rings[1] if ring_seeds else []):
+        pool.add(half)
+    aware_ring = [pool.index[h] for h in rings[1]] if ring_seeds else []
     best_bound = np.inf
     phase = "no dual point priced"  # which step produced best_bound (for CertificateError)
+    dual: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (y, pi) scaled to dual feasibility
     history: List[Tuple[float, float]] = []
     iterations = 0
 
@@ -227,6 +273,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         bound = dual_bound(cap, y, d1, d2)
         if bound < best_bound:
             best_bound, phase = bound, PHASE_GK
+            dual = (y / (d1 + d2), np.full(n, d2 / (d1 + d2)))
         b, _ = min_out_arborescence(model.arc_costs(y), root)
         b = tuple(int(p) for p in b)
         pool.add((True, root, a))
@@ -257,10 +304,10 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         found_b = price(model, ys, -pis, False, columns_per_round)
         iterations += 1
         d1, d2 = found_a[0][0], found_b[0][0]
-        bound = dual_bound(cap, ys, d1, d2)
+        bound = dual_bound(cap, ys, d1, d2) if d1 + d2 > 0 else np.inf  # no claim
         if bound < best_bound:
             best_bound, phase = bound, PHASE_COLUMNS
-            center = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
+            center = dual = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
         # The pool's LP rate is feasible, so it can never exceed a true bound.
         check_certificate(best_bound, r_pool, topology=topology.name, phase=phase,
                           achieved_by="the column pool's LP")
@@ -293,11 +340,15 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
                    target_gap / 4, aware_ring)
     inward = np.array([h[0] for h in pool.halves])
     total = float(rates[inward].sum())
-    ring = ring_rate(model)
+    # A ring's n chains at one common rate (model.ring_rate's figure for the node-order one).
+    floor = rings[0] if ring_seeds else rings[1]
+    ring = n * model.max_rate(np.sum([model.half_load(h[2], h[0]) for h in floor], axis=0))
     if total < ring * (1 - 1e-9):
-        # Ring's chains, one per root, always fit the quota; they are pool entries 0..2n-1.
+        # Ring's chains, one per root, always fit the quota.
+        for half in floor:
+            pool.add(half)
         rates = np.zeros(len(pool.halves))
-        rates[: 2 * n] = ring / n
+        rates[[pool.index[h] for h in floor]] = ring / n
         total = ring
     trees = pair_rates(pool.halves, rates)
     total = float(sum(t.rate for t in trees))
@@ -310,7 +361,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
                    upper_bound=float(best_bound) if np.isfinite(best_bound) else None,
                    full_throughput=max(r_full, total), iterations=iterations,
                    columns=len(pool.halves), seconds=time.perf_counter() - start,
-                   history=tuple(history), bound_phase=phase)
+                   history=tuple(history), bound_phase=phase, dual=dual)
 
 
 def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_root: int,
@@ -345,6 +396,8 @@ def _prune(pool: _Pool, rates: np.ndarray, per_root: int, min_share: float,
     ring_only = np.zeros(len(pool.halves), dtype=bool)
     ring_only[list(aware_ring)] = True
     for allowed in (ring_only, _top_per_root(rates, inward, roots, per_root, min_share)):
+        if not allowed.any():
+            continue  # no ring in the pool (pack(ring_seeds=False))
         trial, _, _ = pool.solve(allowed)
         if trial[inward].sum() >= (1 - tolerance) * r_full:
             trial[~allowed] = 0.0

@@ -57,6 +57,12 @@ class Packing:
     seconds: float = 0.0
     history: Tuple[Tuple[float, float], ...] = field(default=(), compare=False)
     bound_phase: str = ""
+    #: The dual-feasible point ``(y, pi)`` behind ``upper_bound`` (``c.y == upper_bound``), or
+    #: None; the hierarchical planner prices it in the flat model for the flat bound.
+    dual: Optional[Tuple[np.ndarray, np.ndarray]] = field(default=None, compare=False,
+                                                          repr=False)
+    #: Further figures for the plan's ``planner`` record (the hierarchical model's).
+    extra: Dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def gap(self) -> Optional[float]:
@@ -72,7 +78,7 @@ class Packing:
     def stats(self) -> Dict[str, Any]:
         return {"iterations": self.iterations, "columns": self.columns,
                 "seconds": round(self.seconds, 4), "full_throughput_Bps": self.full_throughput,
-                "bound_phase": self.bound_phase}
+                "bound_phase": self.bound_phase, **self.extra}
 
     def to_json(self) -> Dict[str, Any]:
         return {"throughput_Bps": self.throughput, "upper_bound_Bps": self.upper_bound,
@@ -152,6 +158,16 @@ class ArcModel:
         self.incidence = sp.csr_matrix((np.ones(len(rows)), (rows, cols)),
                                        shape=(n * n, len(self.capacity)))
         self.incidence_T = self.incidence.T.tocsr()
+
+    @property
+    def constrained(self) -> bool:
+        """Whether any column loads any resource (else every rate is feasible)."""
+        return self.incidence.nnz > 0
+
+    def fixed_cost(self, lengths: np.ndarray, inward: bool) -> float:
+        """Cost under ``lengths`` of the load every tree of a kind carries whatever its arcs
+        (none here; a hierarchical model's intra-host stage)."""
+        return 0.0
 
     def arc_costs(self, lengths: np.ndarray) -> np.ndarray:
         """``W[i, j] = sum of lengths over the route of i -> j`` (0 for same-host arcs)."""

@@ -1,0 +1,405 @@
+"""Hierarchical packing: trees over hosts, an intra-host stage, and every local rank driving.
+
+Large jobs run several ranks per host (one per GPU). They share the host's NIC and talk to each
+other over a faster local fabric (NVLink, PCIe), which is a modelled resource like any link.
+The hierarchical model plans over *machines* (:func:`machines`) instead of ranks:
+
+- a column is a reduce tree ``A`` and a broadcast tree ``B`` over the ``H`` machines;
+- it runs in ``K`` *channels* (``K`` = the most ranks on one machine), each carrying ``1/K`` of
+  its rate, like NCCL's rings, one per GPU: in channel ``c`` machine ``h`` is driven by its
+  local rank ``c mod k_h`` (the *designated* rank ``d_h^c``). The host-level arc ``h -> g`` is
+  the rank arc ``d_h^c -> d_g^c``, so every local rank carries part of the NIC traffic;
+- the intra-host stage: in channel ``c`` every other rank of ``h`` sends its part to ``d_h^c``
+  (reduce) and receives the result from it (broadcast), over the local links: a star, depth 1.
+
+So a host-level column at rate ``x`` *is* ``K`` ordinary rank-level reduce/broadcast trees at
+rate ``x / K`` each (:meth:`HostModel.expand`): the engine, the step tables and the validator
+run them unchanged, with no new step kind. Its load on every resource of the flat model is
+computed exactly (:class:`HostModel`): the arcs' routes averaged over the channels, plus a
+fixed load, the same for every column, of the intra-host stage. A plan packed here is therefore
+feasible in the flat model at the rates it states; its certificate bounds the best schedule of
+this form (the *hierarchical bound*). The flat model's bound, priced at the hierarchical dual
+(:func:`flat_bound`), is reported beside it.
+
+The packing itself is :func:`horotopo.packing.gk.pack` on a :class:`HostModel`: ``H`` nodes
+instead of ``n = H * K``, so Edmonds, the LP and the pool are ``K`` to ``K^2`` times smaller.
+Resources whose rows are identical in every column (a host's ``K`` local links, by the channels'
+symmetry) are merged into one LP row.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import config
+from ..topology import HostRoutes, Topology
+from .arborescence import best_root_arborescence
+from .gk import dual_bound, pack
+from .model import ArcModel, Packing, TreeRate
+
+__all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "flat_bound",
+           "ring_throughput", "AUTO_MIN_RANKS"]
+
+#: ``HOROTOPO_HIERARCHY=auto`` plans over hosts above this many ranks (the flat planner takes
+#: about a second at 64 ranks and grows steeply beyond, while the hierarchy loses little).
+AUTO_MIN_RANKS = 64
+#: :func:`flat_bound` prices exactly by Edmonds up to this many ranks (2-7 s at 1024 on 2 cores).
+EDMONDS_MAX_RANKS = 256
+
+
+def _route(topology: Topology, i: int, j: int) -> Tuple[int, ...]:
+    routes = topology.routes
+    return routes.pair(i, j) if isinstance(routes, HostRoutes) else tuple(routes[i][j])
+
+
+def machines(topology: Topology) -> Tuple[int, ...]:
+    """The machine (host) of every rank, numbered in order of first rank.
+
+    Ranks with one host name are on one machine, as ``local_rank`` counts them. In a declared
+    topology so are the ranks under a *host switch*, the way :mod:`horotopo.generate` declares
+    a multi-GPU host: a node whose routes all leave by one link (its NIC) and that only ranks on
+    leaf links hang from, every leaf link faster in both directions than the NIC in either. A
+    top-of-rack switch of single-rank hosts passes only when its uplink is slower than every
+    NIC; the rack is then planned as one machine, a valid (if coarser) schedule.
+    """
+    label: Dict[Any, int] = {}
+    key: List[Any] = list(topology.hosts)
+    routes = topology.routes
+    if isinstance(routes, HostRoutes):
+        cap = topology.capacity_Bps
+        by_attach: Dict[int, List[int]] = {}
+        for i in range(topology.n):
+            by_attach.setdefault(routes.attach[i], []).append(i)
+        for a, ranks in by_attach.items():
+            others = [b for b in range(len(routes.core)) if b != a]
+            if not others or any(routes.up[i] < 0 for i in ranks):
+                continue  # the only node, or ranks sit on it: a host, not a host switch
+            nic_out = {routes.core[a][b][0] for b in others}
+            nic_in = {routes.core[b][a][-1] for b in others}
+            if len(nic_out) != 1 or len(nic_in) != 1:
+                continue
+            local = min(min(cap[routes.up[i]], cap[routes.down[i]]) for i in ranks)
+            if local > max(cap[nic_out.pop()], cap[nic_in.pop()]):
+                for i in ranks:
+                    key[i] = ("host switch", a)
+    return tuple(label.setdefault(k, len(label)) for k in key)
+
+
+def _unit_rows(rows: Sequence[Sequence[int]], weight: float, width: int) -> sp.csr_matrix:
+    """A sparse matrix with ``weight`` at every resource listed in each row (summed)."""
+    r = np.repeat(np.arange(len(rows)), [len(x) for x in rows])
+    c = np.fromiter((v for x in rows for v in x), dtype=np.int64, count=len(r))
+    return sp.csr_matrix((np.full(len(r), weight), (r, c)), shape=(len(rows), width))
+
+
+class HostModel:
+    """The hierarchical model: columns are trees over machines (see module docstring).
+
+    Duck-types :class:`~horotopo.packing.model.ArcModel` for :func:`~horotopo.packing.gk.pack`
+    over ``n`` = the number of machines; ``capacity`` and the loads are over merged resources.
+
+    Parameters
+    ----------
+    topology : Topology
+    machine_of : sequence of int, optional
+        Machine of every rank (default :func:`machines`).
+    """
+
+    def __init__(self, topology: Topology, machine_of: Optional[Sequence[int]] = None):
+        self.topology = topology
+        self.machine_of = np.asarray(machine_of if machine_of is not None
+                                     else machines(topology), dtype=np.int64)
+        h_count = int(self.machine_of.max()) + 1
+        self.n = h_count
+        self.members = [np.flatnonzero(self.machine_of == h) for h in range(h_count)]
+        if any(len(m) == 0 for m in self.members):
+            raise ValueError("machine numbers must run 0..H-1 with every machine used")
+        self.channels = max(len(m) for m in self.members)
+        k = self.channels
+        #: ``designated[c, h]``: the rank that drives machine ``h`` in channel ``c``.
+        self.designated = np.array([[m[c % len(m)] for m in self.members] for c in range(k)])
+        width = len(topology.capacity_Bps)
+        routes = topology.routes
+        attach = (np.asarray(routes.attach)[self.designated[0]]
+                  if isinstance(routes, HostRoutes) else None)
+        if attach is not None and all(len({routes.attach[i] for i in m}) == 1
+                                      for m in self.members):
+            # Routes between machines split into the designated ranks' leaf links and the
+            # path between the machines' attachment nodes (topology.HostRoutes).
+            self.key = attach
+            self.keys = len(routes.core)
+            leaf = lambda side: [[side[i] for i in self.designated[:, h] if side[i] >= 0]
+                                 for h in range(h_count)]
+            out_rows, in_rows = leaf(routes.up), leaf(routes.down)
+            core = _unit_rows([path for row in routes.core for path in row], 1.0, width)
+        else:
+            self.key = np.arange(h_count)
+            self.keys = h_count
+            out_rows = in_rows = [[] for _ in range(h_count)]
+            core = _unit_rows([[r for c in range(k) for r in _route(
+                topology, self.designated[c, h], self.designated[c, g])] if h != g else []
+                for h in range(h_count) for g in range(h_count)], 1.0 / k, width)
+        out_m = _unit_rows(out_rows, 1.0 / k, width)
+        in_m = _unit_rows(in_rows, 1.0 / k, width)
+        star_in, star_out = [], []
+        for c in range(k):
+            for h, m in enumerate(self.members):
+                d = self.designated[c, h]
+                for j in m:
+                    if j != d:
+                        star_in.extend(_route(topology, j, d))
+                        star_out.extend(_route(topology, d, j))
+        fixed = _unit_rows([star_in, star_out], 1.0 / k, width)
+        self._merge(np.asarray(topology.capacity_Bps, dtype=float), out_m, in_m, core, fixed)
+
+    def _merge(self, cap: np.ndarray, *parts: sp.csr_matrix) -> None:
+        """Merge resources whose column in every part is identical (same capacity too) and
+        drop those no column loads; keep the map back to the flat resources."""
+        stacked = sp.vstack(parts).tocsc()
+        stacked.sort_indices()
+        groups: Dict[Any, int] = {}
+        self.group_of = np.full(len(cap), -1, dtype=np.int64)
+        reps: List[int] = []
+        for r in range(len(cap)):
+            lo, hi = stacked.indptr[r], stacked.indptr[r + 1]
+            if lo == hi:
+                continue
+            sig = (cap[r], stacked.indices[lo:hi].tobytes(), stacked.data[lo:hi].tobytes())
+            if sig not in groups:
+                groups[sig] = len(reps)
+                reps.append(r)
+            self.group_of[r] = groups[sig]
+        self.group_size = np.bincount(self.group_of[self.group_of >= 0], minlength=len(reps))
+        self.flat_capacity = cap
+        self.capacity = cap[reps]
+        out_m, in_m, core, fixed = (p[:, reps].tocsr() for p in parts)
+        self._core_flat = parts[2]
+        self.out_m, self.in_m, self.core = out_m, in_m, core
+        self.out_T, self.in_T = out_m.T.tocsr(), in_m.T.tocsr()
+        self.fixed = (fixed[0].toarray().ravel(), fixed[1].toarray().ravel())
+
+    @property
+    def constrained(self) -> bool:
+        return bool(self.out_m.nnz or self.in_m.nnz or self.core.nnz
+                    or self.fixed[0].any() or self.fixed[1].any())
+
+    def fixed_cost(self, lengths: np.ndarray, inward: bool) -> float:
+        """Cost under ``lengths`` of the intra-host stage of a reduce (``inward``) or broadcast
+        tree: the same for every column."""
+        return float(self.fixed[0 if inward else 1] @ lengths)
+
+    def arc_costs(self, lengths: np.ndarray) -> np.ndarray:
+        """``W[h, g]``: cost of the host-level arc ``h -> g`` averaged over the channels."""
+        core = (self.core @ lengths).reshape(self.keys, self.keys)[np.ix_(self.key, self.key)]
+        return (self.out_m @ lengths)[:, None] + core + (self.in_m @ lengths)[None, :]
+
+    def half_load(self, parent: Sequence[int], inward: bool) -> np.ndarray:
+        """Load at unit rate of a host-level reduce (``inward``) or broadcast tree, with its
+        intra-host stage, on the merged resources."""
+        parent = np.asarray(parent, dtype=np.int64)
+        v = np.flatnonzero(parent >= 0)
+        tails, heads = (v, parent[v]) if inward else (parent[v], v)
+        h = self.n
+        rows = self.core[self.key[tails] * self.keys + self.key[heads]]  # one per arc
+        return (self.out_T @ np.bincount(tails, minlength=h)
+                + self.in_T @ np.bincount(heads, minlength=h)
+                + np.bincount(rows.indices, weights=rows.data, minlength=len(self.capacity))
+                + self.fixed[0 if inward else 1])
+
+    def load(self, root: int, reduce_parent: Sequence[int], bcast_parent: Sequence[int]
+             ) -> np.ndarray:
+        """Load of one column at unit rate."""
+        return self.half_load(reduce_parent, True) + self.half_load(bcast_parent, False)
+
+    max_rate = ArcModel.max_rate
+
+    def flat_lengths(self, lengths: np.ndarray) -> np.ndarray:
+        """Lengths on the flat resources: a merged resource's length spread evenly over its
+        members (equal capacities, so ``c.y`` is unchanged)."""
+        out = np.zeros(len(self.flat_capacity))
+        used = self.group_of >= 0
+        out[used] = lengths[self.group_of[used]] / self.group_size[self.group_of[used]]
+        return out
+
+    def expand(self, trees: Sequence[TreeRate]) -> Tuple[TreeRate, ...]:
+        """Rank-level trees of host-level columns: each in ``K`` channels at ``1/K`` of its
+        rate (identical trees, from machines with fewer ranks than channels, merged)."""
+        rates: Dict[Tuple[int, Tuple[int, ...], Tuple[int, ...]], float] = {}
+        for t in trees:
+            for d in self.designated:
+                tree = (int(d[t.root]), self._expand(d, t.reduce_parent),
+                        self._expand(d, t.bcast_parent))
+                rates[tree] = rates.get(tree, 0.0) + t.rate / self.channels
+        return tuple(TreeRate(r, a, b, x) for (r, a, b), x in rates.items())
+
+    def _expand(self, d: np.ndarray, host_parent: Sequence[int]) -> Tuple[int, ...]:
+        hp = np.asarray(host_parent, dtype=np.int64)
+        parent = d[self.machine_of]  # every rank hangs from its machine's designated rank
+        parent[d] = np.where(hp >= 0, d[np.maximum(hp, 0)], -1)
+        return tuple(parent.tolist())
+
+
+def _flat_costs(topology: Topology, model: HostModel, y: np.ndarray) -> np.ndarray:
+    """``W[i, j]`` of the flat model under flat lengths ``y``, without an n^2 route table."""
+    routes = topology.routes
+    if not isinstance(routes, HostRoutes):
+        return ArcModel(topology).arc_costs(y)
+    ends = lambda side: np.where(np.asarray(side) >= 0, y[np.maximum(side, 0)], 0.0)
+    attach = np.asarray(routes.attach)
+    core = (model._core_flat @ y).reshape(model.keys, model.keys)
+    w = ends(routes.up)[:, None] + core[np.ix_(attach, attach)] + ends(routes.down)[None, :]
+    node = np.asarray(routes.node)
+    w[node[:, None] == node[None, :]] = 0.0
+    return w
+
+
+def _is_tree(topology: Topology) -> bool:
+    """Whether a declared topology's links form a tree (one path between any two nodes)."""
+    doc = topology.to_json()
+    if "links" not in doc:
+        return False
+    nodes = set(doc.get("switches", [])) | {e for link in doc["links"] for e in link["ends"]}
+    return len(doc["links"]) == len(nodes) - 1
+
+
+def _tree_prices(topology: Topology, model: HostModel, y: np.ndarray
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """Lower bounds on the cheapest flat reduce tree into every rank and broadcast tree out of
+    it, on a network whose links form a tree.
+
+    Every rank's data reaches the root along a walk of rank arcs that, in a tree, crosses
+    every link of its one path to the root; so a reduce tree into ``r`` crosses at least once
+    every link of the union of the paths ``v -> r``: the other ranks' leaf links, the paths
+    into ``r``'s attachment node, and ``r``'s own leaf link. Broadcast mirrors it. The links
+    into the ranks that gather a subtree are not counted, so this is a lower bound (exact when
+    those have no length), and a lower ``d1 + d2`` only raises the certified bound. O(links)
+    per attachment node instead of Edmonds on ``n`` ranks.
+    """
+    routes = topology.routes
+    keys = model.keys
+    pick = lambda side: np.where(np.asarray(side) >= 0, y[np.maximum(side, 0)], 0.0)
+    node = np.asarray(routes.node)
+    up, down = pick(routes.up), pick(routes.down)
+    first = np.unique(node, return_index=True)[1]  # one rank per node: its leaf links
+    up_total, down_total = up[first].sum(), down[first].sum()
+    pairs = model._core_flat.tocoo()
+    into = sp.csr_matrix((np.ones(pairs.nnz), (pairs.row % keys, pairs.col)),
+                         shape=(keys, len(y)))
+    out_of = sp.csr_matrix((np.ones(pairs.nnz), (pairs.row // keys, pairs.col)),
+                           shape=(keys, len(y)))
+    core_in = (into > 0).astype(float) @ y
+    core_out = (out_of > 0).astype(float) @ y
+    attach = np.asarray(routes.attach)
+    alone = np.bincount(node, minlength=node.max() + 1)[node] == len(node)
+    reduce_cost = np.where(alone, 0.0, up_total - up + core_in[attach] + down)
+    bcast_cost = np.where(alone, 0.0, down_total - down + core_out[attach] + up)
+    return reduce_cost, bcast_cost
+
+
+def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.ndarray]
+               ) -> Tuple[Optional[float], str]:
+    """A certified upper bound on the *flat* model's optimum from a hierarchical dual point.
+
+    ``dual = (y, pi)`` over merged resources and machines. ``y`` spread over the flat
+    resources and ``pi`` given to every rank of a machine form a dual point of the flat LP;
+    pricing it there gives ``d1, d2`` and the bound ``c.y / (d1 + d2)``
+    (:mod:`horotopo.packing.gk`): exactly, by Edmonds on the ranks (one super-root run per
+    kind), up to :data:`EDMONDS_MAX_RANKS` ranks; beyond, on a network whose links form a tree,
+    from lower bounds on ``d1, d2`` (:func:`_tree_prices`; the bound stays certified, maybe
+    looser). Returns ``(bound, method)``.
+    """
+    y = model.flat_lengths(dual[0])
+    pi = np.asarray(dual[1])[model.machine_of]
+    if topology.n > EDMONDS_MAX_RANKS:
+        if not (isinstance(topology.routes, HostRoutes) and _is_tree(topology)):
+            return None, f"not computed: more than {EDMONDS_MAX_RANKS} ranks, links not a tree"
+        into, out_of = _tree_prices(topology, model, y)
+        return (dual_bound(model.flat_capacity, y, float(np.min(pi + into)),
+                           float(np.min(out_of - pi))), "tree path lower bound")
+        into, out_of = _tree_prices(topology, model, y)
+        d1, d2 = float(np.min(pi + into)), float(np.min(out_of - pi))
+    w = _flat_costs(topology, model, y)
+    r1, _, c1 = best_root_arborescence(w, pi, True)
+    r2, _, c2 = best_root_arborescence(w, -pi, False)
+    return dual_bound(model.flat_capacity, y, pi[r1] + c1, c2 - pi[r2]), "Edmonds"
+
+
+def ring_throughput(topology: Topology) -> float:
+    """Ring allreduce's throughput in rank order on the flat model, in O(n) routes.
+
+    Its ``n`` reduce and ``n`` broadcast chains use each ring arc ``v -> v+1`` ``2(n-1)``
+    times in all, at one common rate (as :func:`horotopo.packing.model.ring_rate`).
+    """
+    n = topology.n
+    cap = np.asarray(topology.capacity_Bps, dtype=float)
+    used = [r for v in range(n) for r in _route(topology, v, (v + 1) % n)] if n > 1 else []
+    load = 2.0 * (n - 1) * np.bincount(np.asarray(used, dtype=np.int64), minlength=len(cap))
+    hit = load > 0
+    return float(n * np.min(cap[hit] / load[hit])) if hit.any() else np.inf
+
+
+def use_hierarchy(topology: Topology, setting: Optional[str] = None) -> bool:
+    """Whether to plan ``topology`` over hosts: ``setting`` (default ``HOROTOPO_HIERARCHY``)
+    ``on``, ``off``, or ``auto``: when some machine has several ranks and there are more than
+    :data:`AUTO_MIN_RANKS` ranks."""
+    setting = setting or config.get("HOROTOPO_HIERARCHY")
+    if setting not in ("auto", "on", "off"):
+        raise ValueError(f"hierarchy must be auto, on or off, got {setting!r}")
+    if setting != "auto":
+        return setting == "on"
+    return topology.n > AUTO_MIN_RANKS and len(set(machines(topology))) < topology.n
+
+
+def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
+                      progress: Optional[Callable[[str], None]] = None,
+                      **pack_args: Any) -> Packing:
+    """Pack trees over the machines of ``topology`` and expand them to rank-level trees.
+
+    Parameters
+    ----------
+    topology : Topology
+    with_flat_bound : bool
+        Also price the final dual in the flat model (:func:`flat_bound`; two Edmonds runs on
+        ``n`` ranks) and report it as ``flat_upper_bound_Bps``.
+    progress : callable, optional
+        Receives one-line progress messages.
+    **pack_args
+        Passed to :func:`horotopo.packing.gk.pack` (``max_trees_per_root``, ``target_gap``...).
+
+    Returns
+    -------
+    Packing
+        Rank-level trees whose rates are the hierarchical solution's; ``upper_bound`` is the
+        hierarchical bound (``bound_phase`` says so); ``extra`` holds the model's figures.
+    """
+    start = time.perf_counter()
+    say = progress or (lambda msg: None)
+    model = HostModel(topology)
+    built = time.perf_counter() - start
+    say(f"hierarchy: {model.n} machines, {model.channels} channels, "
+        f"{len(model.capacity)} merged resources of {len(model.flat_capacity)} ({built:.2f} s)")
+    # Ring chains (4H columns) would dominate the LP at hundreds of machines; the aware ring
+    # stays the floor. Most rows (local links) never bind: row generation leaves them out.
+    large = model.n > AUTO_MIN_RANKS
+    pack_args.setdefault("ring_seeds", not large)
+    pack_args.setdefault("lazy_rows", True)
+    pack_args.setdefault("columns_per_round", 2 if large else 4)
+    host = pack(topology, model=model, progress=say, **pack_args)
+    trees = model.expand(host.trees)
+    extra: Dict[str, Any] = {"model": "hierarchical", "machines": model.n,
+                             "channels": model.channels, "host_trees": len(host.trees),
+                             "model_seconds": round(built, 4)}
+    if with_flat_bound and host.dual is not None:
+        t0 = time.perf_counter()
+        extra["flat_upper_bound_Bps"], extra["flat_bound_method"] = \
+            flat_bound(topology, model, host.dual)
+        extra["flat_bound_seconds"] = round(time.perf_counter() - t0, 4)
+    return Packing(trees=trees, throughput=float(sum(t.rate for t in trees)),
+                   upper_bound=host.upper_bound, full_throughput=host.full_throughput,
+                   iterations=host.iterations, columns=host.columns,
+                   seconds=time.perf_counter() - start, history=host.history,
+                   bound_phase=f"hierarchical model: {host.bound_phase}", dual=host.dual,
+                   extra=extra)
