@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class _Request:
     :meth:`SimulatedTransport._flush`), so that the CPU work charged before it delays it."""
 
     __slots__ = ("kind", "buf", "mailbox", "payload", "charged", "comm", "handle", "done",
-                 "peer")
+                 "peer", "behind", "next", "queued", "stream")
 
     def __init__(self, kind: str, buf: Any, mailbox: Any, peer: int,
                  payload: Any = None, charged: int = 0) -> None:
@@ -68,6 +68,10 @@ class _Request:
         self.comm: Any = None
         self.handle: Any = None
         self.done = False
+        self.behind: Optional[_Request] = None  # the send before it on its stream
+        self.next: Optional[_Request] = None    # the send after it on its stream
+        self.queued = True                      # not yet through _flush
+        self.stream: Tuple[int, int] = (peer, -1)  # a send's (dest, tag)
 
 
 class _Rounds:
@@ -114,6 +118,7 @@ class SimulatedTransport(Transport):
         self._name = processor_name
         self._tags = TagAllocator(1 << 20)
         self._queue: List[_Request] = []
+        self._streams: Dict[Tuple[int, int], _Request] = {}  # (dest, tag): its last send
         self._cpu_free = 0.0      # simulated time at which this rank's CPU is done
         self._unscaled = 0        # > 0 inside a control step
         self._snapshot: Optional[Tuple[Any, np.ndarray, _Request]] = None
@@ -163,6 +168,11 @@ class SimulatedTransport(Transport):
         charged = int(round(raw.nbytes * self.scale)) if scaled else raw.nbytes
         req = _Request("send", None, self.sim.mailbox(self._rank, dest, tag), dest,
                        (payload, charged), charged)
+        req.stream = (dest, tag)
+        last = self._streams.get(req.stream)
+        if last is not None and not last.done:
+            req.behind, last.next = last, req
+        self._streams[req.stream] = req
         self._snapshot = (buf, payload, req)
         self._post(req)
         return req
@@ -199,13 +209,36 @@ class SimulatedTransport(Transport):
         if self._queue:
             queue, self._queue = self._queue, []
             for req in queue:
+                req.queued = False
+                if req.done:
+                    continue  # cancelled before it was posted
                 if req.kind == "send":
-                    req.comm = req.mailbox.put_async(req.payload, req.charged)
-                    self.sim.messages += 1
+                    if req.behind is None or req.behind.done:
+                        self._put(req)
                 else:
                     req.comm, req.handle = req.mailbox.get_async()
+        if settle:
+            # Sends nobody waited for still go out, each after the one before it.
+            while True:
+                blocked = [r for r in self._streams.values() if not r.done and r.comm is None]
+                if not blocked:
+                    break
+                self._complete(self._head(blocked[0]), wait=True)
 
-    def _complete(self, req: _Request) -> None:
+    def _put(self, req: _Request) -> None:
+        req.comm = req.mailbox.put_async(req.payload, req.charged)
+        self.sim.messages += 1
+
+    def _head(self, req: _Request) -> _Request:
+        """The request to wait on for ``req``: itself, or for a send still behind another on
+        its stream, the stream's message in flight."""
+        while req.behind is not None and not req.behind.done:
+            req = req.behind
+        return req
+
+    def _complete(self, req: _Request, wait: bool = False) -> None:
+        if wait:
+            req.comm.wait()
         req.done = True
         if req.kind == "recv":
             payload, charged = req.handle.get()
@@ -216,23 +249,37 @@ class SimulatedTransport(Transport):
             req.buf[...] = payload
             self._charge(charged * self.sim.costs.recv_s_per_byte)
             req.handle = None
+        else:
+            self._release(req)
         req.payload = None
         req.comm = None
+
+    def _release(self, req: _Request) -> None:
+        """A send is done: the stream's next message goes out now, as a connection sends what
+        was handed to it without the rank's CPU (TCP's socket buffer, an RDMA queue)."""
+        nxt = req.next
+        while nxt is not None and nxt.done:
+            nxt = nxt.next
+        if nxt is not None and not nxt.queued and nxt.comm is None:
+            self._put(nxt)
+        req.next = None
+        if self._streams.get(req.stream) is req:
+            del self._streams[req.stream]
 
     def test(self, request: Any) -> bool:
         self._flush()
         if isinstance(request, _Rounds):
             return self._test_rounds(request)
-        if not request.done and request.comm.test():
-            self._complete(request)
+        head = self._head(request)
+        if not request.done and head.comm.test():
+            self._complete(head)
         return request.done
 
     def _test_rounds(self, rounds: _Rounds) -> bool:
         for r in rounds.pending():
-            if r.comm is None:
-                self._flush()
-            if r.comm.test():
-                self._complete(r)
+            head = self._head(r)
+            if head.comm.test():
+                self._complete(head)
         rounds.advance()
         return rounds.done
 
@@ -242,15 +289,17 @@ class SimulatedTransport(Transport):
             if not r.done and r.comm is not None:
                 r.comm.cancel()
             r.done = True
+            if r.kind == "send":
+                self._release(r)
 
     def waitsome(self, requests: Sequence[Any]) -> List[int]:
         self._flush()
-        ready = [k for k, r in enumerate(requests) if r.done]
-        if ready:
-            return ready
-        k = self._sg.Comm.wait_any([r.comm for r in requests])
-        self._complete(requests[k])
-        return [k]
+        while True:
+            ready = [k for k, r in enumerate(requests) if r.done]
+            if ready:
+                return ready
+            heads = list({id(h): h for h in map(self._head, requests)}.values())
+            self._complete(heads[self._sg.Comm.wait_any([h.comm for h in heads])])
 
     def waitall(self, requests: Sequence[Any]) -> None:
         pending = [r for r in requests if not r.done]
@@ -286,13 +335,15 @@ class SimulatedTransport(Transport):
                     else:
                         finished = False
                         for part in req.pending():
-                            comms.append(part.comm)
-                            owners.append((k, part))
+                            head = self._head(part)
+                            comms.append(head.comm)
+                            owners.append((k, head))
                 else:
                     finished = req.done
                     if not finished:
-                        comms.append(req.comm)
-                        owners.append((k, req))
+                        head = self._head(req)
+                        comms.append(head.comm)
+                        owners.append((k, head))
                 if finished:
                     done[k] = progressed = True
                     if on_done is not None:
