@@ -226,9 +226,11 @@ class Coordinator:
     def _mismatched_calls(self, touched: Set[Tuple[int, str]],
                           joined: Set[int]) -> List[Response]:
         """Horovod's "Mismatched operations" error for the calls that every rank has submitted
-        in full, under different collectives (hence, often, different tensor names: a
-        broadcast's ``name.0`` against an allreduce's ``name``); the call's names leave the
-        table. A call whose ranks all submitted one kind is left to the names' own checks."""
+        in full, under different collectives (hence, often, different tensor names: a grouped
+        op's ``name.0of2`` or alltoall's ``name.splits`` against an allreduce's ``name``); the
+        call's names leave the table. A call whose ranks all submitted one kind is left to the
+        names' own checks. Only names that share the call's name meet here: two calls named
+        apart (``name.0`` against ``name``) wait for each other (the stall warning names them)."""
         out: List[Response] = []
         for key in touched:
             seen = self._calls.get(key)

@@ -26,7 +26,8 @@ from ..topology import Topology
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
            "resolve", "restrict", "Group", "SetTable", "init_process_sets", "NOT_REGISTERED",
-           "PROCESS_SET_ADD", "PROCESS_SET_REMOVE"]
+           "PROCESS_SET_ADD", "PROCESS_SET_REMOVE", "build_group", "ranks_from_name",
+           "allow_dynamic", "dynamic"]
 
 #: The request's ``op`` of the negotiated process-set ops (kind PROCESS_SET).
 PROCESS_SET_ADD = 0
@@ -375,9 +376,6 @@ class SetTable:
                 group.pid = pid
                 self.groups[pid] = group
         return pid
-
-    def peek_id(self) -> int:
-        return self._next
 
     def unregister(self, pid: int) -> Optional[Group]:
         with self._lock:
