@@ -24,7 +24,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -89,27 +89,30 @@ def measure_network() -> NetworkModel:
     capped = _one_message(_pair(10.0, 5.0), big) - 5e-3 * lat_factor
     rate = big / capped
     window = rate * 2 * 5e-3 / bw_factor if rate < 0.9 * bw_factor * 1.25e9 else None
-    # two messages at once on one link: the first ends after one message's time on a FIFO
-    # stream, after about two when the link is shared between them
-    one = _one_message(_pair(1.0, 0.0), 1 << 20)
-    two = _two_messages(_pair(1.0, 0.0), 1 << 20)
+    # two messages of one stream (same tag) posted together over a link of 5 ms: on a TCP
+    # stream the second follows the first's bytes; shared, both end together; stop and wait,
+    # the second leaves when the first has arrived and pays the latency again
+    single = _one_message(_pair(1.0, 5.0), 1 << 20)
+    first, second = _two_messages(_pair(1.0, 5.0), 1 << 20)
     return NetworkModel(latency_factor=lat_factor, bandwidth_factor=bw_factor,
-                        tcp_window_bytes=window, shared_messages=two > 1.5 * one)
+                        tcp_window_bytes=window, shared_messages=second - first < 0.1 * single,
+                        serial_streams=second > 1.8 * single)
 
 
-def _two_messages(topology: Topology, nbytes: int) -> float:
-    """Simulated seconds until the first of two messages of ``nbytes`` posted together from
-    rank 0 to rank 1 arrives."""
-    def body(t: Any) -> float:
+def _two_messages(topology: Topology, nbytes: int) -> Tuple[float, float]:
+    """Simulated seconds until the first and the second of two messages of ``nbytes`` on one
+    stream (rank 0 to rank 1, one tag), posted together, have arrived."""
+    def body(t: Any) -> Tuple[float, float]:
         bufs = [np.zeros(1, np.uint8), np.zeros(1, np.uint8)]
         t.barrier()
         start = t.now()
-        reqs = [t.isend(b, 1, 7 + k) if t.rank == 0 else t.irecv(b, 0, 7 + k)
-                for k, b in enumerate(bufs)]
-        t.waitsome(reqs)
-        return t.now() - start
+        reqs = [t.isend(b, 1, 7) if t.rank == 0 else t.irecv(b, 0, 7) for b in bufs]
+        t.waitsome(reqs[:1])
+        first = t.now() - start
+        t.waitall(reqs)
+        return first, t.now() - start
 
-    return min(run_simulated(topology, body, scale=nbytes, costs=SimCosts(0.0, 0.0)).results)
+    return run_simulated(topology, body, scale=nbytes, costs=SimCosts(0.0, 0.0)).results[1]
 
 
 def simulate_plan(topology: Topology, plan: Plan, size: int,

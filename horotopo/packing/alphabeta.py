@@ -106,7 +106,9 @@ class NetworkModel:
     ``bandwidth_factor * tcp_window_bytes / (2 * latency)``, a TCP flow's window over its
     round trip. ``shared_messages``: messages in flight on one link share it fairly and finish
     together (SimGrid's flows) instead of one after the other (a TCP stream between two
-    ranks), so a window of chunks crosses each hop as one block. :data:`IDEAL_NETWORK` is the declared network itself; SimGrid's default TCP
+    ranks), so a window of chunks crosses each hop as one block. ``serial_streams``: a
+    stream's next message leaves only once the one before has arrived, latency included
+    (stop and wait), so an arc carries one chunk per hop time whatever the window. :data:`IDEAL_NETWORK` is the declared network itself; SimGrid's default TCP
     model is about ``NetworkModel(13.01, 0.97, 4 MiB)`` (``benchmarks/predict_check.py``
     measures it).
     """
@@ -115,6 +117,7 @@ class NetworkModel:
     bandwidth_factor: float = 1.0
     tcp_window_bytes: Optional[float] = None
     shared_messages: bool = False
+    serial_streams: bool = False
 
     def __post_init__(self) -> None:
         if not (self.latency_factor > 0 and self.bandwidth_factor > 0):
@@ -247,6 +250,8 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
     c = min(float(chunk), float(part))
     win = window if window is not None else window_for(int(c))
     hops = on_network(profile, network)
+    if network.serial_streams:
+        win = 1
     rate = min(rate_Bps * network.bandwidth_factor, _window_rate(hops, c, win, costs))
     # Where a link is shared among the messages in flight, a window of chunks crosses each
     # hop at once and they finish together: the window is the pipeline's unit.
