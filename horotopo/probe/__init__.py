@@ -12,6 +12,10 @@
 - :mod:`horotopo.probe.infer`: the pure inference from figures to the measured-topology
   document (shared bottlenecks, host caps).
 - :mod:`horotopo.probe.report`: the text report.
+- :mod:`horotopo.probe.hosts`: the probe by hosts for larger jobs (leaders in concurrent
+  rounds, a trust test, group tests; linear in the hosts), with its pure half in
+  :mod:`horotopo.probe.hostinfer` and :mod:`horotopo.probe.group` (a subset of the ranks as a
+  transport).
 """
 from .cluster import cluster_ranks
 from .config import MODES, ProbeConfig, ProbeError

@@ -1,7 +1,8 @@
 """The collective measurements of the probe (the half that talks to the other ranks).
 
 Every rank calls :func:`probe` together, over a :class:`~horotopo.transport.base.Transport`
-(MPI's, or any other: the probe never touches MPI itself). The phases:
+(MPI's, or any other: the probe never touches MPI itself). Above 16 ranks (``scheme``) it
+runs the probe by hosts (:mod:`horotopo.probe.hosts`); up to that, every pair, in phases:
 
 1. Latency: ping-pong between every pair, just before the pair's bandwidth test.
 2. Bandwidth: every ordered pair, in circle-method order, one direction at a time (both at once
