@@ -2,7 +2,8 @@
 
 For each cluster generator and rank count, and each size: ``make_plan(size=...)`` plans the
 deep (highest-throughput) forest and a shallow one (depth-bounded trees) and keeps the one
-whose alpha-beta prediction (``Plan.predict_time``) is lower. Both are then run in the SimGrid
+whose alpha-beta prediction (``Plan.predict_time``) is lower (on the simulator's network, or
+with ``--choose-on declared`` on the links as declared). Both are then run in the SimGrid
 simulation (horotopo's engine over ``horotopo.simulation.run_simulated``, simulated time, so
 the machine's load does not enter) and compared with their prediction.
 
@@ -141,15 +142,17 @@ def simulate_plan(topology: Topology, plan: Plan, size: int,
 
 
 def check(spec: str, ranks: int, sizes: Sequence[int], network: NetworkModel,
-          costs: SoftwareCosts, timeout_s: float) -> List[Dict[str, Any]]:
+          costs: SoftwareCosts, timeout_s: float, on_simulator: bool = True
+          ) -> List[Dict[str, Any]]:
     """Rows for one cluster: per size, the chosen forest and both forests' prediction
-    against their simulated time."""
+    against their simulated time. ``on_simulator``: the forest is chosen on the simulator's
+    network (else on the network as declared)."""
     topology = (from_dict(generate(spec, ranks)) if spec.partition(":")[0] in GENERATORS
                 else load(bundled(spec)))
     rows = []
     for size in sizes:
         w0 = time.perf_counter()
-        chosen = make_plan(topology, size=size)
+        chosen = make_plan(topology, size=size, network=network if on_simulator else None)
         planner_s = time.perf_counter() - w0
         record = chosen.planner["forest"]
         for forest in ("deep", "shallow"):
@@ -221,6 +224,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="wall seconds per simulation before it is reported as a limit")
+    ap.add_argument("--choose-on", choices=("simulator", "declared"), default="simulator",
+                    help="network the deep-or-shallow choice is predicted on (default: the "
+                         "simulator's, as measured)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     network = measure_network()
@@ -232,7 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         counts = ([int(k) for k in args.ranks.split(",")]
                   if spec.partition(":")[0] in GENERATORS else [0])
         for n in counts:
-            rows += check(spec, n, sizes, network, costs, args.timeout)
+            rows += check(spec, n, sizes, network, costs, args.timeout,
+                          args.choose_on == "simulator")
     misses = [r for r in rows if "error_frac" in r and abs(r["error_frac"]) > args.tolerance]
     if args.json:
         print(json.dumps({"network": network.__dict__, "rows": rows}))

@@ -399,6 +399,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               max_trees_per_root: int = 4, target_gap: float = 0.01,
               progress: Optional[Any] = None, size: Optional[int] = None,
               forest: str = "auto", max_depth: Optional[int] = None,
+              network: Optional[_ab.NetworkModel] = None,
               hierarchy: Optional[str] = None) -> Plan:
     """Plan ``topology``: certified packing, pruned, never slower than ring on the model.
 
@@ -412,7 +413,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
     one (trees at most ``max_depth`` deep, see :mod:`horotopo.packing.depth`) the one with
     the lower predicted time for it is kept (``forest="auto"``; ``"deep"`` or ``"shallow"``
-    force one). ``plan.planner["forest"]`` records the choice and both predictions.
+    force one), predicted on ``network`` (default: the links as declared).
+    ``plan.planner["forest"]`` records the choice and both predictions.
     """
     size = target_size(size)
     check_forest(forest)
@@ -429,7 +431,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     plan, record = choose_forest(
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
-        max_trees_per_root=max_trees_per_root, progress=progress)
+        max_trees_per_root=max_trees_per_root, progress=progress, network=network)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 

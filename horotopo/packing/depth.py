@@ -198,8 +198,8 @@ def check_forest(forest: str) -> None:
 def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing], Any],
                   size: int, *, floor_Bps: float, forest: str = "auto",
                   max_depth: Optional[int] = None, max_trees_per_root: int = 4,
-                  progress: Optional[Callable[[str], None]] = None
-                  ) -> Tuple[Any, Dict[str, Any]]:
+                  progress: Optional[Callable[[str], None]] = None,
+                  network: Any = None) -> Tuple[Any, Dict[str, Any]]:
     """The deep forest (``packing``) or the shallow one, whichever predicts less time.
 
     ``build`` turns a packing into a plan (anything with ``predict_time(size)``,
@@ -208,11 +208,14 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     only where its throughput is at least ``floor_Bps`` (ring's, the plan's floor); it
     carries the deep packing's certified bound, which bounds every packing. Returns the
     chosen plan and a record of the choice: the size, both forests' predicted time,
-    throughput, tree count and deepest tree (reduce plus broadcast hops).
+    throughput, tree count and deepest tree (reduce plus broadcast hops). ``network`` (a
+    :class:`~horotopo.packing.alphabeta.NetworkModel`, default the links as declared) is
+    what the predictions are made on.
     """
     check_forest(forest)
     deep = build(packing)
-    record: Dict[str, Any] = {"size": int(size), "chosen": "deep", "deep": _summary(deep, size)}
+    record: Dict[str, Any] = {"size": int(size), "chosen": "deep",
+                              "deep": _summary(deep, size, network)}
     constrained = (packing.upper_bound is not None and len(topology.capacity_Bps) > 0
                    and packing.throughput < UNBOUNDED_BPS)
     if forest == "deep" or topology.n < 3 or not constrained:
@@ -221,7 +224,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     found = pack_bounded(topology, bound, max_trees_per_root=max_trees_per_root)
     shallow = build(replace(found, upper_bound=packing.upper_bound,
                             bound_phase=packing.bound_phase))
-    record["shallow"] = dict(_summary(shallow, size), depth_bound=bound,
+    record["shallow"] = dict(_summary(shallow, size, network), depth_bound=bound,
                              seconds=round(found.seconds, 4))
     pick = deep
     above_floor = shallow.throughput_Bps >= floor_Bps * (1 - RTOL)
@@ -235,6 +238,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     return pick, record
 
 
-def _summary(plan: Any, size: int) -> Dict[str, Any]:
-    return {"predicted_s": plan.predict_time(size), "throughput_Bps": plan.throughput_Bps,
+def _summary(plan: Any, size: int, network: Any) -> Dict[str, Any]:
+    pred = plan.predict_time(size) if network is None else plan.predict_time(size,
+                                                                            network=network)
+    return {"predicted_s": pred, "throughput_Bps": plan.throughput_Bps,
             "trees": len(plan.trees), "max_hops": max(t.depth for t in plan.trees)}
