@@ -56,7 +56,8 @@ def _rate(link: Dict[str, Any], forward: bool) -> float:
 def declared_links(doc: Dict[str, Any], host_names: List[str]) -> List[Dict[str, Any]]:
     """The links whose sharing the probe should find: each rack's uplink that its hosts' NICs
     can fill (both ways) and the WAN link (both ways), as {name, hosts behind it, out gbps,
-    in gbps}."""
+    in gbps}: the most that can cross it, so the least of the link, the NICs behind it and
+    what the other racks of its site can take in (give out) together."""
     nb = _neighbours(doc)
     switches = set(doc["switches"])
     host_set = set(host_names)
@@ -64,7 +65,7 @@ def declared_links(doc: Dict[str, Any], host_names: List[str]) -> List[Dict[str,
     for h in host_names:
         tors = [x for x in nb[h] if x in switches and x not in host_set]
         tor_of[h] = tors[0]
-    found = []
+    racks = []
     for tor in sorted(set(tor_of.values())):
         behind = {i for i, h in enumerate(host_names) if tor_of[h] == tor}
         ups = [x for x in nb[tor] if x in switches and x not in host_set and "tor" not in x]
@@ -72,10 +73,18 @@ def declared_links(doc: Dict[str, Any], host_names: List[str]) -> List[Dict[str,
         fwd = link["ends"][0] == tor
         nics = sum(_rate(nb[host_names[i]][tor], nb[host_names[i]][tor]["ends"][0] == tor)
                    for i in behind)
-        if min(_rate(link, True), _rate(link, False)) >= nics:
+        # what the rack can push out (take in) at most: its uplink or its NICs
+        racks.append({"name": f"uplink {tor}", "hosts": behind, "spine": ups[0], "nics": nics,
+                      "out": min(nics, _rate(link, fwd)), "in": min(nics, _rate(link, not fwd))})
+    found = []
+    for r in racks:
+        if min(r["out"], r["in"]) >= r["nics"]:
             continue  # never a bottleneck: the hosts behind it cannot fill it
-        found.append({"name": f"uplink {tor}", "hosts": behind, "out": _rate(link, fwd),
-                      "in": _rate(link, not fwd)})
+        # Every transfer out of the rack also crosses the other racks' links in: with one
+        # other rack (under the same spine) both are in series, and only the lesser shows.
+        others = [x for x in racks if x is not r and x["spine"] == r["spine"]]
+        found.append(dict(r, out=min(r["out"], sum(x["in"] for x in others) or r["out"]),
+                          **{"in": min(r["in"], sum(x["out"] for x in others) or r["in"])}))
     spines = [s for s in switches if s.endswith("spine")]
     if len(spines) == 2 and spines[1] in nb[spines[0]]:
         link = nb[spines[0]][spines[1]]
