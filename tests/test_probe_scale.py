@@ -90,6 +90,9 @@ def test_group_flows_spread_over_the_other_groups():
     assert group_flows(groups, 0, True) == [(0, 3), (1, 5), (2, 4)]
     assert group_flows(groups, 1, False) == [(0, 3), (5, 4)]
     assert group_flows([[0], [1, 2]], 0, True) == []  # one flow is its pair, not a test
+    # the far ends fastest first: host 5's slow NIC would cap its flow below the link's share
+    speed = [10.0, 10.0, 10.0, 10.0, 10.0, 2.5, 10.0]
+    assert group_flows(groups, 0, True, speed) == [(0, 3), (1, 6), (2, 4)]
 
 
 def test_alone_estimates_lift_only_the_pairs_a_shared_link_covers():

@@ -157,12 +157,20 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
     return sorted(split(list(range(n)), PROFILE_OVERLAP), key=lambda g: g[0])
 
 
-def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool) -> List[Pair]:
+def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool,
+                speed: Optional[Sequence[float]] = None) -> List[Pair]:
     """The flows of the test of group ``g``'s link out (or in): each host of the group paired
     with a host of another group, the other groups taken in turn so that each of their links
-    carries as few of the flows as can be. Fewer than two flows: no test (empty)."""
+    carries as few of the flows as can be, and within each group its fastest hosts first
+    (``speed``: each host's best figure into it, or out of it for a link in; a slow NIC at
+    the far end would cap its flow below the link's share). Fewer than two flows: no test
+    (empty)."""
     mine = sorted(groups[g])
-    others = _spread([sorted(x) for k, x in enumerate(groups) if k != g])
+
+    def order(x: Sequence[int]) -> List[int]:
+        return sorted(x) if speed is None else sorted(x, key=lambda v: (-speed[v], v))
+
+    others = _spread([order(x) for k, x in enumerate(groups) if k != g])
     m = min(len(mine), len(others))
     if m < 2:
         return []

@@ -118,7 +118,7 @@ def _leaders(pr: _Prober, cfg: ProbeConfig) -> Dict[str, Any]:
         for g, members in enumerate(groups):
             rest = tuple(x for x in range(h) if x not in members)
             for outgoing in (True, False):
-                flows = group_flows(groups, g, outgoing)
+                flows = group_flows(groups, g, outgoing, list(inn if outgoing else out))
                 if not flows:
                     continue
                 expected = [min(out[a], inn[b]) for a, b in flows]
