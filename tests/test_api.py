@@ -352,3 +352,16 @@ def test_a_name_answered_through_a_join_can_come_again():
     assert c.respond([[], [_req("n", ALLREDUCE)], []], False) == []
     (resp,) = c.respond([[_req("n", ALLREDUCE)], [], []], False)
     assert (resp.name, resp.error) == ("n", None)
+
+
+def test_init_refuses_process_sets_that_repeat_each_other_or_the_global_set():
+    from horotopo.api.process_sets import check_duplicates
+
+    check_duplicates([hvd.ProcessSet([0]), hvd.ProcessSet([1, 2])], size=3)
+    with pytest.raises(ValueError, match=r"^Horovod could not be initialized because "
+                                         r"process_sets entry number 1 is a duplicate: "):
+        check_duplicates([hvd.ProcessSet([0]), hvd.ProcessSet([0])])
+    with pytest.raises(ValueError, match="entry number 0 is a duplicate"):
+        check_duplicates([hvd.ProcessSet([2, 1, 0])], size=3)      # the global set
+    with pytest.raises(TypeError, match="entry number 0 is not an hvd.ProcessSet"):
+        check_duplicates([[0, 1]])

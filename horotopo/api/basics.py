@@ -55,6 +55,9 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
                              f"{process_sets!r}")
         _process_sets.allow_dynamic()
         process_sets = []
+    # Entries that repeat each other fail before the job starts (the global set's ranks are
+    # known only once it has).
+    _process_sets.check_duplicates(list(process_sets or []))
     with _init_lock:
         if _runtime is not None and _runtime.alive:
             return

@@ -25,7 +25,7 @@ from .. import config
 from ..topology import Topology
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "resolve", "restrict", "Group", "SetTable", "init_process_sets", "NOT_REGISTERED",
+           "resolve", "restrict", "Group", "SetTable", "init_process_sets", "check_duplicates", "NOT_REGISTERED",
            "PROCESS_SET_ADD", "PROCESS_SET_REMOVE", "build_group", "ranks_from_name",
            "allow_dynamic", "dynamic"]
 
@@ -237,16 +237,18 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     return rt.wait(hid)[0] is not None
 
 
-def init_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
-    """Register ``hvd.init(process_sets=[...])``'s sets in order (ids 1, 2, ...).
+def check_duplicates(process_sets: Sequence[Any], size: Optional[int] = None) -> None:
+    """Refuse ``hvd.init(process_sets=[...])`` entries that repeat another's ranks, or the
+    global set's once ``size`` is known (Horovod's message).
 
     Raises
     ------
+    TypeError
+        An entry is not a ProcessSet.
     ValueError
-        An entry repeats another's ranks or the global set's (Horovod's message); checked
-        before any is registered.
+        Entry ``k`` is a duplicate.
     """
-    seen = {tuple(range(rt.size))}
+    seen = set() if size is None else {tuple(range(size))}
     for k, ps in enumerate(process_sets):
         if not isinstance(ps, ProcessSet):
             raise TypeError(f"process_sets entry number {k} is not an hvd.ProcessSet: {ps!r}")
@@ -255,6 +257,12 @@ def init_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
             raise ValueError(f"Horovod could not be initialized because process_sets entry "
                              f"number {k} is a duplicate: {ps}")
         seen.add(key)
+
+
+def init_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
+    """Register ``hvd.init(process_sets=[...])``'s sets in order (ids 1, 2, ...), once none
+    repeats another or the global set (:func:`check_duplicates`)."""
+    check_duplicates(process_sets, rt.size)
     for ps in process_sets:
         _add(rt, ps)
 

@@ -186,7 +186,7 @@ def test_init_with_process_sets_registers_them_in_order():
     try:
         with pytest.raises(ValueError, match="process_sets entry number 2 is a duplicate"):
             hvd.init(process_sets=[hvd.ProcessSet([0]), hvd.ProcessSet(range(1, n)),
-                                   hvd.ProcessSet(range(n - 1, -1, -1))])
+                                   hvd.ProcessSet(reversed(range(1, n)))])
         assert not hvd.is_initialized()
         sets = [hvd.ProcessSet([0]), hvd.ProcessSet(reversed(range(1, n)))]
         hvd.init(process_sets=sets)
