@@ -321,9 +321,13 @@ def test_probed_optimum_within_15_percent_of_declared(make):
                    "put in different groups (a host with two ranks and a lone fast host) is not "
                    "found; only ranks alone at every level get extension tests")
 def test_downlink_shared_by_ungrouped_ranks():
+    # Stated on the probed model (its optimum overstates the network by the missing
+    # downlink), not on a plan's rate on the real network: a planner may pick trees that
+    # happen to spare the downlink, which says nothing about the probe.
     declared = from_dict(random_declared(5, 7))
-    got = make_plan(from_dict(simulate(declared, noise=0.05, seed=3)))
-    assert plan_rate_on(got, declared) / plan_rate_on(make_plan(declared), declared) >= 0.85
+    probed = from_dict(simulate(declared, noise=0.05, seed=3))
+    ratio = make_plan(probed).throughput_Bps / make_plan(declared).throughput_Bps
+    assert ratio <= 1.15, f"the probed optimum is {ratio:.3f} of the declared one"
 
 
 def test_a_slow_nic_inside_a_rack_still_shares_its_uplink():
