@@ -199,7 +199,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
          target_gap: float = 0.01, eps: float = 0.1, gk_iterations: Optional[int] = None,
          columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
          progress: Optional[Callable[[str], None]] = None,
-         model: Optional[ArcModel] = None, ring_seeds: bool = True,
+         model: Optional[ArcModel] = None, ring_seeds: bool = True, rank_ring: bool = True,
          lazy_rows: bool = False) -> Packing:
     """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
 
@@ -211,10 +211,10 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         The packing model (default ``ArcModel(topology)``, trees over ranks); the hierarchical
         planner passes its model of trees over hosts
         (:class:`~horotopo.packing.hierarchy.HostModel`).
-    ring_seeds : bool
-        Seed the pool with ring's chains, in node order and along the topology-aware ring
-        (``4n`` columns). Without them (hundreds of nodes, where they would dominate the LP)
-        the aware ring is only the floor: the result is never below it either way.
+    ring_seeds, rank_ring : bool
+        Seed the pool with ring's chains along the topology-aware ring and (``rank_ring``) in
+        node order (``2n`` columns each). Without them the aware ring is only the floor: the
+        result is never below it either way.
     lazy_rows : bool
         Row generation: the LP holds only the capacity rows that bind (for models with many
         rows that never do, such as a hierarchical model's local links).
@@ -256,7 +256,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
               for kind in (True, False)],
              [(kind, r, ring_parents_in_order(order, r)[0 if kind else 1]) for r in range(n)
               for kind in (True, False)]]
-    for half in (rings[0] + rings[1] if ring_seeds else []):
+    for half in ((rings[0] if rank_ring else []) + rings[1] if ring_seeds else []):
         pool.add(half)
     aware_ring = [pool.index[h] for h in rings[1]] if ring_seeds else []
     best_bound = np.inf
@@ -341,7 +341,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     inward = np.array([h[0] for h in pool.halves])
     total = float(rates[inward].sum())
     # A ring's n chains at one common rate (model.ring_rate's figure for the node-order one).
-    floor = rings[0] if ring_seeds else rings[1]
+    floor = rings[0] if ring_seeds and rank_ring else rings[1]
     ring = n * model.max_rate(np.sum([model.half_load(h[2], h[0]) for h in floor], axis=0))
     if total < ring * (1 - 1e-9):
         # Ring's chains, one per root, always fit the quota.

@@ -381,12 +381,18 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     built = time.perf_counter() - start
     say(f"hierarchy: {model.n} machines, {model.channels} channels, "
         f"{len(model.capacity)} merged resources of {len(model.flat_capacity)} ({built:.2f} s)")
-    # Ring chains (4H columns) would dominate the LP at hundreds of machines; the aware ring
-    # stays the floor. Most rows (local links) never bind: row generation leaves them out.
+    # The topology-aware ring's chains seed the pool (at 1024 ranks they alone reach the
+    # optimum); the machine-order ring's would double the LP at hundreds of machines. Most
+    # rows (local links) never bind: row generation leaves them out.
     large = model.n > AUTO_MIN_RANKS
-    pack_args.setdefault("ring_seeds", not large)
+    pack_args.setdefault("rank_ring", not large)
     pack_args.setdefault("lazy_rows", True)
-    pack_args.setdefault("columns_per_round", 2 if large else 4)
+    # Edmonds is the cost at hundreds of machines (a rack's hosts all prefer one parent, so it
+    # contracts one cycle per level): one tree per kind and round, few multiplicative-weights
+    # steps, the LP duals doing the rest.
+    huge = model.n > 4 * AUTO_MIN_RANKS
+    pack_args.setdefault("columns_per_round", 1 if huge else 2 if large else 4)
+    pack_args.setdefault("gk_iterations", 4 if huge else None)
     host = pack(topology, model=model, progress=say, **pack_args)
     trees = model.expand(host.trees)
     extra: Dict[str, Any] = {"model": "hierarchical", "machines": model.n,

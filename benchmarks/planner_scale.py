@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Planner at scale (issue 16): the hierarchical planner on generated clusters of 8-GPU hosts.
+
+For each generator and rank count it prints: the wall time to load the topology, to plan it
+(``make_plan(topology, hierarchy=...)``, which includes the packing, the flat bound and the
+plan's per-tree profiles), and of that the packing alone; the hierarchical plan's throughput,
+the hierarchical model's certified bound and gap, the flat model's bound (priced at the
+hierarchical dual), ring's throughput on the flat model, and the number of host-level and
+rank-level trees. The load average is printed beside every row: wall times depend on it.
+
+Targets (issue 16): 1024 ranks planned in at most 5 s, 4096 in at most 60 s, certified gap at
+most 2% against the hierarchical bound. Exit status 1 when one is missed (each miss listed).
+
+Example: python benchmarks/planner_scale.py --ranks 1024,4096 --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from horotopo.generate import generate
+from horotopo.packing.hierarchy import pack_hierarchical, ring_throughput
+from horotopo.plan import make_plan
+from horotopo.topology import from_dict
+
+SPECS = ("racks:hosts_per_rack=8,gpus=8,oversub=4,slow=0.25",
+         "fattree:hosts_per_leaf=8,spines=4,gpus=8",
+         "sites:gpus=8,wan_gbps=10")
+TIME_TARGET_S = {1024: 5.0, 4096: 60.0}
+GAP_TARGET = 0.02
+
+
+def row(spec: str, n: int, hierarchy: str, stage: str) -> Dict[str, Any]:
+    """Plan one generated cluster and return the figures (see module docstring).
+
+    ``stage="packing"`` times the hierarchical packing alone (what ``make_plan`` calls before
+    it builds the Plan's per-tree profiles and chunks); ``plan_s`` is then None.
+    """
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    topology = from_dict(generate(spec, n))
+    loaded = time.perf_counter() - start
+    start = time.perf_counter()
+    if stage == "plan":
+        plan = make_plan(topology, hierarchy=hierarchy)
+        p, rate, bound, gap = plan.planner, plan.throughput_Bps, plan.upper_bound_Bps, plan.gap
+        ring, trees = plan.ring_Bps, len(plan.trees)
+    else:
+        packing = pack_hierarchical(topology)
+        p, rate, bound, gap = packing.stats(), packing.throughput, packing.upper_bound, \
+            packing.gap
+        ring, trees = ring_throughput(topology), len(packing.trees)
+    seconds = time.perf_counter() - start
+    flat = p.get("flat_upper_bound_Bps")
+    return {"generator": spec, "topology": topology.name, "n": n, "stage": stage,
+            "machines": p.get("machines"), "load_s": round(loaded, 3),
+            "plan_s": round(seconds, 3) if stage == "plan" else None,
+            "packing_s": p.get("seconds"), "flat_bound_s": p.get("flat_bound_seconds"),
+            "R_MBps": rate / 1e6, "bound_MBps": None if bound is None else bound / 1e6,
+            "gap": gap, "flat_bound_MBps": None if flat is None else float(flat) / 1e6,
+            "flat_bound_method": p.get("flat_bound_method"),
+            "ring_MBps": ring / 1e6, "host_trees": p.get("host_trees"), "trees": trees,
+            "bound_phase": p.get("bound_phase"),
+            "loadavg": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+
+
+def _fmt(x: Optional[float], spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_row(r: Dict[str, Any]) -> None:
+    gap = None if r["gap"] is None else r["gap"] * 100
+    print(f"{r['topology'][:30]:<30} {r['n']:>5} {r['machines'] or '-':>4} "
+          f"{_fmt(r['plan_s'], '7.2f'):>7} {_fmt(r['packing_s'], '7.2f'):>7} {r['R_MBps']:>9.1f} "
+          f"{_fmt(r['bound_MBps'], '9.1f'):>9} {_fmt(gap, '6.2f'):>6} "
+          f"{_fmt(r['flat_bound_MBps'], '9.1f'):>9} {r['ring_MBps']:>8.1f} "
+          f"{r['host_trees'] or '-':>5} {r['trees']:>5} {r['loadavg'][0]:>5.1f}", flush=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", default="1024,4096", help="comma list of rank counts")
+    ap.add_argument("--generators", default=";".join(SPECS),
+                    help="semicolon list of generator specs (horotopo.generate)")
+    ap.add_argument("--hierarchy", default="on", choices=("auto", "on", "off"))
+    ap.add_argument("--stage", default="plan", choices=("plan", "packing"),
+                    help="time make_plan (default) or the hierarchical packing alone")
+    ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    args = ap.parse_args(argv)
+    rows: List[Dict[str, Any]] = []
+    misses: List[str] = []
+    if not args.json:
+        print(f"{'topology':<30} {'ranks':>5} {'hosts':>4} {'plan s':>7} {'pack s':>7} "
+              f"{'R MB/s':>9} {'bound':>9} {'gap %':>6} {'flat bnd':>9} {'ring':>8} "
+              f"{'htree':>5} {'trees':>5} {'load':>5}")
+    for spec in filter(None, args.generators.split(";")):
+        for n in (int(x) for x in args.ranks.split(",")):
+            print(f"planning {spec} at {n} ranks", file=sys.stderr, flush=True)
+            r = row(spec, n, args.hierarchy, args.stage)
+            rows.append(r)
+            print(json.dumps(r), file=sys.stderr, flush=True)  # kept if a later row is cut off
+            if not args.json:
+                print_row(r)
+            limit = TIME_TARGET_S.get(n)
+            took = r["plan_s"] if r["plan_s"] is not None else r["packing_s"]
+            if limit is not None and took > limit:
+                misses.append(f"{r['topology']}: {args.stage} took {took:.1f} s, target "
+                              f"{limit:g} s (load {r['loadavg'][0]:.1f})")
+            if r["gap"] is None or r["gap"] > GAP_TARGET:
+                misses.append(f"{r['topology']}: gap {_fmt(r['gap'], '.4f')}, target "
+                              f"{GAP_TARGET}")
+    if args.json:
+        print(json.dumps({"rows": rows, "misses": misses}, indent=1))
+    else:
+        for m in misses:
+            print(f"MISSED {m}")
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
