@@ -37,11 +37,12 @@ __all__ = ["_Prober", "as_probe_error", "pow2", "SUBSET_FACTOR"]
 # Offsets in the block of tags each exchange takes from the transport (alloc_tags): every rank
 # runs the same exchanges in the same order, so the blocks agree without communication.
 TAG_PING, TAG_PONG = 0, 1
-# A transfer's block: the acknowledgement's tag, then the warm-up train's and the timed train's.
-# One tag per train, so MPI's non-overtaking rule keeps each train in order. (A tag per
-# message let a simulated WAN's trains go side by side, but on the emulated cluster it read
-# pairs far low: 16-22 of racks-2x3's 30 pairs within 15% against 26-27 with a tag per train,
-# same load, 2026-12-03.)
+# A transfer's block: the warm-up train's tag, the timed train's and the acknowledgement's.
+# One tag per train, so MPI's non-overtaking rule keeps each train in order; the emulated
+# cluster's accuracy table was measured so. (A tag per message lets the simulated transport,
+# which sends one stream's messages one after another, move a train over a WAN at its rate;
+# on the emulated cluster at load 10-18 it read racks-2x3 16-22 of 30 pairs within 15%, a tag
+# per train 26-27 and, in a later run, 17: not settled, so the tested form stays.)
 TAG_WARM, TAG_DATA, TAG_ACK = 0, 1, 2
 
 # The time bound: a test costs about PAIR_COST times its target (growing the message, then
