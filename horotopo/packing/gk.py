@@ -62,6 +62,7 @@ __all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "PHASE_GK
 PHASE_GK = "Garg-Konemann dual"
 PHASE_COLUMNS = "column generation pricing"
 PHASE_START = "degree dual at lengths 1/c"
+PHASE_FILLED = "dual at lengths 1/c on the filled resources"
 
 UNBOUNDED_BPS = 1e15  # reported when no resource constrains anything (one rank, one host)
 Half = Tuple[bool, int, Tuple[int, ...]]  # (inward, root, parent)
@@ -200,7 +201,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
          columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
          progress: Optional[Callable[[str], None]] = None,
          model: Optional[ArcModel] = None, ring_seeds: bool = True, rank_ring: bool = True,
-         lazy_rows: bool = False) -> Packing:
+         lazy_rows: bool = False, filled_dual: bool = False) -> Packing:
     """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
 
     Parameters
@@ -218,6 +219,9 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     lazy_rows : bool
         Row generation: the LP holds only the capacity rows that bind (for models with many
         rows that never do, such as a hierarchical model's local links).
+    filled_dual : bool
+        After column generation, also price lengths ``1/c`` on the resources the pool's LP
+        fills (a bound that degenerate LP duals on many symmetric NICs approach slowly).
     max_trees_per_root : int
         ``k``: pruning keeps at most ``k`` reduce and ``k`` broadcast trees per root.
     min_share : float, optional
@@ -334,6 +338,18 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         rates, y, pi = pool.solve()
     inward = np.array([h[0] for h in pool.halves])
     r_full = float(rates[inward].sum())
+    # One more dual point (filled_dual): lengths 1/c on the resources the pool's LP fills.
+    used = np.sum([r * pool.loads[i] for i, r in enumerate(rates) if r > 0], axis=0)
+    full = np.asarray(used >= cap * (1 - 1e-6), dtype=float) / cap
+    if filled_dual and full.any():
+        (d1, _), = price(model, full, zeros, True)
+        (d2, _), = price(model, full, zeros, False)
+        bound = dual_bound(cap, full, d1, d2) if d1 + d2 > 0 else np.inf
+        if bound < best_bound:
+            best_bound, phase = bound, PHASE_FILLED
+            dual = (full / (d1 + d2), np.full(n, d2 / (d1 + d2)))
+        check_certificate(best_bound, r_full, topology=topology.name, phase=phase,
+                          achieved_by="the column pool's LP")
 
     # Phase 3: prune to the quota, re-solving and re-pricing.
     rates = _prune(pool, rates, max_trees_per_root, min_share, start, time_limit_s,

@@ -387,6 +387,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     large = model.n > AUTO_MIN_RANKS
     pack_args.setdefault("rank_ring", not large)
     pack_args.setdefault("lazy_rows", True)
+    pack_args.setdefault("filled_dual", True)
     # Edmonds is the cost at hundreds of machines (a rack's hosts all prefer one parent, so it
     # contracts one cycle per level): one tree per kind and round, few multiplicative-weights
     # steps, the LP duals doing the rest.
