@@ -88,6 +88,7 @@ class Simulation:
         # The first zone is the platform's root; routes are listed pair by pair (full zone).
         self.zone = self.sg.NetZone.create_full_zone("horotopo")
         self._mailboxes: Dict[Tuple[int, int, int], Any] = {}
+        self.hosts: List[Any] = []  # set by run(): hosts[i] is where rank i runs
         self.messages = 0
 
     def mailbox(self, src: int, dst: int, tag: int) -> Any:
@@ -147,6 +148,7 @@ class Simulation:
                 finish[rank] = sg.Engine.clock - start
             return body
 
+        self.hosts = list(hosts)  # where each rank runs: the transports read their routes
         for rank in range(n):
             sg.Actor.create(f"rank{rank}", hosts[rank], actor(rank))
         t0, c0 = time.perf_counter(), time.process_time()

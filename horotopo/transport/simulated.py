@@ -119,6 +119,7 @@ class SimulatedTransport(Transport):
         self._tags = TagAllocator(1 << 20)
         self._queue: List[_Request] = []
         self._streams: Dict[Tuple[int, int], _Request] = {}  # (dest, tag): its last send
+        self._pipe: Dict[int, float] = {}  # dest: bytes in flight that fill the route
         self._cpu_free = 0.0      # simulated time at which this rank's CPU is done
         self._unscaled = 0        # > 0 inside a control step
         self._snapshot: Optional[Tuple[Any, np.ndarray, _Request]] = None
@@ -213,7 +214,7 @@ class SimulatedTransport(Transport):
                 if req.done:
                     continue  # cancelled before it was posted
                 if req.kind == "send":
-                    if req.behind is None or req.behind.done:
+                    if self._may_start(req):
                         self._put(req)
                 else:
                     req.comm, req.handle = req.mailbox.get_async()
@@ -230,11 +231,33 @@ class SimulatedTransport(Transport):
         self.sim.messages += 1
 
     def _head(self, req: _Request) -> _Request:
-        """The request to wait on for ``req``: itself, or for a send still behind another on
-        its stream, the stream's message in flight."""
-        while req.behind is not None and not req.behind.done:
+        """The request to wait on for ``req``: itself once posted, or for a send held behind
+        others on its stream, one of them in flight."""
+        while req.comm is None and req.behind is not None and not req.behind.done:
             req = req.behind
         return req
+
+    def _may_start(self, req: _Request) -> bool:
+        """Whether a send may go out now: every message before it on its stream is out, and
+        those still in flight hold less than the route's bandwidth-delay product (a
+        connection keeps that many bytes in the pipe; on a short route, one message)."""
+        ahead = 0
+        r = req.behind
+        while r is not None and not r.done:
+            if r.comm is None:
+                return False
+            ahead += r.charged
+            r = r.behind
+        return ahead == 0 or ahead < self._pipe_bytes(req.peer)
+
+    def _pipe_bytes(self, dest: int) -> float:
+        """Bytes in flight that fill the route to ``dest``: latency x bottleneck rate."""
+        got = self._pipe.get(dest)
+        if got is None:
+            links, latency = self._sg.Host.current().route_to(self.sim.hosts[dest])
+            got = latency * min((link.bandwidth for link in links), default=0.0)
+            self._pipe[dest] = got
+        return got
 
     def _complete(self, req: _Request, wait: bool = False) -> None:
         if wait:
@@ -258,10 +281,12 @@ class SimulatedTransport(Transport):
         """A send is done: the stream's next message goes out now, as a connection sends what
         was handed to it without the rank's CPU (TCP's socket buffer, an RDMA queue)."""
         nxt = req.next
-        while nxt is not None and nxt.done:
+        while nxt is not None:
+            if not nxt.done and nxt.comm is None:
+                if nxt.queued or not self._may_start(nxt):
+                    break
+                self._put(nxt)
             nxt = nxt.next
-        if nxt is not None and not nxt.queued and nxt.comm is None:
-            self._put(nxt)
         req.next = None
         if self._streams.get(req.stream) is req:
             del self._streams[req.stream]
