@@ -90,14 +90,20 @@ def measure_network() -> NetworkModel:
     capped = _one_message(_pair(10.0, 5.0), big) - 5e-3 * lat_factor
     rate = big / capped
     window = rate * 2 * 5e-3 / bw_factor if rate < 0.9 * bw_factor * 1.25e9 else None
-    # two messages of one stream (same tag) posted together over a link of 5 ms: on a TCP
-    # stream the second follows the first's bytes; shared, both end together; stop and wait,
-    # the second leaves when the first has arrived and pays the latency again
-    single = _one_message(_pair(1.0, 5.0), 1 << 20)
-    first, second = _two_messages(_pair(1.0, 5.0), 1 << 20)
+    # two messages of one stream (same tag) posted together over a link of 5 ms (a 625 KB
+    # bandwidth-delay product): on a TCP stream the second follows the first's bytes; shared,
+    # both end together; held back, the second leaves when the first has arrived and pays
+    # the latency again: always ("serial"), or only past the bandwidth-delay product ("bdp")
+    shared = False
+    held = []
+    for size in (64 << 10, 1 << 20):
+        single = _one_message(_pair(1.0, 5.0), size)
+        first, second = _two_messages(_pair(1.0, 5.0), size)
+        shared = shared or second - first < 0.1 * single
+        held.append(second > 1.5 * single)
+    streams = "serial" if held[0] else ("bdp" if held[1] else "free")
     return NetworkModel(latency_factor=lat_factor, bandwidth_factor=bw_factor,
-                        tcp_window_bytes=window, shared_messages=second - first < 0.1 * single,
-                        serial_streams=second > 1.8 * single)
+                        tcp_window_bytes=window, shared_messages=shared, streams=streams)
 
 
 def _two_messages(topology: Topology, nbytes: int) -> Tuple[float, float]:

@@ -106,23 +106,27 @@ class NetworkModel:
     ``bandwidth_factor * tcp_window_bytes / (2 * latency)``, a TCP flow's window over its
     round trip. ``shared_messages``: messages in flight on one link share it fairly and finish
     together (SimGrid's flows) instead of one after the other (a TCP stream between two
-    ranks), so a window of chunks crosses each hop as one block. ``serial_streams``: a
-    stream's next message leaves only once the one before has arrived, latency included
-    (stop and wait), so an arc carries one chunk per hop time whatever the window. :data:`IDEAL_NETWORK` is the declared network itself; SimGrid's default TCP
-    model is about ``NetworkModel(13.01, 0.97, 4 MiB)`` (``benchmarks/predict_check.py``
-    measures it).
+    ranks), so a window of chunks crosses each hop as one block. ``streams``: how many of a
+    stream's messages (one source, destination and tag) may be in flight at once:
+    ``"free"`` (the engine's window decides), ``"serial"`` (the next leaves once the one
+    before has arrived, latency included: one chunk per hop time) or ``"bdp"`` (further
+    messages leave while those in flight hold less than the route's bandwidth-delay product).
+    :data:`IDEAL_NETWORK` is the declared network itself; ``benchmarks/predict_check.py``
+    measures the simulator's.
     """
 
     latency_factor: float = 1.0
     bandwidth_factor: float = 1.0
     tcp_window_bytes: Optional[float] = None
     shared_messages: bool = False
-    serial_streams: bool = False
+    streams: str = "free"
 
     def __post_init__(self) -> None:
         if not (self.latency_factor > 0 and self.bandwidth_factor > 0):
             raise ValueError(f"network factors must be positive, got latency "
                              f"{self.latency_factor!r}, bandwidth {self.bandwidth_factor!r}")
+        if self.streams not in ("free", "serial", "bdp"):
+            raise ValueError(f"streams must be free, serial or bdp, got {self.streams!r}")
         if self.tcp_window_bytes is not None and not self.tcp_window_bytes > 0:
             raise ValueError(f"tcp_window_bytes must be positive or None, got "
                              f"{self.tcp_window_bytes!r}")
@@ -216,10 +220,23 @@ def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts,
     return sum(count * _hop_time(lat, inv, chunk, costs, moved) for lat, inv, count in profile)
 
 
-def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts) -> float:
-    """The rate ``window`` chunks in flight per arc sustain over the profile's slowest hop."""
-    slowest = max((_hop_time(lat, inv, chunk, costs) for lat, inv, _ in profile), default=0.0)
-    return window * chunk / slowest if slowest > 0 else math.inf
+def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts,
+                 streams: str = "free", declared: Optional[Profile] = None) -> float:
+    """The rate that ``window`` chunks in flight per arc sustain over the profile's slowest
+    hop (fewer where the transport's ``streams`` hold back a stream's messages; ``"bdp"``
+    counts the bandwidth-delay product on the ``declared`` hops, default the profile's)."""
+    best = math.inf
+    for (lat, inv, _), (lat0, inv0, _) in zip(profile, declared or profile):
+        hop = _hop_time(lat, inv, chunk, costs)
+        if hop <= 0:
+            continue
+        w = float(window)
+        if streams == "serial":
+            w = 1.0
+        elif streams == "bdp" and inv0 > 0:
+            w = min(w, 1.0 + math.floor(lat0 / inv0 / chunk))
+        best = min(best, w * chunk / hop)
+    return best
 
 
 def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
@@ -250,12 +267,13 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
     c = min(float(chunk), float(part))
     win = window if window is not None else window_for(int(c))
     hops = on_network(profile, network)
-    if network.serial_streams:
-        win = 1
-    rate = min(rate_Bps * network.bandwidth_factor, _window_rate(hops, c, win, costs))
+    rate = min(rate_Bps * network.bandwidth_factor,
+               _window_rate(hops, c, win, costs, network.streams, profile))
     # Where a link is shared among the messages in flight, a window of chunks crosses each
     # hop at once and they finish together: the window is the pipeline's unit.
-    unit = min(float(part), win * c) if network.shared_messages else c
+    # (Streams held to one message, or to a bandwidth-delay product, keep that block small.)
+    unit = (min(float(part), win * c) if network.shared_messages and network.streams == "free"
+            else c)
     # The unit crosses its slowest hop at the tree's rate, not alone at the link's: the
     # tree shares that link with the other trees from the start.
     slowest = max((inv for _, inv, _ in hops), default=0.0)
