@@ -115,6 +115,33 @@ def test_scale_charges_the_simulated_bytes_on_the_link():
     assert plain < scaled / 100
 
 
+def test_a_stream_sends_in_order_and_keeps_its_route_full():
+    """Messages of one source, destination and tag cross one after another (the first is in
+    after one message's time, not after all of theirs side by side), yet as many as fill the
+    route's bandwidth-delay product are in flight (no latency paid per message)."""
+    def pair(latency_ms):
+        return from_dict({"name": "pair", "switches": ["sw"],
+                          "links": [{"ends": ["a", "sw"], "gbps": 1.0, "latency_ms": latency_ms},
+                                    {"ends": ["b", "sw"], "gbps": 1.0}], "ranks": ["a", "b"]})
+
+    def body(t):
+        bufs = [np.zeros(125_000, np.uint8) for _ in range(8)]  # 1 ms each at 1 gbps
+        t0 = t.now()
+        if t.rank == 0:
+            t.waitall([t.isend(b, 1, 3) for b in bufs])
+            return None
+        reqs = [t.irecv(b, 0, 3) for b in bufs]
+        t.waitall(reqs[:1])
+        first = t.now() - t0
+        t.waitall(reqs)
+        return first, t.now() - t0
+
+    first, last = run_simulated(pair(0.0), body, costs=FREE).results[1]
+    assert 1e-3 < first < 1.2e-3 and 8e-3 < last < 8.6e-3
+    first, last = run_simulated(pair(10.0), body, costs=FREE).results[1]
+    assert 10e-3 < first and last < 10e-3 + 9e-3  # stop-and-wait would take 8 x 11 ms
+
+
 def test_costs_are_charged_per_message_and_per_received_byte():
     costs = SimCosts(per_message_s=1e-3, recv_s_per_byte=1e-6)
 
