@@ -213,15 +213,12 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         planner passes its model of trees over hosts
         (:class:`~horotopo.packing.hierarchy.HostModel`).
     ring_seeds, rank_ring : bool
-        Seed the pool with ring's chains along the topology-aware ring and (``rank_ring``) in
-        node order (``2n`` columns each). Without them the aware ring is only the floor: the
-        result is never below it either way.
+        Seed the pool with the topology-aware ring's chains and (``rank_ring``) node order's
+        (``2n`` columns each); else the aware ring is only the floor the result never is below.
     lazy_rows : bool
-        Row generation: the LP holds only the capacity rows that bind (for models with many
-        rows that never do, such as a hierarchical model's local links).
+        Row generation: the LP holds only the capacity rows that bind (local links never do).
     filled_dual : bool
-        After column generation, also price lengths ``1/c`` on the resources the pool's LP
-        fills (a bound that degenerate LP duals on many symmetric NICs approach slowly).
+        Every fifth round also price lengths ``1/c`` on the resources the pool's LP fills.
     max_trees_per_root : int
         ``k``: pruning keeps at most ``k`` reduce and ``k`` broadcast trees per root.
     min_share : float, optional
@@ -312,6 +309,9 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         if bound < best_bound:
             best_bound, phase = bound, PHASE_COLUMNS
             center = dual = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
+        if filled_dual and rounds % 5 == 0:
+            best_bound, phase, dual = _filled_bound(model, pool, rates,
+                                                    (best_bound, phase, dual))
         # The pool's LP rate is feasible, so it can never exceed a true bound.
         check_certificate(best_bound, r_pool, topology=topology.name, phase=phase,
                           achieved_by="the column pool's LP")
@@ -338,16 +338,8 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         rates, y, pi = pool.solve()
     inward = np.array([h[0] for h in pool.halves])
     r_full = float(rates[inward].sum())
-    # One more dual point (filled_dual): lengths 1/c on the resources the pool's LP fills.
-    used = np.sum([r * pool.loads[i] for i, r in enumerate(rates) if r > 0], axis=0)
-    full = np.asarray(used >= cap * (1 - 1e-6), dtype=float) / cap
-    if filled_dual and full.any():
-        (d1, _), = price(model, full, zeros, True)
-        (d2, _), = price(model, full, zeros, False)
-        bound = dual_bound(cap, full, d1, d2) if d1 + d2 > 0 else np.inf
-        if bound < best_bound:
-            best_bound, phase = bound, PHASE_FILLED
-            dual = (full / (d1 + d2), np.full(n, d2 / (d1 + d2)))
+    if filled_dual and rounds % 5:  # the loop tried it in every fifth round
+        best_bound, phase, dual = _filled_bound(model, pool, rates, (best_bound, phase, dual))
         check_certificate(best_bound, r_full, topology=topology.name, phase=phase,
                           achieved_by="the column pool's LP")
 
@@ -378,6 +370,21 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
                    full_throughput=max(r_full, total), iterations=iterations,
                    columns=len(pool.halves), seconds=time.perf_counter() - start,
                    history=tuple(history), bound_phase=phase, dual=dual)
+
+
+def _filled_bound(model: ArcModel, pool: _Pool, rates: np.ndarray, best: tuple) -> tuple:
+    """``best`` ``(bound, phase, dual)``, or the dual point at lengths ``1/c`` on the resources
+    the pool's LP fills where it bounds lower (degenerate LP duals on many symmetric NICs)."""
+    used = np.sum([r * pool.loads[i] for i, r in enumerate(rates) if r > 0], axis=0)
+    full = np.asarray(used >= model.capacity * (1 - 1e-6), dtype=float) / model.capacity
+    if not full.any():
+        return best
+    (d1, _), = price(model, full, np.zeros(model.n), True)
+    (d2, _), = price(model, full, np.zeros(model.n), False)
+    bound = dual_bound(model.capacity, full, d1, d2) if d1 + d2 > 0 else np.inf
+    if bound >= best[0]:
+        return best
+    return bound, PHASE_FILLED, (full / (d1 + d2), np.full(model.n, d2 / (d1 + d2)))
 
 
 def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_root: int,
