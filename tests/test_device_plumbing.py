@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import horotopo.gpu as gpu
-from horotopo.api import arrays
+from horotopo.api import arrays, process_sets
+from horotopo.api.process_sets import SetTable
 from horotopo.api.records import Response
 from horotopo.api.runtime import ALLGATHER, ALLREDUCE, BROADCAST
 from test_api import Harness, RecordingEngine
@@ -206,9 +207,11 @@ def test_device_error_still_resolves_the_handle_and_leaves_the_device():
 
 class FakeRuntime:
     size = 2  # the front end reads the job's size (Adasum's power-of-two check)
+    rank = 0
 
     def __init__(self):
         self.calls = []
+        self.sets = SetTable(self.size)  # the front end resolves the (global) process set
 
     def enqueue(self, kind, items, **kw):
         self.calls.append((kind, items, kw))
@@ -219,6 +222,7 @@ class FakeRuntime:
 def front_end(monkeypatch):
     rt = FakeRuntime()
     monkeypatch.setattr(arrays, "runtime", lambda: rt)
+    monkeypatch.setattr(process_sets, "_runtime", lambda: rt)
     monkeypatch.setattr(gpu, "record_ready", lambda x: ("ready-for", type(x).__module__))
     return rt
 

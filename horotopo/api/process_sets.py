@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from .. import config
 from ..topology import Topology
@@ -46,9 +48,11 @@ class ProcessSet:
 
     Parameters
     ----------
-    ranks_or_comm : sequence of int
-        The global ranks (any order; kept sorted). An MPI communicator is refused: horotopo
-        builds sets from rank lists (see the README's Horovod API section).
+    ranks_or_comm : sequence of int, or an mpi4py communicator
+        The global ranks (any order; kept sorted), or a communicator whose members form the
+        set. A communicator's set is registered by ``hvd.init(process_sets=[...])`` only (as
+        in Horovod): every rank passes its own communicator (``COMM_WORLD.Split(...)``), and
+        the ranks are learnt then.
 
     Attributes
     ----------
@@ -63,13 +67,15 @@ class ProcessSet:
     ranks: Optional[List[int]] = None
     mpi_comm: Any = None
 
-    def __init__(self, ranks_or_comm: Sequence[int]) -> None:
+    def __init__(self, ranks_or_comm: Union[Sequence[int], Any]) -> None:
+        if _is_communicator(ranks_or_comm):
+            self.mpi_comm = ranks_or_comm
+            return
         try:
             ranks = sorted(ranks_or_comm)
         except TypeError:
             raise ValueError("ProcessSet should be initialized with a list of process ranks "
-                             "(horotopo does not build process sets from MPI communicators)"
-                             ) from None
+                             "or an mpi4py Comm object") from None
         if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
             raise ValueError("ProcessSet should be initialized with a list of process ranks "
                              "or an mpi4py Comm object")
@@ -111,6 +117,12 @@ class ProcessSet:
                 f"mpi_comm={self.mpi_comm})")
 
     __repr__ = __str__
+
+
+def _is_communicator(obj: Any) -> bool:
+    # Duck-typed: only the transport may import mpi4py, and any object with mpi4py's
+    # Comm methods that init() calls will do.
+    return all(hasattr(obj, a) for a in ("allgather", "Get_size", "Get_rank"))
 
 
 global_process_set = ProcessSet([])
@@ -186,6 +198,10 @@ def add_process_set(process_set: Any) -> ProcessSet:
         range.
     """
     rt = _runtime()
+    if isinstance(process_set, ProcessSet) and process_set.mpi_comm is not None:
+        raise NotImplementedError(
+            "Dynamically adding process sets defined by an MPI communicator is not "
+            "implemented. Please build the process set via a list of ranks.")
     if not dynamic():
         raise ValueError(_DYNAMIC_ADD)
     return _add(rt, process_set)
@@ -252,6 +268,8 @@ def check_duplicates(process_sets: Sequence[Any], size: Optional[int] = None) ->
     for k, ps in enumerate(process_sets):
         if not isinstance(ps, ProcessSet):
             raise TypeError(f"process_sets entry number {k} is not an hvd.ProcessSet: {ps!r}")
+        if ps.mpi_comm is not None:
+            continue            # its ranks are known once init has asked the communicator
         key = tuple(ps.ranks or ())
         if key in seen:
             raise ValueError(f"Horovod could not be initialized because process_sets entry "
@@ -264,7 +282,59 @@ def init_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
     repeats another or the global set (:func:`check_duplicates`)."""
     check_duplicates(process_sets, rt.size)
     for ps in process_sets:
-        _add(rt, ps)
+        if ps.mpi_comm is None:
+            _add(rt, ps)
+    if process_sets:
+        taken = {0} | {ps.process_set_id for ps in process_sets if ps.mpi_comm is None}
+        _init_communicator_sets(rt, [ps for ps in process_sets if ps.mpi_comm is not None],
+                                taken)
+
+
+def _init_communicator_sets(rt: Any, comm_sets: Sequence[ProcessSet], taken: set) -> None:
+    """Register the sets of ``init(process_sets=[ProcessSet(comm), ...])``.
+
+    A rank knows only its own communicators' members, so every rank's lists are gathered and
+    each distinct one is registered, entry by entry, in the order of its sorted ranks: the
+    same sets under the same ids everywhere. A communicator that repeats a set registered
+    before keeps no id (Horovod invalidates such duplicates too).
+    """
+    from .records import ALLGATHER
+
+    def gathered(name: str, arr: np.ndarray) -> np.ndarray:
+        # Straight through the runtime: hvd's own helpers need init() to have returned.
+        return rt.wait(rt.enqueue(ALLGATHER, [(name, arr, None)]))[0]
+
+    n = rt.size
+    mine = [tuple(sorted(int(r) for r in ps.mpi_comm.allgather(rt.rank))) for ps in comm_sets]
+    counts = gathered("process_set.communicators.count",
+                      np.array([len(mine)], dtype=np.int64)).tolist()
+    if len(set(counts)) != 1:
+        raise ValueError("hvd.init(process_sets=...): every rank must pass the same number of "
+                         f"communicator process sets; ranks passed {counts}")
+    if not mine:
+        return
+    member = np.zeros((len(mine), n), dtype=np.uint8)
+    for k, ranks in enumerate(mine):
+        member[k, list(ranks)] = 1
+    rows = gathered("process_set.communicators.members", member.reshape(-1))
+    everyone = [[tuple(int(q) for q in np.flatnonzero(row))
+                 for row in rows[r * n * len(mine):(r + 1) * n * len(mine)].reshape(-1, n)]
+                for r in range(n)]
+    for k in range(len(mine)):
+        # Checked on every rank from the same gathered lists, so all raise together.
+        for r, lists in enumerate(everyone):
+            if any(everyone[q][k] != lists[k] for q in lists[k]):
+                raise ValueError(f"hvd.init(process_sets=...): entry {k} is a communicator "
+                                 f"of ranks {list(lists[k])} on rank {r}, but its members "
+                                 "passed other communicators there")
+        for ranks in sorted({lists[k] for lists in everyone}):
+            if rt.sets.find(ranks) is None:
+                _add(rt, ProcessSet(ranks))
+    for ps, ranks in zip(comm_sets, mine):
+        ps.ranks = list(ranks)
+        pid = rt.sets.find(ranks)
+        ps.process_set_id = None if pid in taken else pid
+        taken.add(pid)
 
 
 def restrict(topology: Topology, ranks: Sequence[int]) -> Topology:

@@ -200,6 +200,35 @@ def test_init_with_process_sets_registers_them_in_order():
         start()
 
 
+def test_init_with_communicator_process_sets():
+    _need_two()
+    from mpi4py import MPI
+
+    n, r = hvd.size(), hvd.rank()
+    even, odd = _halves()
+    sub = MPI.COMM_WORLD.Split(color=r % 2, key=r)
+    hvd.shutdown()
+    try:
+        mine, whole = hvd.ProcessSet(sub), hvd.ProcessSet(MPI.COMM_WORLD)
+        assert mine.ranks is None and mine.process_set_id is None
+        hvd.init(process_sets=[mine, whole])
+        want = even if r % 2 == 0 else odd
+        assert mine.ranks == want and mine.included()
+        # Every rank registered both halves, in the same order, though it saw only its own.
+        assert runtime().sets.ids() == {0: list(range(n)), 1: even, 2: odd}
+        assert mine.process_set_id == (1 if r % 2 == 0 else 2)
+        assert whole.process_set_id is None          # the global set's duplicate
+        got = hvd.allreduce(np.array([r]), op=hvd.Sum, process_set=mine)
+        assert got.tolist() == [sum(want)]
+        with pytest.raises(NotImplementedError, match="^Dynamically adding process sets "
+                                                      "defined by an MPI communicator"):
+            hvd.add_process_set(hvd.ProcessSet(sub))
+    finally:
+        hvd.shutdown()
+        sub.Free()
+        start()
+
+
 def test_distributed_optimizer_averages_over_its_set():
     _need_two()
     torch = pytest.importorskip("torch")
