@@ -25,3 +25,20 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", "MPI tier: inner results")
         for _, line in lines:
             terminalreporter.write_line(line)
+
+
+# MPI-tier modules that start horotopo's runtime (hvd.init or the torch.distributed backend).
+# Once started it keeps cycling in the background until the process ends, and at 5 ranks on 2
+# cores that cycling slowed the engine-level grids that follow it alphabetically 30-fold
+# (test_every_dtype_op_and_size[ring]: 1 s alone, 37-43 s after test_api_collectives.py).
+RUNTIME_MODULES = frozenset({
+    "test_api_collectives.py", "test_api_runtime.py", "test_gpu_api_mpi.py",
+    "test_process_sets.py", "test_timeline_mpi.py", "test_torch_distributed.py",
+    "test_torch_horovod_semantics.py", "test_torch_ops.py"})
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # Engine-level modules first, then those that start the runtime; the order is the same on
+    # every rank (a stable sort of the collected order), as collective tests need.
+    if os.environ.get("HOROTOPO_MPI_TIER") == "1":
+        items.sort(key=lambda item: item.path.name in RUNTIME_MODULES)
