@@ -159,20 +159,10 @@ class GroupTransport(WrappedTransport):
     def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
         self.allreduce_control(np.zeros(1), "max", timeout_s, what)
 
-    # The byte collectives run point to point over this transport's own messages (the
-    # WrappedTransport's would hand them to the world).
-    def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
-                        what: str = "broadcast") -> bytes:
-        return Transport.broadcast_bytes(self, data, root, timeout_s, what)
-
-    def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
-                     ) -> Optional[List[bytes]]:
-        return Transport.gather_bytes(self, data, root, timeout_s, what)
-
-    def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
-                        ) -> List[bytes]:
-        return Transport.allgather_bytes(self, data, timeout_s, what)
-
-    def iallreduce_control(self, buf: Any, op: Any) -> Any:
-        # Flat, point to point over the members (the probe itself uses the blocking step).
-        return Transport.iallreduce_control(self, buf, op)
+    # The byte collectives and the non-blocking control allreduce run point to point over
+    # this transport's own messages (the WrappedTransport's would hand them to the world; the
+    # probe itself uses the blocking control step above).
+    broadcast_bytes = Transport.broadcast_bytes
+    gather_bytes = Transport.gather_bytes
+    allgather_bytes = Transport.allgather_bytes
+    iallreduce_control = Transport.iallreduce_control
