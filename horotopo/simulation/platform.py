@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ..topology import HostRoutes, Topology
 from ..transport.simulated import Simulation
 
-__all__ = ["Platform", "build_platform", "resource_latencies"]
+__all__ = ["Platform", "build_platform", "resource_latencies", "link_name", "set_link_rate"]
 
 # A host's speed in flops (unused by the costs, which are charged as simulated sleeps; SimGrid
 # needs one).
@@ -82,13 +82,72 @@ def resource_latencies(topology: Topology) -> List[float]:
     return lat
 
 
+def link_name(topology: Topology, resource: int) -> str:
+    """The SimGrid name of the link that :func:`build_platform` makes for ``resource`` (an
+    index into ``topology.resources``): unique, and readable in SimGrid's messages."""
+    return f"{resource}:{topology.resources[resource]}"
+
+
+def set_link_rate(transport: Any, topology: Topology, resource: Union[int, str],
+                  rate_Bps: float, at_s: Optional[float] = None) -> None:
+    """Change the rate of ``resource``'s simulated link, now or at simulated time ``at_s``.
+
+    Call it from inside a rank (a SimGrid actor: ``transport`` is its
+    :class:`~horotopo.transport.simulated.SimulatedTransport`), on one rank only. A lower rate
+    applies to transfers in flight too (SimGrid re-shares the link at once); a higher one only
+    to transfers that start after it (SimGrid 3.32 keeps a flow's rate bound from its start:
+    a 1 MiB transfer slowed to a quarter stayed at a quarter when the rate came back in
+    flight). The transports' cached bandwidth-delay products are not updated. With ``at_s``, a
+    helper actor on the rank's host sleeps until that simulated time and makes the change,
+    while the ranks go on (an ``at_s`` in the past changes it at once).
+
+    Parameters
+    ----------
+    transport : SimulatedTransport
+    topology : Topology
+        The topology the platform was built from.
+    resource : int or str
+        Index into ``topology.resources``, or its name (``"tor0->spine"``: one direction of
+        a declared link).
+    rate_Bps : float
+        The new rate, bytes/s.
+    at_s : float, optional
+        Simulated time of the change (default: now).
+
+    Raises
+    ------
+    ValueError
+        An unknown resource name or index, or a rate that is not positive.
+    """
+    if isinstance(resource, str):
+        try:
+            resource = topology.resources.index(resource)
+        except ValueError:
+            raise ValueError(f"{topology.name} has no resource {resource!r}") from None
+    if not 0 <= int(resource) < len(topology.resources):
+        raise ValueError(f"resource index {resource} is not in 0..{len(topology.resources) - 1}")
+    if not rate_Bps > 0:
+        raise ValueError(f"rate must be positive, got {rate_Bps!r}")
+    sg = transport.sim.sg
+    link = sg.Link.by_name(link_name(topology, int(resource)))
+    if at_s is None or at_s <= sg.Engine.clock:
+        link.set_bandwidth(float(rate_Bps))
+        return
+
+    def change() -> None:
+        sg.this_actor.sleep_until(float(at_s))
+        link.set_bandwidth(float(rate_Bps))
+
+    sg.Actor.create(f"rate-change-{resource}", sg.Host.current(), change)
+
+
 def build_platform(sim: Simulation, topology: Topology) -> Platform:
     """Build ``topology`` on ``sim``'s zone and seal it; returns where each rank runs."""
     zone = sim.zone
     lat = resource_latencies(topology)
     links = []
     for r, (name, cap) in enumerate(zip(topology.resources, topology.capacity_Bps)):
-        link = zone.create_link(f"{r}:{name}", [float(cap)])
+        link = zone.create_link(link_name(topology, r), [float(cap)])
         link.set_latency(lat[r])
         links.append(link.seal())
     if isinstance(topology.routes, HostRoutes):
