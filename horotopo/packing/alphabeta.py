@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import config
 from ..topology import Topology
+from .profiles import tree_profiles
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
@@ -384,10 +385,12 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     """
     msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
     busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
-    profiles = [tree_profile(topology, a, b, lo, costs) for _, a, b, _ in trees]
+    # profiles of the whole batch at once (identical to tree_profile, tree by tree)
+    pairs = [(a, b) for _, a, b, _ in trees]
+    profiles = tree_profiles(topology, pairs, [lo] * len(pairs), costs)
     first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs)
              for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
-    profiles = [tree_profile(topology, a, b, c, costs) for (_, a, b, _), c in zip(trees, first)]
+    profiles = tree_profiles(topology, pairs, first, costs)
     top = max(first)
     window = window_for(top)
     chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)

@@ -1,0 +1,171 @@
+"""Critical-path profiles of many trees at once (the plan's per-tree chunk step at scale).
+
+:func:`horotopo.packing.alphabeta.tree_profile` walks one tree in Python and looks every arc's
+route up one by one. A hierarchical plan at 4096 ranks has 2048 rank-level trees of 4096 ranks
+each (tens of millions of arcs), which that walk does not finish in minutes. This module gives
+the same profiles, bit for bit, with array operations over a batch of trees:
+
+- arc figures (route latency, inverse bottleneck rate) in closed form from a declared
+  topology's :class:`~horotopo.topology.HostRoutes` parts, or per distinct arc otherwise;
+- each rank's time to the root summed root-first, one depth level of the whole batch at a
+  time, so every sum is formed in the same order as the one-tree walk (same floats);
+- the slowest rank (ties to the lowest rank) and its path's hops grouped and sorted as there.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from ..topology import HostRoutes, Topology
+
+__all__ = ["tree_profiles"]
+
+#: Rank entries (trees x ranks) handled per batch: bounds the arrays at some tens of MB.
+BATCH_ENTRIES = 1 << 20
+
+Profile = Tuple[Tuple[float, float, int], ...]
+
+
+def _figures_declared(topology: Topology, tails: np.ndarray, heads: np.ndarray
+                      ) -> Tuple[np.ndarray, np.ndarray]:
+    """``(latency, 1 / bottleneck rate)`` of the arcs ``tails -> heads`` on HostRoutes, as
+    :func:`~horotopo.packing.alphabeta.arc_figures` computes them one by one."""
+    cache = topology.__dict__.get("_profile_parts")
+    if cache is None:
+        routes, lat = topology.routes, topology.latency_s
+        cap = np.asarray(topology.capacity_Bps, dtype=float)
+        leaf_rate = lambda side: np.where(np.asarray(side) >= 0,
+                                          cap[np.maximum(np.asarray(side), 0)], math.inf)
+        core_rate = np.array([[min((cap[r] for r in path), default=math.inf) for path in row]
+                              for row in routes.core], dtype=float).reshape(
+                                  len(routes.core), len(routes.core))
+        cache = (np.asarray(routes.node), np.asarray(routes.attach), leaf_rate(routes.up),
+                 leaf_rate(routes.down), core_rate, np.asarray(lat.leaf, dtype=float),
+                 np.asarray(lat.core, dtype=float).reshape(core_rate.shape))
+        object.__setattr__(topology, "_profile_parts", cache)
+    node, attach, up, down, core_rate, leaf_lat, core_lat = cache
+    a, b = attach[tails], attach[heads]
+    same = node[tails] == node[heads]
+    latency = np.where(same, 0.0, leaf_lat[tails] + core_lat[a, b] + leaf_lat[heads])
+    rate = np.where(same, math.inf, np.minimum(np.minimum(up[tails], core_rate[a, b]),
+                                               down[heads]))
+    return latency, 1.0 / rate
+
+
+def _figures_generic(topology: Topology, tails: np.ndarray, heads: np.ndarray
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+    """Arc figures looked up once per distinct arc (route tables held in full)."""
+    from .alphabeta import arc_figures  # alphabeta calls this module: import on use
+    n = topology.n
+    keys, inverse = np.unique(tails * n + heads, return_inverse=True)
+    figs = np.array([arc_figures(topology, int(k) // n, int(k) % n) for k in keys],
+                    dtype=float).reshape(len(keys), 2)
+    return figs[inverse, 0], figs[inverse, 1]
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Hops to the root of every entry of a flat forest (``parent`` flat indices, -1 at
+    roots), by pointer doubling: exact integers."""
+    dist = (parent >= 0).astype(np.int64)
+    jump = parent.copy()
+    while (jump >= 0).any():
+        live = np.flatnonzero(jump >= 0)
+        dist[live] += dist[jump[live]]
+        jump[live] = jump[jump[live]]
+    return dist
+
+
+def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], costs: Any
+           ) -> List[Dict[Tuple[float, float], int]]:
+    """Grouped hops of the critical path of each ``(parent, inward, chunk)`` half."""
+    n = topology.n
+    t = len(halves)
+    parent = np.stack([h[0] for h in halves])                       # (t, n)
+    inward = np.array([h[1] for h in halves])[:, None]
+    chunk = np.array([h[2] for h in halves], dtype=float)[:, None]
+    has = parent >= 0
+    v = np.broadcast_to(np.arange(n), parent.shape)
+    p = np.maximum(parent, 0)
+    tails, heads = np.where(inward, v, p)[has], np.where(inward, p, v)[has]
+    figures = (_figures_declared if isinstance(topology.routes, HostRoutes)
+               else _figures_generic)(topology, tails, heads)
+    lat = np.zeros(parent.shape)
+    inv = np.zeros(parent.shape)
+    lat[has], inv[has] = figures
+    # alphabeta._hop_time, term by term in its order: latency + chunk * s_per_byte
+    # + chunk * per_byte + 2 * per_message
+    hop = np.where(has, lat + chunk * inv + chunk * costs.per_byte_s
+                   + 2 * costs.per_message_s, 0.0).ravel()
+    flat_parent = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
+    depth = _depths(flat_parent)
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max()) + 2))
+    total = np.zeros(t * n)
+    # root first, a level at a time: total[w] = total[parent[w]] + hop[w] as in the walk
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        at = order[lo:hi]
+        total[at] = total[flat_parent[at]] + hop[at]
+    worst = np.argmax(total.reshape(t, n), axis=1) + np.arange(t) * n  # first max: lowest v
+    # walk every slowest rank up to its root, all trees at once, collecting its hops
+    lat, inv = lat.ravel(), inv.ravel()
+    steps: List[np.ndarray] = []
+    cur = worst
+    while True:
+        cur = cur[flat_parent[cur] >= 0]
+        if not len(cur):
+            break
+        steps.append(cur)
+        cur = flat_parent[cur]
+    groups: List[Dict[Tuple[float, float], int]] = [{} for _ in range(t)]
+    if not steps:
+        return groups
+    at = np.concatenate(steps)
+    tree, a, b = at // n, lat[at], inv[at]
+    order = np.lexsort((b, a, tree))
+    tree, a, b = tree[order], a[order], b[order]
+    new = np.r_[True, (tree[1:] != tree[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.r_[starts, len(tree)])
+    for k, x, y, c in zip(tree[starts].tolist(), a[starts].tolist(), b[starts].tolist(),
+                          counts.tolist()):
+        groups[k][(x, y)] = c
+    return groups
+
+
+def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]],
+                  chunks: Sequence[float], costs: Any) -> List[Profile]:
+    """:func:`~horotopo.packing.alphabeta.tree_profile` of every ``(reduce_parent,
+    bcast_parent)`` in ``pairs`` at its chunk in ``chunks``, on the declared network.
+
+    Parameters
+    ----------
+    topology : Topology
+        The network whose routes give each arc's latency and bottleneck rate.
+    pairs : sequence of (reduce_parent, bcast_parent)
+        Parent arrays over the topology's ranks (``-1`` at the root).
+    chunks : sequence of float
+        Chunk size of each pair, in bytes (it decides which path is the slowest).
+    costs : SoftwareCosts
+        The engine's software costs (``per_byte_s``, ``per_message_s``).
+
+    Returns
+    -------
+    list of Profile
+        Per pair, its critical reduce and broadcast paths' hops ``(latency_s, s_per_byte,
+        count)`` merged and sorted, identical to what ``tree_profile`` returns.
+    """
+    n = topology.n
+    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
+    out: List[Profile] = []
+    for lo in range(0, len(pairs), per):
+        halves = [(np.asarray(parent, dtype=np.int64), inward, float(c))
+                  for (a, b), c in zip(pairs[lo:lo + per], chunks[lo:lo + per])
+                  for parent, inward in ((a, True), (b, False))]
+        groups = _batch(topology, halves, costs)
+        for up, down in zip(groups[0::2], groups[1::2]):
+            for key, count in down.items():
+                up[key] = up.get(key, 0) + count
+            out.append(tuple((lat, inv, count) for (lat, inv), count in sorted(up.items())))
+    return out
