@@ -7,12 +7,13 @@ calls it with the same pairs.
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from contextlib import nullcontext
+from typing import Any, ContextManager, Dict, Sequence, Tuple
 
 from ..probe import measure_pairs
 from ..transport.base import Transport
 
-__all__ = ["probe_pairs"]
+__all__ = ["probe_pairs", "true_size"]
 
 Pair = Tuple[int, int]
 
@@ -31,5 +32,18 @@ def probe_pairs(transport: Transport, pairs: Sequence[Pair], *, target_s: float 
     timeout_s : float
         A transfer that takes longer is a :class:`horotopo.probe.ProbeError` naming the pair.
     """
-    return measure_pairs(transport, pairs, "quick", target_s=target_s, timeout_s=timeout_s,
-                         budget_s=60.0)
+    with true_size(transport):
+        return measure_pairs(transport, pairs, "quick", target_s=target_s,
+                             timeout_s=timeout_s, budget_s=60.0)
+
+
+def true_size(transport: Any) -> ContextManager[Any]:
+    """The context in which ``transport`` charges messages their true size.
+
+    A simulated transport charges the engine's messages ``scale`` times their bytes (ranks hold
+    small arrays while the network carries full-size buffers); a probe's transfers are sized to
+    be timed, so inside a probe they must cost what they hold, or every rate reads ``scale``
+    times too low. Other transports charge true sizes anyway (a no-op context).
+    """
+    enter = getattr(transport, "true_size", None)
+    return enter() if enter is not None else nullcontext()

@@ -9,22 +9,27 @@
 3. agrees the call's time with the other ranks (one 8-byte max-allreduce; the slowest rank's
    time is the collective's time), so every rank feeds its :class:`~horotopo.adapt.policy.
    Detector` the same numbers and takes the same decision at the same call;
-4. on a detection, re-plans collectively (:meth:`AdaptiveEngine.replan`): the ranks gather their
-   in-band rates, rank 0 picks the suspect pairs, all ranks re-probe just those pairs, rank 0
-   lowers the blamed capacities of its model and plans again, and
+4. on a detection, re-plans collectively (:meth:`AdaptiveEngine.replan`): rank 0 gathers the
+   ranks' in-band rates and picks the suspect pairs, at host level (one rank pair per pair of
+   machines, :func:`~horotopo.adapt.policy.host_pairs`), all ranks re-probe just those pairs,
+   rank 0 lowers the blamed capacities of its model and plans again (over hosts when the
+   current plan was, :mod:`horotopo.packing.hierarchy`), and
    :func:`~horotopo.planning_protocol.share_plan` gives every rank the Plan (digests checked);
    every rank then builds the new Engine before the next call starts. So the switch happens
    between two calls, at the same call on every rank, and no allreduce ever mixes two plans.
 
 Every exchange goes through the transport's collective steps, with deadlines that name the
 ranks missing (:class:`~horotopo.transport.base.TransportTimeout`); nothing here touches MPI.
+Times are read on the transport's clock (:meth:`~horotopo.transport.base.Transport.now`:
+``time.perf_counter`` over MPI, simulated seconds over the simulated transport), so the same
+detector runs a job on a simulated cluster (``benchmarks/adapt_sim.py``; give it
+``timeout_s=0`` there, the watchdog being a wall-clock thread).
 
 :meth:`AdaptiveEngine.retune` re-probes the whole network (the ``quick`` probe) and re-plans:
 what ``horotopo.retune()`` should call.
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
@@ -33,14 +38,15 @@ import numpy as np
 
 from ..algorithms.cost import Selector, agree_max, size_bucket
 from ..engine import Engine
+from ..packing.hierarchy import machines
 from ..plan import Plan, make_plan
 from ..planning_protocol import EXCHANGE_TIMEOUT_S, share_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
 from ..topology import Topology, from_dict
 from ..transport.base import Transport
-from .policy import (Detector, plan_arcs, refresh_capacities, suspects,
+from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, suspects,
                      topology_with_capacities)
-from .reprobe import probe_pairs
+from .reprobe import probe_pairs, true_size
 
 __all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS"]
 
@@ -70,6 +76,8 @@ class ReplanEvent:
     seconds: float = 0.0
     note: str = ""
     switched: bool = False  # a new Engine was installed (its plan may equal the old one)
+    at_s: float = 0.0  # the transport's clock when the re-plan started
+    probe_s: float = 0.0  # of ``seconds``, the re-probe's
 
 
 class AdaptiveEngine:
@@ -89,14 +97,15 @@ class AdaptiveEngine:
         the full quick probe instead (:meth:`retune`).
     threshold, consecutive, warmup : see :class:`~horotopo.adapt.policy.Detector`
     max_suspects : int, optional
-        Pairs re-probed per re-plan (default: the number of ranks).
+        Pairs re-probed per re-plan, at most one per pair of machines (default: the number
+        of machines of ``topology``, or of ranks without one: linear in the hosts).
     timeout_s : float, optional
         The watchdog's deadline per call (default ``HOROTOPO_TIMEOUT_S`` or 60 s); ``0``
         turns the watchdog off. Also the deadline of the re-plan's exchanges (60 s without a
         watchdog).
     planner : callable, optional
         ``Topology -> Plan``, run on rank 0 (default :func:`horotopo.plan.make_plan` at the
-        current plan's chunk size).
+        current plan's chunk size, over hosts when the current plan is hierarchical).
     adapt : bool
         False monitors only (never re-plans on its own; :meth:`replan` still works).
     calibrate_s : float
@@ -127,12 +136,14 @@ class AdaptiveEngine:
             from ..transport import as_transport  # the MPI door, opened only for a communicator
 
             transport, owns = as_transport(comm), True
-        self.tracked = TrackedTransport(transport, owns=owns)
+        # The transport's clock: a simulated transport's sends take simulated seconds.
+        self.tracked = TrackedTransport(transport, owns=owns, clock=transport.now)
         self.rank, self.size = self.tracked.rank, self.tracked.size
         self.topology = topology
         self.detector = Detector(threshold=threshold, consecutive=consecutive, warmup=warmup,
                                  min_seconds=min_seconds, min_slow_s=min_slow_s)
-        self.max_suspects = int(max_suspects or self.size)
+        self.max_suspects = int(max_suspects or (len(set(machines(topology)))
+                                                 if topology is not None else self.size))
         self.planner = planner
         self.adapt = adapt
         self._engine_kwargs = engine_kwargs
@@ -170,7 +181,7 @@ class AdaptiveEngine:
             saved = self.selector.snapshot()
             kwargs["algorithm"] = self.selector.choose(self.plan, nbytes,
                                                        self.engine.chunk_bytes)
-        t0 = time.perf_counter()
+        t0 = self.tracked.now()
         try:
             out = self._guarded(f"allreduce #{self.step} ({nbytes} bytes, plan "
                                 f"{self.plan.digest[:8]})",
@@ -181,7 +192,7 @@ class AdaptiveEngine:
                 # the selectors stay equal even if ranks passed different sizes.
                 self.selector.restore(saved)
             raise
-        elapsed = time.perf_counter() - t0
+        elapsed = self.tracked.now() - t0
         self._after(nbytes, elapsed)
         return out
 
@@ -266,7 +277,10 @@ class AdaptiveEngine:
 
     def _share_plan(self, topo: Optional[Topology]) -> Tuple[Plan, Optional[Topology]]:
         """Plan ``topo`` (given on rank 0 only) there, give every rank the Plan; collective."""
-        planner = self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes))
+        # A plan made over hosts is re-made over hosts (else the default setting decides).
+        over_hosts = "on" if self.plan.planner.get("model") == "hierarchical" else None
+        planner = self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes,
+                                                       hierarchy=over_hosts))
 
         def build() -> Tuple[Plan, Optional[Topology]]:
             assert topo is not None  # share_plan calls build on rank 0, which has the model
@@ -289,24 +303,40 @@ class AdaptiveEngine:
         """
         return self._guarded(f"re-plan at call {self.step}", lambda: self._replan(reason))
 
-    def _replan(self, reason: str) -> ReplanEvent:
-        t0 = time.perf_counter()
-        if self.topology is None:
-            return self._retune(reason + "; no model, so a full quick probe")
+    def _inband(self) -> Tuple[List[Tuple[int, int]], List[Tuple[int, int]]]:
+        """Rank 0 gathers the in-band figures and picks the suspects at host level (on the
+        other ranks: empty lists). Each rank sends only the peers it sent to (a plan's few
+        arcs per rank, not ``4 n`` numbers: at 1024 ranks a dense exchange is 4 M values)."""
         recent_b = np.sum([r[0] for r in self._recent], axis=0) if self._recent else \
             np.zeros(self.size)
         recent_s = np.sum([r[1] for r in self._recent], axis=0) if self._recent else \
             np.zeros(self.size)
-        rows = self.tracked.allgather_object(
-            (self._base_bytes.tolist(), self._base_busy.tolist(), recent_b.tolist(),
-             recent_s.tolist()), *self._exchange("in-band rates"))
-        mats = [np.array([r[k] for r in rows]) for k in range(4)]
+        cols = (self._base_bytes, self._base_busy, recent_b, recent_s)
+        peers = np.flatnonzero(np.any([c != 0 for c in cols], axis=0))
+        rows = self.tracked.gather_object(
+            (peers.tolist(), [c[peers].tolist() for c in cols]), 0,
+            *self._exchange("in-band rates"))
+        if self.rank != 0:
+            return [], []
+        assert rows is not None
+        mats = [np.zeros((self.size, self.size)) for _ in range(4)]
+        for i, (js, vals) in enumerate(rows):
+            for m, v in zip(mats, vals):
+                m[i, js] = v
         sus, healthy = suspects(*mats, threshold=self.detector.threshold,
-                                limit=self.max_suspects)
+                                limit=self.size * self.size)
         if not sus:
             # No link fell more than the others in-band (sends that complete into socket
             # buffers hide a slow link): re-probe the plan's own arcs, most loaded first.
             sus = plan_arcs(self.plan)
+        by_host = machines(self.topology) if self.topology is not None else range(self.size)
+        return host_pairs(sus, by_host)[:self.max_suspects], healthy
+
+    def _replan(self, reason: str) -> ReplanEvent:
+        t0 = self.tracked.now()
+        if self.topology is None:
+            return self._retune(reason + "; no model, so a full quick probe")
+        sus, healthy = self._inband()
         sus = self.tracked.broadcast_object(sus if self.rank == 0 else None, 0,
                                             *self._exchange("the suspect links"))
         old = self.plan
@@ -319,7 +349,9 @@ class AdaptiveEngine:
             self._reset_windows()
         else:
             # Over the untracked transport: the probe's bytes are not the engine's link traffic.
+            p0 = self.tracked.now()
             probed = probe_pairs(self.tracked.inner, sus)
+            event.probe_s = self.tracked.now() - p0
             event.probed_gbps = {f"{a}->{b}": round(v * 8 / 1e9, 4) for (a, b), v in probed.items()}
             topo = None
             if self.rank == 0:
@@ -341,7 +373,8 @@ class AdaptiveEngine:
                 event.note = ("the re-probe found the suspects at their modelled rates; "
                               f"the next re-plan needs {self.detector.needed} slow calls in "
                               f"a row")
-        event.seconds = time.perf_counter() - t0
+        event.seconds = self.tracked.now() - t0
+        event.at_s = t0
         self.events.append(event)
         return event
 
@@ -353,16 +386,17 @@ class AdaptiveEngine:
     def _retune(self, reason: str, mode: str = "quick") -> ReplanEvent:
         from ..probe import probe
 
-        t0 = time.perf_counter()
+        t0 = self.tracked.now()
         old = self.plan
-        doc = probe(self.tracked.inner, mode)  # untracked, as the re-probe in _replan
+        with true_size(self.tracked.inner):  # untracked, as the re-probe in _replan
+            doc = probe(self.tracked.inner, mode)
         plan, topo = self._share_plan(from_dict(doc) if self.rank == 0 else None)
         self._install(plan, topo)
         event = ReplanEvent(step=self.step, reason=reason, old_digest=old.digest,
                             new_digest=plan.digest, old_model_Bps=old.throughput_Bps,
                             new_model_Bps=plan.throughput_Bps,
-                            seconds=time.perf_counter() - t0, note=f"{mode} probe",
-                            switched=True)
+                            seconds=self.tracked.now() - t0, note=f"{mode} probe",
+                            switched=True, at_s=t0)
         self.events.append(event)
         return event
 

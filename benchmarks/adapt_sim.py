@@ -1,0 +1,257 @@
+#!/usr/bin/env python
+"""Adaptivity at scale, simulated: a rack's uplink slows to a quarter mid-run; horotopo's own
+detector fires, the ranks re-probe at host level and re-plan over hosts.
+
+    python benchmarks/adapt_sim.py [--generator racks:...] [--ranks 64] [--size 64M]
+        [--chunk 1M] [--links tor1->spine,spine->tor1] [--factor 0.25] [--json]
+
+Every rank is a SimGrid actor running horotopo's own code (``horotopo.simulation``), in one
+simulation:
+
+1. rank 0's plan of the declared cluster (made here, over hosts: ``hierarchy="on"``) starts an
+   :class:`~horotopo.adapt.AdaptiveEngine` on every rank (the runtime's detector and re-plan,
+   unchanged; no watchdog, which is a wall-clock thread);
+2. ``--calls`` allreduces of ``--size`` bytes; before call ``--degrade-at`` the ranks meet at a
+   barrier and rank 0 sets ``--links`` to ``--factor`` of their rate
+   (:func:`horotopo.simulation.platform.set_link_rate`); the engine detects the slowdown from
+   its own call times, re-probes its suspect links one pair per pair of hosts, lowers the
+   capacities they blame in its model and re-plans over hosts, all inside the simulation;
+3. then, on the slowed network, a *fresh* plan: every rank runs the quick probe (by hosts),
+   rank 0 plans the measured topology over hosts, the plan is shared and timed for
+   ``--fresh-calls`` calls on a monitored engine that does not re-plan; and, as a second
+   reference, the plan of the declared topology with the links truly slowed (``--reference``).
+
+Times are simulated seconds (the slowest rank's time per call, as the engine agrees it); the
+planner runs for real on rank 0 and costs no simulated time. Prints the series, the re-plan
+event and a summary (``--json``: one JSON object). The detection delay is simulated time from
+the slowdown to the re-plan's start; the re-plan cost is the re-plan's simulated time (its
+re-probe, the exchanges and the new engine). Exit status 1 when a result is wrong, no re-plan
+followed the slowdown, one preceded it, or the recovered time is more than ``--tolerance``
+(15%) above the fresh plan's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from horotopo.adapt import AdaptiveEngine
+from horotopo.cli.simulate_cmd import SMALL_ELEMS, TOTAL_ELEMS, resolve
+from horotopo.plan import Plan, format_size, make_plan, parse_size
+from horotopo.planning_protocol import share_plan
+from horotopo.probe import probe
+from horotopo.probe.hostinfer import generated_hosts
+from horotopo.schedule import window_for
+from horotopo.simulation import run_simulated
+from horotopo.simulation.platform import set_link_rate
+from horotopo.topology import Topology, from_dict
+
+DEFAULT_GENERATOR = "racks:hosts_per_rack=2,gpus=8,oversub=2"
+
+
+def _log(msg: str) -> None:
+    print(f"[adapt-sim] {msg}", file=sys.stderr, flush=True)
+
+
+def slowed(topology: Topology, links: List[str], factor: float) -> Topology:
+    """``topology`` with the resources named in ``links`` at ``factor`` of their rate."""
+    from horotopo.adapt import topology_with_capacities
+
+    caps = list(topology.capacity_Bps)
+    for name in links:
+        if name not in topology.resources:
+            raise SystemExit(f"{topology.name} has no resource {name!r} (e.g. "
+                             f"{', '.join(r for r in topology.resources if 'spine' in r)[:200]})")
+        caps[topology.resources.index(name)] *= factor
+    return topology_with_capacities(topology, caps)
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    """The simulation (module docstring); the raw result (rank 0's) plus wall figures."""
+    topo = resolve(args.generator, args.ranks)
+    n = topo.n
+    size, chunk = args.size, args.chunk
+    elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
+    scale = size / (elems * 4)
+    engine_kw = {"chunk_bytes": max(4, int(chunk / scale) // 4 * 4),
+                 "window": window_for(chunk)}
+    w0, c0 = time.perf_counter(), time.process_time()
+    plan0 = make_plan(topo, chunk_bytes=chunk, hierarchy="on")
+    planner_s = (time.perf_counter() - w0, time.process_time() - c0)
+    _log(f"{topo.name}: {n} ranks, plan over hosts in {planner_s[0]:.1f} s "
+         f"({len(plan0.trees)} trees, model {plan0.throughput_Bps * 8e-9:.2f} gbps)")
+    links = [s for s in args.links.split(",") if s]
+    truth = slowed(topo, links, args.factor)
+    reference = make_plan(truth, chunk_bytes=chunk, hierarchy="on") if args.reference else None
+    hosts = generated_hosts(topo.to_json())
+    want = np.float32(n * (n - 1) / 2)
+
+    def calls(eng: AdaptiveEngine, x: np.ndarray, k: int) -> List[float]:
+        out = []
+        for _ in range(k):
+            got = eng.allreduce(x, algorithm="tree")
+            out.append(eng.last_seconds if np.array_equal(got, np.full_like(x, want))
+                       else -1.0)  # a negative time marks a wrong result
+        return out
+
+    def body(t: Any) -> Optional[Dict[str, Any]]:
+        x = np.full(elems, t.rank, np.float32)
+        eng = AdaptiveEngine(t, plan0, topo, timeout_s=0, threshold=args.threshold,
+                             consecutive=args.consecutive, warmup=args.warmup, **engine_kw)
+        series: List[Dict[str, Any]] = []
+        degraded_at = None
+        for step in range(args.calls):
+            if step == args.degrade_at:
+                t.barrier()  # no call in flight: the slowdown starts between two calls
+                if t.rank == 0:
+                    for name in links:
+                        r = topo.resources.index(name)
+                        set_link_rate(t, topo, r, topo.capacity_Bps[r] * args.factor)
+                degraded_at = t.now()
+            before = len(eng.events)
+            [sec] = calls(eng, x, 1)
+            series.append({"step": step, "seconds": sec, "plan": eng.plan.digest[:8],
+                           "replanned": len(eng.events) > before,
+                           "phase": "before" if degraded_at is None else "slowed"})
+        events = [dict(vars(e)) for e in eng.events]
+        eng.close()
+        t.barrier()
+        p0 = t.now()
+        with t.true_size():  # the probe's transfers are sized to be timed, not scaled
+            doc = probe(t, "quick", name=f"probed-{topo.name}-slowed", hosts=hosts)
+        probe_s = t.now() - p0
+
+        def build() -> Any:
+            model = from_dict(doc)
+            return make_plan(model, chunk_bytes=chunk, hierarchy="on"), model
+
+        fresh_plan, _ = share_plan(t, build, what="the fresh plan")
+        with AdaptiveEngine(t, fresh_plan, adapt=False, timeout_s=0, **engine_kw) as plain:
+            fresh = calls(plain, x, args.fresh_calls)
+        ref: List[float] = []
+        if reference is not None:
+            with AdaptiveEngine(t, reference, adapt=False, timeout_s=0, **engine_kw) as plain:
+                ref = calls(plain, x, args.fresh_calls)
+        if t.rank != 0:
+            return None
+        return {"series": series, "events": events, "degraded_at_s": degraded_at,
+                "fresh_s": fresh, "reference_s": ref, "fresh_probe_s": probe_s,
+                "fresh_digest": fresh_plan.digest,
+                "fresh_model_Bps": fresh_plan.throughput_Bps}
+
+    sim = run_simulated(topo, body, scale=scale, timeout_s=args.max_wall)
+    res = sim.results[0]
+    res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
+                "chunk": chunk, "links": links, "factor": args.factor,
+                "plan_digest": plan0.digest, "plan_model_Bps": plan0.throughput_Bps,
+                "reference_model_Bps": reference.throughput_Bps if reference else None,
+                "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
+                "simulation_wall_s": sim.wall_s, "simulation_cpu_s": sim.cpu_s,
+                "messages": sim.messages})
+    return res
+
+
+def summarize(res: Dict[str, Any], tolerance: float, skip: int = 1) -> Dict[str, Any]:
+    """Medians per phase and the verdict (pure: a test calls it on made-up series)."""
+    series = res["series"]
+    med = (lambda v: statistics.median(v) if v else float("nan"))  # noqa: E731
+    switch = [s["step"] for s in series if s["replanned"] and s["phase"] == "slowed"]
+    early = [s["step"] for s in series if s["replanned"] and s["phase"] == "before"]
+    first_slow = min((s["step"] for s in series if s["phase"] == "slowed"), default=None)
+    before = [s["seconds"] for s in series if s["phase"] == "before"][skip:]
+    during = [s["seconds"] for s in series if s["phase"] == "slowed"
+              and (not switch or s["step"] <= switch[0])]
+    after = [s["seconds"] for s in series if switch and s["step"] > switch[0]]
+    fresh, ref = med(res["fresh_s"]), med(res["reference_s"])
+    rec = med(after)
+    event = next((e for e in res["events"] if switch and e["step"] == switch[0] + 1), None)
+    wrong = sum(1 for v in [s["seconds"] for s in series] + res["fresh_s"] + res["reference_s"]
+                if v < 0)
+    ratio = rec / fresh if after and fresh > 0 else float("nan")
+    out = {"before_s": med(before), "slowed_s": med(during), "recovered_s": rec,
+           "fresh_s": fresh, "reference_s": ref, "recovered_over_fresh": ratio,
+           "recovered_over_reference": rec / ref if after and ref > 0 else float("nan"),
+           "calls_to_detect": (switch[0] - first_slow + 1) if switch else None,
+           "detect_delay_s": (event["at_s"] - res["degraded_at_s"]) if event else None,
+           "replan_s": event["seconds"] if event else None,
+           "reprobe_s": event["probe_s"] if event else None,
+           "reprobed_pairs": len(event["suspects"]) if event else None,
+           "fresh_probe_s": res["fresh_probe_s"], "wrong": wrong,
+           "replans_before": len(early)}
+    out["ok"] = bool(wrong == 0 and switch and not early and event and event["switched"]
+                     and ratio <= 1.0 + tolerance)
+    return out
+
+
+def series_lines(res: Dict[str, Any]) -> List[str]:
+    """The time series (one line per call, simulated ms) and the re-plan events, as text."""
+    marks = {s["step"]: "re-plan after this call" for s in res["series"] if s["replanned"]}
+    lines = ["call  phase    plan        ms (simulated)"]
+    lines += [f"{s['step']:>4}  {s['phase']:<7}  {s['plan']}  {s['seconds'] * 1e3:>10.2f}  "
+              f"{marks.get(s['step'], '')}".rstrip() for s in res["series"]]
+    for e in res["events"]:
+        lines.append(
+            f"re-plan at {e['at_s']:.3f} s (after call {e['step'] - 1}), {e['reason']}: "
+            f"{len(e['suspects'])} host pairs re-probed in {e['probe_s'] * 1e3:.0f} ms, model "
+            f"{e['old_model_Bps'] * 8e-9:.3f} -> {e['new_model_Bps'] * 8e-9:.3f} gbps, "
+            f"{e['seconds'] * 1e3:.0f} ms in all {e['note']}".rstrip())
+    return lines
+
+
+def main(argv: Any = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--generator", default=DEFAULT_GENERATOR,
+                    help=f"cluster generator spec (default {DEFAULT_GENERATOR})")
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--size", default="64M", type=parse_size)
+    ap.add_argument("--chunk", default="1M", type=parse_size,
+                    help="full-size chunk of every plan (default 1M: fewer messages to "
+                         "simulate than the plans' own)")
+    ap.add_argument("--links", default="tor1->spine,spine->tor1",
+                    help="resources to slow, comma-separated (default: rack 1's uplink, both "
+                         "directions)")
+    ap.add_argument("--factor", type=float, default=0.25)
+    ap.add_argument("--calls", type=int, default=12)
+    ap.add_argument("--degrade-at", type=int, default=4)
+    ap.add_argument("--fresh-calls", type=int, default=3)
+    ap.add_argument("--no-reference", dest="reference", action="store_false",
+                    help="skip the declared slowed topology's plan")
+    ap.add_argument("--threshold", type=float, default=0.3)
+    ap.add_argument("--consecutive", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--max-wall", type=float, default=3600.0,
+                    help="wall-clock limit of the simulation, seconds")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if not 0 < args.factor <= 1 or not 0 < args.degrade_at < args.calls:
+        ap.error("need 0 < --factor <= 1 and 0 < --degrade-at < --calls")
+    res = run(args)
+    summary = summarize(res, args.tolerance)
+    if args.json:
+        print(json.dumps({**res, "summary": summary}, default=float))
+        return 0 if summary["ok"] else 1
+    print(f"{res['topology']}: {res['ranks']} ranks on {res['hosts']} hosts, "
+          f"{format_size(res['size'])} allreduce, {format_size(res['chunk'])} chunks; "
+          f"{'+'.join(res['links'])} to {res['factor']:g} before call {args.degrade_at}")
+    print("\n".join(series_lines(res)))
+    print(f"fresh plan (quick probe {res['fresh_probe_s']:.2f} s simulated, model "
+          f"{res['fresh_model_Bps'] * 8e-9:.3f} gbps): "
+          + ", ".join(f"{v * 1e3:.1f}" for v in res["fresh_s"]) + " ms")
+    if res["reference_s"]:
+        print(f"declared slowed topology's plan (model {res['reference_model_Bps'] * 8e-9:.3f}"
+              f" gbps): " + ", ".join(f"{v * 1e3:.1f}" for v in res["reference_s"]) + " ms")
+    print(f"simulation: {res['simulation_wall_s']:.1f} s wall, {res['simulation_cpu_s']:.1f} s "
+          f"CPU, {res['messages']} messages; first plan {res['planner_wall_s']:.1f} s wall")
+    print("summary: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                  for k, v in summary.items()))
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
