@@ -338,8 +338,9 @@ def rank_degrees(trees: Sequence[Tuple[int, Sequence[int], Sequence[int]]]
     msgs = np.zeros((len(trees), n))
     recvs = np.zeros((len(trees), n))
     for k, (root, a, b) in enumerate(trees):
-        up = np.bincount([p for p in a if p >= 0], minlength=n)
-        down = np.bincount([p for p in b if p >= 0], minlength=n)
+        a, b = np.asarray(a), np.asarray(b)
+        up = np.bincount(a[a >= 0], minlength=n)
+        down = np.bincount(b[b >= 0], minlength=n)
         off = np.ones(n)
         off[root] = 0
         msgs[k] = up + down + 2 * off

@@ -52,7 +52,7 @@ from scipy.optimize import linprog
 from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
 from .certificate import check_certificate
-from .model import (ArcModel, Packing, TreeRate, ring_order_nearest, ring_parents,
+from .model import (ArcModel, Packing, TreeRate, aware_ring_order, ring_parents,
                     ring_parents_in_order)
 
 __all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "PHASE_GK",
@@ -252,7 +252,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     pool = _Pool(model, lazy_rows)
     # Ring in node order, and a topology-aware ring (n chains), which is optimal on uniform
     # stars and near it on racks, and gives the pruning a low-support solution to fall back on.
-    order = ring_order_nearest(model.arc_costs(1.0 / cap))
+    order = aware_ring_order(model)
     rings = [[(kind, r, ring_parents(n, r)[0 if kind else 1]) for r in range(n)
               for kind in (True, False)],
              [(kind, r, ring_parents_in_order(order, r)[0 if kind else 1]) for r in range(n)

@@ -224,6 +224,15 @@ class HostModel:
         out[used] = lengths[self.group_of[used]] / self.group_size[self.group_of[used]]
         return out
 
+    def ring_order(self) -> List[int]:
+        """Machines in depth-first order of the network seen from machine 0: sorted by their
+        route from it (channel 0's ranks), so that the machines behind any one link, which
+        share the route up to it, are consecutive. A ring in this order crosses every link of
+        a tree-shaped network once per direction, the fewest any ring can; what it gives
+        elsewhere, :func:`~horotopo.packing.model.aware_ring_order` weighs."""
+        d = self.designated[0]
+        return sorted(range(self.n), key=lambda h: (_route(self.topology, d[0], d[h]), h))
+
     def expand(self, trees: Sequence[TreeRate]) -> Tuple[TreeRate, ...]:
         """Rank-level trees of host-level columns: each in ``K`` channels at ``1/K`` of its
         rate (identical trees, from machines with fewer ranks than channels, merged)."""
@@ -319,8 +328,6 @@ def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.
         into, out_of = _tree_prices(topology, model, y)
         return (dual_bound(model.flat_capacity, y, float(np.min(pi + into)),
                            float(np.min(out_of - pi))), "tree path lower bound")
-        into, out_of = _tree_prices(topology, model, y)
-        d1, d2 = float(np.min(pi + into)), float(np.min(out_of - pi))
     w = _flat_costs(topology, model, y)
     r1, _, c1 = best_root_arborescence(w, pi, True)
     r2, _, c2 = best_root_arborescence(w, -pi, False)

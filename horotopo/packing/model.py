@@ -24,7 +24,8 @@ from .certificate import format_percent
 from .certificate import gap as certificate_gap
 
 __all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "ring_rate",
-           "ring_parents_in_order", "ring_order_nearest", "validate_arborescence"]
+           "ring_parents_in_order", "ring_order_nearest", "aware_ring_order", "ring_order_rate",
+           "hops_to_root", "validate_arborescence"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,21 @@ class Packing:
         return json.dumps(self.to_json())
 
 
+def hops_to_root(parent: Sequence[int]) -> Optional[np.ndarray]:
+    """Hops from every entry of the parent array ``parent`` (-1 at roots) to its root, by
+    pointer doubling (``O(n log n)`` array work instead of a walk per rank in Python), or None
+    when some entry never reaches a root (a cycle)."""
+    jump = np.array(parent, dtype=np.int64)
+    dist = (jump >= 0).astype(np.int64)
+    for _ in range(max(1, int(len(jump)).bit_length()) + 1):
+        live = np.flatnonzero(jump >= 0)
+        if not len(live):
+            return dist
+        dist[live] += dist[jump[live]]
+        jump[live] = jump[jump[live]]
+    return None if (jump >= 0).any() else dist
+
+
 def validate_arborescence(parent: Sequence[int], root: int, n: int) -> Optional[str]:
     """Return what is wrong with ``parent`` as an arborescence rooted at ``root``, or None."""
     if len(parent) != n:
@@ -108,24 +124,27 @@ def validate_arborescence(parent: Sequence[int], root: int, n: int) -> Optional[
         return f"root {root} is out of range 0..{n - 1}"
     if parent[root] != -1:
         return f"the root {root} must have parent -1, got {parent[root]}"
-    for v, p in enumerate(parent):
-        if v != root and not 0 <= p < n:
-            return f"rank {v} has parent {p}, out of range 0..{n - 1}"
-        if v != root and p == v:
-            return f"rank {v} is its own parent"
-    state = [0] * n  # 0 unknown, 1 on the current walk, 2 reaches the root
-    state[root] = 2
-    for v in range(n):
-        walk = []
-        u = v
-        while state[u] == 0:
-            state[u] = 1
-            walk.append(u)
-            u = parent[u]
-        if state[u] == 1:
-            return f"rank {u} is on a cycle and never reaches the root {root}"
-        for w in walk:
-            state[w] = 2
+    p = np.asarray(parent, dtype=np.int64)
+    v = np.arange(n)
+    bad = (v != root) & ((p < 0) | (p >= n) | (p == v))
+    if bad.any():
+        u = int(np.argmax(bad))
+        return (f"rank {u} is its own parent" if p[u] == u
+                else f"rank {u} has parent {p[u]}, out of range 0..{n - 1}")
+    if hops_to_root(p) is None:
+        # name the first rank on a cycle that a walk from rank 0 upwards meets
+        state = [0] * n  # 0 unknown, 1 on the current walk, 2 reaches the root
+        state[root] = 2
+        for v0 in range(n):
+            walk, u = [], v0
+            while state[u] == 0:
+                state[u] = 1
+                walk.append(u)
+                u = int(p[u])
+            if state[u] == 1:
+                return f"rank {u} is on a cycle and never reaches the root {root}"
+            for w in walk:
+                state[w] = 2
     return None
 
 
@@ -209,6 +228,31 @@ def ring_order_nearest(cost: np.ndarray) -> List[int]:
         order.append(nxt)
         left[nxt] = False
     return order
+
+
+def aware_ring_order(model: "ArcModel") -> List[int]:
+    """The topology-aware ring: nearest neighbour at lengths ``1 / c``
+    (:func:`ring_order_nearest`), or the model's own order (``model.ring_order()``, where it
+    has one) when that ring's ``n`` chains reach a higher common rate.
+
+    Nearest neighbour minimises the summed lengths, not the busiest link: on racks whose
+    hosts' NICs differ it leaves a rack's slow hosts for last and crosses their uplinks once
+    per slow host (racks at 512 hosts: 195 MB/s against the NICs' 312.5).
+    """
+    orders = [ring_order_nearest(model.arc_costs(1.0 / model.capacity))]
+    if not hasattr(model, "ring_order"):
+        return orders[0]
+    orders.append(list(model.ring_order()))
+    rates = [ring_order_rate(model, order) for order in orders]
+    return orders[int(np.argmax(rates))]  # the first on a tie
+
+
+def ring_order_rate(model: "ArcModel", order: Sequence[int]) -> float:
+    """The common rate of the ``n`` chains of the ring ``order`` (one per root)."""
+    load = np.sum([model.half_load(half, kind) for r in range(len(order))
+                   for kind, half in zip((True, False), ring_parents_in_order(order, r))],
+                  axis=0)
+    return len(order) * model.max_rate(load)
 
 
 def ring_parents_in_order(order: Sequence[int], root: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:

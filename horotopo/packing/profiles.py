@@ -20,7 +20,7 @@ import numpy as np
 
 from ..topology import HostRoutes, Topology
 
-__all__ = ["tree_profiles"]
+__all__ = ["tree_profiles", "arc_figures_batch"]
 
 #: Rank entries (trees x ranks) handled per batch: bounds the arrays at some tens of MB.
 BATCH_ENTRIES = 1 << 20
@@ -65,16 +65,51 @@ def _figures_generic(topology: Topology, tails: np.ndarray, heads: np.ndarray
     return figs[inverse, 0], figs[inverse, 1]
 
 
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Hops to the root of every entry of a flat forest (``parent`` flat indices, -1 at
-    roots), by pointer doubling: exact integers."""
-    dist = (parent >= 0).astype(np.int64)
-    jump = parent.copy()
-    while (jump >= 0).any():
-        live = np.flatnonzero(jump >= 0)
-        dist[live] += dist[jump[live]]
-        jump[live] = jump[jump[live]]
-    return dist
+def arc_figures_batch(topology: Topology, tails: np.ndarray, heads: np.ndarray
+                      ) -> Tuple[np.ndarray, np.ndarray]:
+    """``(latency_s, seconds per byte)`` of every arc ``tails[k] -> heads[k]`` on the declared
+    network, as :func:`~horotopo.packing.alphabeta.arc_figures` gives them one by one.
+
+    Parameters
+    ----------
+    topology : Topology
+    tails, heads : ndarray of int
+        The arcs' ends (ranks).
+
+    Returns
+    -------
+    (latency, inverse rate) : ndarray, ndarray
+        Route latency, and the inverse of the route's bottleneck rate (0 within a node).
+    """
+    tails, heads = np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64)
+    if isinstance(topology.routes, HostRoutes):
+        return _figures_declared(topology, tails, heads)
+    return _figures_generic(topology, tails, heads)
+
+
+def _levels(parent: np.ndarray) -> List[np.ndarray]:
+    """The entries of a flat forest (``parent`` flat indices, -1 at roots) level by level
+    below the roots, breadth first; every entry comes after its parent."""
+    kids = np.flatnonzero(parent >= 0)
+    kids = kids[np.argsort(parent[kids], kind="stable")]
+    count = np.bincount(parent[kids], minlength=len(parent))
+    first = np.cumsum(count) - count
+    levels: List[np.ndarray] = []
+    seen = 0
+    frontier = np.flatnonzero(parent < 0)
+    while True:
+        k = count[frontier]
+        frontier = frontier[k > 0]
+        if not len(frontier):
+            return levels
+        k = k[k > 0]
+        # the children of every frontier entry: kids[first[f] : first[f] + count[f]]
+        offsets = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+        frontier = kids[np.repeat(first[frontier], k) + offsets]
+        levels.append(frontier)
+        seen += len(frontier)
+        if seen > len(parent):
+            raise ValueError("parent arrays with a cycle have no critical path")
 
 
 def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], costs: Any
@@ -89,8 +124,7 @@ def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], cos
     v = np.broadcast_to(np.arange(n), parent.shape)
     p = np.maximum(parent, 0)
     tails, heads = np.where(inward, v, p)[has], np.where(inward, p, v)[has]
-    figures = (_figures_declared if isinstance(topology.routes, HostRoutes)
-               else _figures_generic)(topology, tails, heads)
+    figures = arc_figures_batch(topology, tails, heads)
     lat = np.zeros(parent.shape)
     inv = np.zeros(parent.shape)
     lat[has], inv[has] = figures
@@ -99,13 +133,9 @@ def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], cos
     hop = np.where(has, lat + chunk * inv + chunk * costs.per_byte_s
                    + 2 * costs.per_message_s, 0.0).ravel()
     flat_parent = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
-    depth = _depths(flat_parent)
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(1, int(depth.max()) + 2))
     total = np.zeros(t * n)
     # root first, a level at a time: total[w] = total[parent[w]] + hop[w] as in the walk
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        at = order[lo:hi]
+    for at in _levels(flat_parent):
         total[at] = total[flat_parent[at]] + hop[at]
     worst = np.argmax(total.reshape(t, n), axis=1) + np.arange(t) * n  # first max: lowest v
     # walk every slowest rank up to its root, all trees at once, collecting its hops

@@ -1,0 +1,84 @@
+"""The planner's array versions at scale against simple oracles: hops to the root, arborescence
+validation, the plan's latency, and the depth-first ring over machines."""
+import numpy as np
+import pytest
+
+from horotopo.generate import generate
+from horotopo.packing.hierarchy import HostModel
+from horotopo.packing.model import (aware_ring_order, hops_to_root, ring_order_nearest,
+                                    ring_order_rate, validate_arborescence)
+from horotopo.plan import PlanError, _plan_latency, depth
+from horotopo.packing.model import TreeRate
+from horotopo.topology import from_dict
+
+
+def _walk_hops(parent):
+    """Oracle: follow every rank's parents one by one."""
+    out = []
+    for v in range(len(parent)):
+        k, u = 0, v
+        while parent[u] >= 0:
+            u, k = parent[u], k + 1
+        out.append(k)
+    return out
+
+
+def _random_tree(rng, n):
+    order = rng.permutation(n)
+    parent = np.full(n, -1)
+    for i in range(1, n):
+        parent[order[i]] = order[i - 1] if rng.random() < 0.5 else order[rng.integers(0, i)]
+    return parent.tolist(), int(order[0])
+
+
+def test_hops_to_root_and_depth_match_the_walk():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 64, 300):
+        for _ in range(5):
+            parent, root = _random_tree(rng, n)
+            assert hops_to_root(parent).tolist() == _walk_hops(parent)
+            assert depth(parent) == max(_walk_hops(parent))
+            assert validate_arborescence(parent, root, n) is None
+    chain = list(range(1, 1000)) + [-1]  # the deepest tree: 999 hops
+    assert depth(chain) == 999
+
+
+def test_cycles_are_named_as_before():
+    # 0 -> 1 -> 2 -> 1: rank 1 is the first cycle rank a walk from rank 0 meets
+    parent = [1, 2, 1, -1]
+    assert hops_to_root(parent) is None
+    assert validate_arborescence(parent, 3, 4) == "rank 1 is on a cycle and never reaches " \
+                                                  "the root 3"
+    assert validate_arborescence([2, 1, -1], 2, 3) == "rank 1 is its own parent"
+    assert validate_arborescence([5, 0, -1], 2, 3) == "rank 0 has parent 5, out of range 0..2"
+    with pytest.raises(PlanError, match="cycle"):
+        depth(parent)
+
+
+def test_plan_latency_is_the_slowest_arc():
+    topology = from_dict(generate("sites:gpus=2,wan_gbps=10", 16))
+    rng = np.random.default_rng(1)
+    trees = []
+    for _ in range(4):
+        a, root = _random_tree(rng, topology.n)
+        trees.append(TreeRate(root, tuple(a), tuple(a), 1.0))
+    lat = topology.latency_s
+    want = max(max(lat[v][p], lat[p][v]) for t in trees for v, p in enumerate(t.reduce_parent)
+               if p >= 0)
+    assert _plan_latency(topology, trees) == want
+
+
+def test_depth_first_ring_keeps_racks_together():
+    # 4 racks of 4 hosts, a quarter of the NICs slow: nearest neighbour leaves slow hosts for
+    # last and crosses their racks' uplinks again; the depth-first order crosses each once
+    topology = from_dict(generate("racks:hosts_per_rack=4,gpus=2,oversub=4,slow=0.25", 32))
+    model = HostModel(topology)
+    order = model.ring_order()
+    assert sorted(order) == list(range(model.n))
+    rack = [h // 4 for h in order]  # the generator numbers hosts rack by rack
+    assert sum(a != b for a, b in zip(rack, rack[1:] + rack[:1])) == 4
+    nearest = ring_order_nearest(model.arc_costs(1.0 / model.capacity))
+    assert ring_order_rate(model, order) >= ring_order_rate(model, nearest)
+    best = aware_ring_order(model)
+    assert ring_order_rate(model, best) == max(ring_order_rate(model, order),
+                                               ring_order_rate(model, nearest))
