@@ -69,6 +69,8 @@ class Runtime:
         self.controller: Optional[Controller] = None
         self.executor: Optional[Executor] = None
         self._liveness: Any = None
+        self._data: Any = None          # the engine's data transport (opened here)
+        self._user: Any = None          # what user_transport() lends (see there)
         self.setup: Any = None          # horotopo.bootstrap.Setup
         self.sets = SetTable(0)         # the process sets, once set up
         self.rank = self.size = -1
@@ -112,6 +114,38 @@ class Runtime:
     def plan(self) -> Any:
         """The plan the engine runs now (it follows re-plans); None before set-up."""
         return self.executor.plan if self.executor is not None else None
+
+    def user_transport(self) -> Any:
+        """The transport for the user's own point-to-point messages (torch.distributed's
+        send/recv on the horotopo backend).
+
+        The engine's data transport (its duplicate of the communicator; users' messages keep
+        to its :meth:`~horotopo.transport.base.Transport.user_tags`, which no collective
+        uses), without the engine's link tracking: a user's messages are not the plan's link
+        traffic that the adaptive engine times, as the probe's are not. Where MPI is not
+        CUDA-aware and some rank has a device, it is wrapped in a
+        :class:`~horotopo.gpu.StagingTransport` of its own (decided at set-up, like the
+        engine's), so device buffers move as the collectives' do: directly where MPI takes
+        device pointers, else through pinned host memory.
+
+        Returns
+        -------
+        Transport
+            Shared by every caller. A staging wrapper keeps state (its pinned slots, the sends
+            waiting for their copies), so callers on several threads must serialize their
+            calls on it; MPI itself must be at ``MPI_THREAD_MULTIPLE`` for any use beside the
+            background thread.
+
+        Raises
+        ------
+        RuntimeError
+            Before set-up finished, or once the runtime has shut down (the transport is
+            closed then).
+        """
+        if self._user is None or not self.alive:
+            raise RuntimeError("horotopo's runtime has no transport for point-to-point "
+                               "messages: it has shut down, or never started")
+        return self._user
 
     def enqueue(self, kind: str, items: Sequence[Item], op: int = Average,
                 prescale: float = 1.0, postscale: float = 1.0, root: int = 0,
@@ -182,6 +216,7 @@ class Runtime:
             self._teardown(self._stall_reason or reason)
 
     def _setup(self) -> None:
+        from horotopo.gpu.transport import staging_if_needed
         from horotopo.reliability import Watchdog, timeout_from_env
         from horotopo.transport import mpi as door
 
@@ -216,7 +251,16 @@ class Runtime:
         if adapt is None:
             # A made-up model (HOROTOPO_PROBE=off) is not one to refresh by re-probing links.
             adapt = self.setup.source != "uniform"
-        engine = _make_engine(base, self.setup, adapt=adapt, timeout_s=timeout)
+        # The data transport is opened here rather than by the engine, so that the runtime can
+        # lend it to user point-to-point traffic (user_transport) without reaching into it.
+        data = door.MPITransport(base)
+        try:
+            user = staging_if_needed(data)  # collective: every rank decides here
+            engine = _make_engine(data, self.setup, adapt=adapt, timeout_s=timeout)
+        except BaseException:
+            data.close()
+            raise
+        self._data, self._user = data, user
         self.executor = Executor(engine, self.rank, self.size, self.settings.fusion_threshold,
                                  self.stats, self.queue.finish, plan=self.setup.plan)
         self._liveness = _liveness(base, self.thread_level)
@@ -288,7 +332,9 @@ class Runtime:
         if self.executor is not None:
             self.executor.tl = None
         set_engines = [getattr(g.engine, "close", None) for g in self.sets.groups.values()]
+        # The data transport after the engine that runs on it (the engine does not own it).
         for closer in (*set_engines, getattr(self.engine, "close", None),
+                       getattr(self._data, "close", None),
                        getattr(self.controller, "close", None),
                        getattr(self._liveness, "close", None)):
             if closer is not None:
@@ -350,11 +396,13 @@ def _liveness(comm: Any, thread_level: int) -> Any:
     return LivenessResponder(comm) if supports_threads(thread_level) else None
 
 
-def _make_engine(comm: Any, setup: Any, *, adapt: bool, timeout_s: float) -> Any:
+def _make_engine(transport: Any, setup: Any, *, adapt: bool, timeout_s: float) -> Any:
+    """The adaptive engine on ``transport``, which the caller keeps owning (and closes)."""
     from horotopo.adapt import AdaptiveEngine
     from horotopo.adapt.runtime import RUNTIME_DEFAULTS
 
     # The tree-or-MPI choice starts from timings of this job's ranks (a short calibration),
     # not from constants of some other machine; the engine then learns from its own calls.
-    return AdaptiveEngine(comm, setup.plan, setup.topology, adapt=adapt, timeout_s=timeout_s,
-                          calibrate_s=config.get("HOROTOPO_CALIBRATE_S"), **RUNTIME_DEFAULTS)
+    return AdaptiveEngine(transport, setup.plan, setup.topology, adapt=adapt,
+                          timeout_s=timeout_s, calibrate_s=config.get("HOROTOPO_CALIBRATE_S"),
+                          **RUNTIME_DEFAULTS)

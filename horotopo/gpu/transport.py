@@ -157,6 +157,17 @@ class StagingTransport(WrappedTransport):
         self._finish(request)
         return True
 
+    def cancel(self, request: _Staged) -> None:
+        """Give up on ``request`` after a timeout: cancel it in the inner transport once
+        posted; a send still waiting for its copy is never posted (the inner transport would
+        not know its wrapper, so the inherited cancel could not reach it)."""
+        if request.done:
+            return
+        if request.inner is not None:
+            self.inner.cancel(request.inner)
+        elif request in self._deferred:
+            self._deferred.remove(request)
+
     def waitsome(self, requests: Sequence[_Staged]) -> List[int]:
         while True:
             self._post_ready()

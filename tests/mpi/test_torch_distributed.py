@@ -19,6 +19,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import horotopo.torch as hvd  # noqa: E402
 import horotopo.torch.distributed as htd  # noqa: E402
+from gpu_support import require_device  # noqa: E402
+from horotopo.api.basics import runtime  # noqa: E402
 from test_api_collectives import start  # noqa: E402  (init with a ring plan)
 
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
@@ -174,9 +176,9 @@ def test_what_horotopo_cannot_do_names_itself(gloo):
             call()
     with pytest.raises(ValueError, match="no reduction BAND"):
         dist.all_reduce(torch.ones(1, dtype=torch.int32), op=R.BAND)
-    # send/recv: CPU tensors of the listed dtypes, tags within the group's block
+    # send/recv: CPU and CUDA tensors of the listed dtypes, tags within the group's block
     for call, match in [(lambda: pg.send([torch.ones(1, device="meta")], 0, 0),
-                         "cannot run send of a meta tensor: .*CPU tensors only"),
+                         "cannot run send of a meta tensor: .*CPU and CUDA tensors only"),
                         (lambda: pg.recv([torch.ones(1, dtype=torch.complex64)], 0, 0),
                          "cannot run recv of torch.complex64")]:
         with pytest.raises(NotImplementedError, match=match):
@@ -276,6 +278,73 @@ def test_a_receive_nobody_answers_ends_at_the_groups_timeout(gloo):
     with pytest.raises(Exception, match=rf"recv from rank {(me - 1) % n} \(tag 1\).*timeout "
                                         r"of 0.3 s"):
         pg.recv([torch.zeros(2)], (me - 1) % n, 1).wait()
+
+
+def test_messages_travel_on_the_runtimes_user_transport(gloo):
+    rt = runtime()
+    users = rt.user_transport()
+    # the engine's data transport below its link tracking (staged only with a device)
+    assert users is rt.engine.tracked.inner or users.inner is rt.engine.tracked.inner
+    me, n = dist.get_rank(), dist.get_world_size()
+    got = torch.zeros(2)
+    works = [dist.isend(torch.ones(2), (me + 1) % n, tag=9),
+             dist.irecv(got, (me - 1) % n, tag=9)]
+    for w in works:
+        w.wait()
+    assert dist.distributed_c10d._get_default_group()._p2p._transport is users
+
+
+def test_cuda_tensors_take_the_device_path(gloo, monkeypatch):
+    require_device()  # skips with "no CUDA device" (fails under HOROTOPO_TEST_GPU=1)
+    from horotopo.gpu import StagingTransport
+
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    me, n = dist.get_rank(), dist.get_world_size()
+    for dtype in DTYPES:  # the collectives, against gloo on the same values on the CPU
+        for op in [R.SUM, R.MIN, R.MAX, R.PRODUCT]:
+            mine, ref = data(dtype, me).to(dev), data(dtype, me)
+            dist.all_reduce(mine, op=op)
+            dist.all_reduce(ref, op=op, group=gloo)
+            assert mine.is_cuda and torch.equal(mine.cpu(), ref), (dtype, op)
+        mine, ref = data(dtype, me).to(dev), data(dtype, me)
+        dist.broadcast(mine, src=n - 1)
+        dist.broadcast(ref, src=n - 1, group=gloo)
+        assert torch.equal(mine.cpu(), ref)
+        out, ref = torch.empty(6 * n, dtype=dtype, device=dev), torch.empty(6 * n, dtype=dtype)
+        dist.all_gather_into_tensor(out, data(dtype, me).to(dev))
+        dist.all_gather_into_tensor(ref, data(dtype, me), group=gloo)
+        assert torch.equal(out.cpu(), ref)
+        flat = torch.cat([data(dtype, me + k, 4) for k in range(n)])
+        out, ref = torch.empty(4, dtype=dtype, device=dev), torch.empty(4, dtype=dtype)
+        dist.reduce_scatter_tensor(out, flat.to(dev))
+        dist.reduce_scatter_tensor(ref, flat.clone(), group=gloo)
+        assert torch.equal(out.cpu(), ref)
+    # send/recv: the user transport is handed the tensors' device memory (a CuPy view), and
+    # stages it through pinned memory only where MPI is not CUDA-aware
+    users = runtime().user_transport()
+    payloads = []
+    post = users.isend
+
+    def isend(buf, dest, tag):
+        payloads.append(type(buf).__module__.split(".")[0])
+        return post(buf, dest, tag)
+
+    monkeypatch.setattr(users, "isend", isend)
+    staged_before = users.staged_bytes if isinstance(users, StagingTransport) else 0
+    right, left = (me + 1) % n, (me - 1) % n
+    nbytes = 0
+    for dtype in P2P_DTYPES:
+        sent = data(dtype, me).to(dev)
+        got = torch.zeros(3, 2, dtype=dtype, device=dev).t()  # not contiguous
+        works = [dist.isend(sent, right, tag=1), dist.irecv(got, left, tag=1)]
+        for w in works:
+            w.wait()
+        assert torch.equal(got.cpu(), data(dtype, left).reshape(2, 3)), dtype
+        nbytes += 2 * sent.numel() * sent.element_size()
+    assert payloads == ["numpy", "cupy"] * len(P2P_DTYPES)  # header, then the payload
+    if isinstance(users, StagingTransport):
+        assert users.staged_bytes - staged_before == nbytes
 
 
 # ---------------------------------------------------------------------------- DDP and FSDP

@@ -17,23 +17,33 @@ as their collective names already assume) and, in a block, two tags per torch ta
   sender's headers matched the receives, so every payload meets its own header
   (:mod:`.p2p_progress`, whose thread completes these works in any order).
 
+The transport is the runtime's :meth:`~horotopo.api.runtime.Runtime.user_transport`: the
+engine's, below its link tracking. CPU tensors travel from their own memory; CUDA tensors take
+the collectives' device path: the payload is a CuPy view of the tensor
+(:func:`horotopo.torch.tensors.array_of`, never a host copy), handed to MPI directly where MPI
+is CUDA-aware and staged through pinned host memory by the runtime's
+:class:`~horotopo.gpu.StagingTransport` where it is not. A send waits for torch's stream to
+finish the tensor before MPI or the staging copy reads it; a receive finishes the device's
+stream work (the staging copy, a copy into a non-contiguous tensor) before its work is done.
+
 The messages are posted from the user's thread and the progress thread, beside the runtime's
 background thread, so MPI must be at ``MPI_THREAD_MULTIPLE`` (mpi4py's default). Each wait
 ends at the process group's timeout (``init_process_group(timeout=...)``) with an error that
-names the peer. CPU tensors only.
+names the peer.
 """
 from __future__ import annotations
 
-import threading
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from ...api.basics import mpi_threads_supported, runtime
+from ...buffers import device_scope, synchronize
 from ...transport.base import Transport
+from ..tensors import array_of, settled
 from .completion import HorotopoWork
-from .p2p_progress import RecvOp, SendOp, start
+from .p2p_progress import RecvOp, SendOp, posting, start
 
 __all__ = ["PointToPoint", "DTYPES", "TAGS_PER_GROUP"]
 
@@ -50,19 +60,18 @@ _CODE = {d: k for k, d in enumerate(DTYPES)}
 TAGS_PER_GROUP = 1 << 16
 _HEADER = 3  # int64s: sender, nbytes, dtype code
 
-# Posting a header and submitting its work happen as one step, so that threads calling send
-# or recv at once cannot split a send's header from its payload or post receives in an order
-# the completer does not follow.
-_post_lock = threading.Lock()
+#: The devices whose tensors travel (on the collectives' path; see the module's notes).
+DEVICES = ("cpu", "cuda")
 
 
 def _p2p_error(what: str, why: str) -> NotImplementedError:
     return NotImplementedError(f"the horotopo backend cannot run {what}: {why}")
 
 
-def _bytes_of(tensor: torch.Tensor) -> np.ndarray:
-    """The bytes of a contiguous CPU tensor, as a NumPy view (no copy)."""
-    return tensor.detach().reshape(-1).view(torch.uint8).numpy()
+def _bytes_of(tensor: torch.Tensor) -> Any:
+    """The bytes of a contiguous tensor as the runtime's array, a view and never a copy: NumPy
+    for a CPU tensor, CuPy for a CUDA one (as the collectives hand tensors to the engine)."""
+    return array_of(tensor.detach().reshape(-1).view(torch.uint8), reduced=False)
 
 
 def _describe(nbytes: int, code: int) -> str:
@@ -102,13 +111,10 @@ class PointToPoint:
                                    "messages are sent beside the runtime's background thread "
                                    "(mpi4py asks for MPI_THREAD_MULTIPLE unless "
                                    "mpi4py.rc.thread_level says otherwise)")
-        # The untracked transport under the engine's TrackedTransport: the user's messages are
-        # not the plan's link traffic that the adaptive engine times (as the probe's are not).
-        engine = runtime().engine
-        if engine is None:
-            raise RuntimeError(f"{what} on the horotopo backend: horotopo's runtime has no "
-                               f"engine (it has shut down, or never started)")
-        transport = engine.tracked.inner
+        try:
+            transport = runtime().user_transport()
+        except RuntimeError as exc:
+            raise RuntimeError(f"{what} on the horotopo backend: {exc}") from None
         space = transport.user_tags()
         per_group = min(TAGS_PER_GROUP, len(space) // 32)  # >= 16 groups of tags
         if per_group < 1:
@@ -137,9 +143,9 @@ class PointToPoint:
             raise ValueError(f"the horotopo backend's {what} takes one tensor, got "
                              f"{len(tensors)}")
         tensor = tensors[0]
-        if tensor.device.type != "cpu":
+        if tensor.device.type not in DEVICES:
             raise _p2p_error(f"{what} of a {tensor.device.type} tensor",
-                             "its point-to-point messages carry CPU tensors only")
+                             "its point-to-point messages carry CPU and CUDA tensors only")
         if tensor.dtype not in _CODE:
             raise _p2p_error(f"{what} of {tensor.dtype}",
                              f"messages carry {', '.join(str(d) for d in DTYPES)}")
@@ -157,19 +163,26 @@ class PointToPoint:
         ValueError
             More than one tensor, a rank outside the group or a tag outside the range.
         NotImplementedError
-            A CUDA tensor, a dtype without a code, or MPI below ``MPI_THREAD_MULTIPLE``.
+            A tensor on neither the CPU nor a CUDA device, a dtype without a code, or MPI
+            below ``MPI_THREAD_MULTIPLE``.
         """
         what = f"send to rank {dst} (tag {tag})"
         tensor = self._check_call(list(tensors), dst, "send")
         t = self._open("send")
         header_tag, payload_tag = self._wire_tags(tag, what)
-        data = tensor.detach().contiguous()  # a copy only if it is not contiguous: kept alive
-        payload = _bytes_of(data)
+        # A copy only if it is not contiguous (on the tensor's device), kept alive until sent.
+        data = tensor.detach().contiguous()
+        # torch's stream finishes writing the tensor before MPI or the staging copy reads it.
+        payload = settled(_bytes_of(data), data)
         header = np.array([self.rank, payload.nbytes, _CODE[data.dtype]], dtype=np.int64)
-        with _post_lock:
+        like = payload if data.is_cuda else None
+        # Posting and submitting are one step, so that threads calling send or recv at once
+        # cannot split a send's header from its payload or post receives in an order the
+        # progress thread does not follow.
+        with posting, device_scope(like):
             requests = [t.isend(header, dst, header_tag), t.isend(payload, dst, payload_tag)]
             op = SendOp(t, t.now() + self.timeout_s, self._late(what), dst, requests,
-                        keep=(header, payload, data), value=[tensor])
+                        keep=(header, payload, data), value=[tensor], like=like)
             return HorotopoWork(start(op))
 
     # ------------------------------------------------------------------ recv
@@ -196,11 +209,12 @@ class PointToPoint:
         into = tensor if tensor.is_contiguous() else torch.empty_like(
             tensor, memory_format=torch.contiguous_format)
         want = _bytes_of(into)
+        like = want if tensor.is_cuda else None
         code = _CODE[tensor.dtype]
         work = _RecvWork()
         errors: List[str] = []
 
-        def payload_buffer(sender: int, nbytes: int, sent_code: int) -> np.ndarray:
+        def payload_buffer(sender: int, nbytes: int, sent_code: int) -> Any:
             work.source = sender
             if nbytes == want.nbytes and sent_code == code:
                 return want
@@ -211,18 +225,24 @@ class PointToPoint:
             return np.empty(nbytes, dtype=np.uint8)
 
         def done() -> List[torch.Tensor]:
+            # Runs on the progress thread with the tensor's device current.
             if errors:
                 raise ValueError(errors[0])
+            # The payload is in device memory only once the stream that the staging copy was
+            # queued on has run it (the runtime finishes a collective's stream work likewise).
+            synchronize(want)
             if into is not tensor:
                 with torch.no_grad():
                     tensor.copy_(into)
+                settled(None, tensor)  # the copy, on this thread's stream, before wait() ends
             return [tensor]
 
-        with _post_lock:
+        with posting, device_scope(like):
             first = (t.irecv(header, src, header_tag) if src is not None
                      else t.irecv_any(header, header_tag))
             work.attach(start(RecvOp(t, t.now() + self.timeout_s, self._late(what), src, first,
-                                     header, payload_tag, header_tag, payload_buffer, done)))
+                                     header, payload_tag, header_tag, payload_buffer, done,
+                                     like=like)))
         return work
 
     def _late(self, what: str) -> str:

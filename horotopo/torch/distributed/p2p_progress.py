@@ -14,6 +14,13 @@ header's sender. For one sender and tag, the payload receives must be posted in 
 which that sender's headers matched the receives, which is their posting order. The thread
 keeps the operations in posting order and, while an earlier receive that could take a message
 of that sender and tag still lacks its header, a later one waits before posting its payload.
+
+Every call on the transport, the user's thread's posts and this thread's tests, is made under
+:data:`posting`: the transport of a job whose MPI is not CUDA-aware stages device buffers
+(:class:`~horotopo.gpu.StagingTransport`), and that keeps state shared by both threads. An
+operation on a device buffer advances with its device current
+(:func:`horotopo.buffers.device_scope`), as the runtime runs the collectives, so that staging
+copies and stream waits happen on that device.
 """
 from __future__ import annotations
 
@@ -23,10 +30,15 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
+from ...buffers import device_scope
 from ...transport.base import Transport, TransportTimeout
 from ...transport.poll import DONE, IDLE, IDLE_NAP_S, PROGRESS, poll
 
-__all__ = ["SendOp", "RecvOp", "start"]
+__all__ = ["SendOp", "RecvOp", "start", "posting"]
+
+#: Held for every call on a point-to-point transport (see the module's notes); the user's
+#: thread also holds it while it posts a message and submits its work, as one step.
+posting = threading.Lock()
 
 #: (header tag, sender) pairs, and header tags of receives from any rank, that an earlier
 #: receive still waits for the header of (see the module's notes).
@@ -34,10 +46,13 @@ Waiting = Tuple[Set[Tuple[int, int]], Set[int]]
 
 
 class _Op:
-    """A posted send or receive: its future, deadline and what a timeout says."""
+    """A posted send or receive: its future, deadline, what a timeout says, and its payload's
+    buffer (``like``: a device array makes its device current while the op advances)."""
 
-    def __init__(self, transport: Transport, deadline: float, what: str, peer: int) -> None:
+    def __init__(self, transport: Transport, deadline: float, what: str, peer: int,
+                 like: Any = None) -> None:
         self.transport, self.deadline, self.what, self.peer = transport, deadline, what, peer
+        self.like = like
         self.future: torch.futures.Future = torch.futures.Future()
         self.pending: List[Any] = []  # requests not yet complete
 
@@ -60,8 +75,8 @@ class SendOp(_Op):
     """A header and a payload on their way to ``peer``; ``keep`` holds the buffers they read."""
 
     def __init__(self, transport: Transport, deadline: float, what: str, peer: int,
-                 requests: List[Any], keep: Any, value: Any) -> None:
-        super().__init__(transport, deadline, what, peer)
+                 requests: List[Any], keep: Any, value: Any, like: Any = None) -> None:
+        super().__init__(transport, deadline, what, peer, like)
         self.pending, self._keep, self._value = list(requests), keep, value
 
     def advance(self, waiting: Waiting) -> Optional[Any]:
@@ -71,14 +86,15 @@ class SendOp(_Op):
 class RecvOp(_Op):
     """A receive whose header request is posted; the payload follows from the header's sender.
 
-    ``finish(sender, nbytes, code)`` returns the buffer to receive the payload into (checking
+    ``into(sender, nbytes, code)`` returns the buffer to receive the payload into (checking
     the header first); ``done()`` returns the work's value once the payload is in.
     """
 
     def __init__(self, transport: Transport, deadline: float, what: str, src: Optional[int],
                  header_request: Any, header: np.ndarray, payload_tag: int, header_tag: int,
-                 into: Callable[[int, int, int], np.ndarray], done: Callable[[], Any]) -> None:
-        super().__init__(transport, deadline, what, -1 if src is None else src)
+                 into: Callable[[int, int, int], Any], done: Callable[[], Any],
+                 like: Any = None) -> None:
+        super().__init__(transport, deadline, what, -1 if src is None else src, like)
         self.src, self.header, self.header_tag, self.payload_tag = src, header, header_tag, \
             payload_tag
         self.pending = [header_request]
@@ -142,9 +158,10 @@ class _Progress:
         finished: List[_Op] = []
         for op in ops:  # in posting order (see the module's notes)
             try:
-                value = op.advance(waiting)
-                if value is None and op.transport.now() > op.deadline:
-                    op.expire()
+                with posting, device_scope(op.like):
+                    value = op.advance(waiting)
+                    if value is None and op.transport.now() > op.deadline:
+                        op.expire()
             except BaseException as exc:  # noqa: BLE001 - the work's wait() re-raises it
                 finished.append(op)
                 op.future.set_exception(exc)
