@@ -12,10 +12,13 @@ model and re-plan. No MPI here; :mod:`horotopo.adapt.runtime` feeds these the fi
   the engine's own transfers) fell the most against their own baseline.
 - :func:`host_pairs`: the suspects at host level, one rank pair per pair of hosts (a host's
   ranks share its NIC and its uplinks, so one pair measures what all of them cross).
+- :func:`split_pairs`: for each pair the re-probe found degraded, two more pairs that share
+  one end of its route each, so that the next re-probe tells which end is slow.
 - :func:`plan_arcs`: the pairs a plan sends over (the suspects when in-band figures point at
   no link in particular).
 - :func:`refresh_capacities`: lower the capacities of the resources that the re-probed pairs
-  blame, leaving alone any resource that a healthy pair crosses.
+  blame, leaving alone any resource that a healthy pair crosses, and blaming the fewest
+  resources that explain every degraded pair.
 - :func:`topology_with_capacities`: the same topology document with new capacities (declared
   or measured form), loaded again, so the new plan is made by the normal planner.
 """
@@ -31,8 +34,8 @@ import numpy as np
 
 from ..topology import GBPS_TO_BPS, Topology, from_dict
 
-__all__ = ["Detector", "suspects", "host_pairs", "plan_arcs", "refresh_capacities",
-           "topology_with_capacities", "Pair"]
+__all__ = ["Detector", "suspects", "host_pairs", "split_pairs", "plan_arcs",
+           "refresh_capacities", "topology_with_capacities", "Pair"]
 
 Pair = Tuple[int, int]
 
@@ -219,6 +222,56 @@ def host_pairs(pairs: Sequence[Pair], machine_of: Sequence[int]) -> List[Pair]:
     return out
 
 
+def split_pairs(topology: Topology, machine_of: Sequence[int], degraded: Sequence[Pair],
+                done: Sequence[Pair] = ()) -> List[Pair]:
+    """Pairs that tell apart the two ends of each degraded pair's route, at host level.
+
+    A degraded pair ``a -> b`` says that some resource of its route is slow, not which: the
+    sender's NIC and its rack's uplink, or the receiver's rack's downlink and NIC. For each
+    half of the route (in route order: the sender's side, then the receiver's), the pair from
+    ``a`` (or to ``b``) and the first rank of another machine whose route shares the most
+    resources with that half and none with the other half: found healthy, it clears that
+    half; found degraded, it points at the half (what :func:`refresh_capacities` then blames,
+    with the other pairs). Pairs between machines that ``done`` (already probed) or an earlier
+    pick joins are left out: one pair per pair of machines.
+
+    Parameters
+    ----------
+    topology : Topology
+        The model the routes come from.
+    machine_of : sequence of int
+        The machine of every rank.
+    degraded : sequence of (src, dst)
+    done : sequence of (src, dst)
+    """
+    first: Dict[int, int] = {}
+    for rank, m in enumerate(machine_of):
+        first.setdefault(m, rank)
+    skip = {(machine_of[a], machine_of[b]) for a, b in done}
+    out: List[Pair] = []
+    for a, b in degraded:
+        route = list(topology.routes[a][b])
+        ends = (machine_of[a], machine_of[b])
+        half = len(route) // 2
+        for probe_from_a in (True, False):
+            mine = set(route[:half] if probe_from_a else route[len(route) - half:])
+            other = set(route) - mine
+            best, pick = 0, None
+            for m, r in first.items():
+                if m in ends:
+                    continue
+                pair = (a, r) if probe_from_a else (r, b)
+                crossed = set(topology.routes[pair[0]][pair[1]])
+                shared = len(mine & crossed)
+                if shared > best and not other & crossed:
+                    best, pick = shared, pair
+            key = None if pick is None else (machine_of[pick[0]], machine_of[pick[1]])
+            if key is not None and key not in skip:
+                skip.add(key)
+                out.append((int(pick[0]), int(pick[1])))
+    return out
+
+
 def plan_arcs(plan: Any) -> List[Pair]:
     """The directed pairs that ``plan``'s trees send over, the most loaded (share) first."""
     load: Dict[Pair, float] = {}
@@ -238,10 +291,14 @@ def refresh_capacities(topology: Topology, probed: Mapping[Pair, float],
 
     A probed pair below ``1 - threshold`` of its modelled rate is *degraded*: a pair's rate is
     the minimum over its route, so some resource on the route now carries at most the probed
-    rate. The blame goes to the route's resources that no healthy pair (in ``healthy``, or
-    probed at its modelled rate) crosses; when every resource is exonerated, to the tightest
-    one. A blamed resource gets the largest probed rate of the degraded pairs through it
-    (every one of them crosses it, so it carries at least that much). Nothing is ever raised.
+    rate. The candidates of a degraded pair are its route's resources that no healthy pair (in
+    ``healthy``, or probed at its modelled rate) crosses; when every resource is exonerated,
+    the tightest one. The blame goes to the fewest candidates that explain every degraded
+    pair, greedily: the candidates shared by the most unexplained pairs first (all of them on
+    a tie: resources in series on every probed route cannot be told apart). So a rack's
+    downlink that four degraded pairs cross is blamed, not the four senders' NICs. A blamed
+    resource gets the largest probed rate of the degraded pairs through it (every one of them
+    crosses it, so it carries at least that much). Nothing is ever raised.
     """
     caps = list(topology.capacity_Bps)
     ok_pairs = list(healthy)
@@ -254,18 +311,28 @@ def refresh_capacities(topology: Topology, probed: Mapping[Pair, float],
         else:
             ok_pairs.append((i, j))
     cleared = {r for i, j in ok_pairs for r in topology.routes[i][j]}
-    blamed: Dict[int, float] = {}
-    for (i, j), rate in degraded.items():
+    open_: Dict[Pair, set] = {}
+    for (i, j) in degraded:
         route = topology.routes[i][j]
         if not route:
             continue  # same host: memory is not a constraint of the model
-        cand = [r for r in route if r not in cleared]
+        cand = {r for r in route if r not in cleared}
         if not cand:
             tight = min(caps[r] for r in route)
-            cand = [r for r in route if caps[r] == tight]
-        for r in cand:
-            blamed[r] = max(blamed.get(r, 0.0), rate)
-    for r, rate in blamed.items():
+            cand = {r for r in route if caps[r] == tight}
+        open_[(i, j)] = cand
+    picked: set = set()
+    while open_:
+        count: Dict[int, int] = {}
+        for cand in open_.values():
+            for r in cand:
+                count[r] = count.get(r, 0) + 1
+        top = max(count.values())
+        pick = {r for r, k in count.items() if k == top}
+        picked |= pick
+        open_ = {p: c for p, c in open_.items() if not c & pick}
+    for r in picked:
+        rate = max(v for (i, j), v in degraded.items() if r in topology.routes[i][j])
         caps[r] = min(caps[r], rate)
     return caps
 

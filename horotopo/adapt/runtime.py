@@ -44,8 +44,8 @@ from ..planning_protocol import EXCHANGE_TIMEOUT_S, share_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
 from ..topology import Topology, from_dict
 from ..transport.base import Transport
-from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, suspects,
-                     topology_with_capacities)
+from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, split_pairs,
+                     suspects, topology_with_capacities)
 from .reprobe import probe_pairs, true_size
 
 __all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS"]
@@ -332,6 +332,13 @@ class AdaptiveEngine:
         by_host = machines(self.topology) if self.topology is not None else range(self.size)
         return host_pairs(sus, by_host)[:self.max_suspects], healthy
 
+    def _split(self, probed: Dict[Tuple[int, int], float]) -> List[Tuple[int, int]]:
+        """Rank 0: the second round's pairs for the re-probed pairs found degraded."""
+        assert self.topology is not None
+        topo, floor = self.topology, 1.0 - self.detector.threshold
+        bad = [p for p, v in probed.items() if v < floor * topo.pair_capacity_Bps(*p)]
+        return split_pairs(topo, machines(topo), bad, list(probed))[:self.max_suspects]
+
     def _replan(self, reason: str) -> ReplanEvent:
         t0 = self.tracked.now()
         if self.topology is None:
@@ -351,6 +358,13 @@ class AdaptiveEngine:
             # Over the untracked transport: the probe's bytes are not the engine's link traffic.
             p0 = self.tracked.now()
             probed = probe_pairs(self.tracked.inner, sus)
+            # A second round tells the ends of the degraded pairs' routes apart (split_pairs).
+            extra = self.tracked.broadcast_object(
+                self._split(probed) if self.rank == 0 else None, 0,
+                *self._exchange("the pairs that split the degraded routes"))
+            if extra:
+                probed.update(probe_pairs(self.tracked.inner, extra))
+                event.suspects += [tuple(p) for p in extra]
             event.probe_s = self.tracked.now() - p0
             event.probed_gbps = {f"{a}->{b}": round(v * 8 / 1e9, 4) for (a, b), v in probed.items()}
             topo = None
