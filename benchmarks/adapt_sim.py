@@ -118,6 +118,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             series.append({"step": step, "seconds": sec, "plan": eng.plan.digest[:8],
                            "replanned": len(eng.events) > before,
                            "phase": "before" if degraded_at is None else "slowed"})
+            if t.rank == 0:
+                _log(f"call {step}: {sec * 1e3:.1f} ms simulated, plan {eng.plan.digest[:8]}"
+                     f"{', re-planned after it' if series[-1]['replanned'] else ''} "
+                     f"({time.perf_counter() - w0:.0f} s wall so far)")
         events = [dict(vars(e)) for e in eng.events]
         eng.close()
         model = (eng.topology.capacity_Bps if eng.topology is not None else None)
