@@ -13,6 +13,7 @@ A failure anywhere is raised on every rank as the caller's ``error`` type, with 
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable, Dict, Optional, Tuple, Type
 
@@ -81,11 +82,9 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         data = transport.broadcast_bytes(
             json.dumps(payload).encode() if transport.rank == root else None, root, timeout_s,
             f"{what}: waiting for the plan")
-        got = json.loads(data)
-        if "error" in got:
-            raise error(got["error"])
-        plan = Plan.from_json(got["plan"])
-        model = None if got["topology"] is None else from_dict(got["topology"])
+        failed, plan, model = _decode(bytes(data))
+        if failed is not None:
+            raise error(failed)
         digests = [d.decode() for d in transport.allgather_bytes(
             plan.digest.encode(), check_timeout_s, f"{what}: comparing plans")]
     except TransportTimeout as exc:
@@ -95,3 +94,15 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         raise error(f"plan digest differs across ranks: rank 0 has {digests[0]}, "
                     + ", ".join(f"rank {r} has {digests[r]}" for r in odd))
     return plan, model
+
+
+@functools.lru_cache(maxsize=2)
+def _decode(data: bytes) -> Tuple[Optional[str], Optional[Plan], Optional[Topology]]:
+    """The root's broadcast: its error text, or its Plan and model. Kept for the last two
+    payloads: the ranks of one process (a simulation's thousands of ranks) receive the same
+    bytes and share one immutable Plan and Topology instead of decoding a copy each."""
+    got = json.loads(data)
+    if "error" in got:
+        return got["error"], None, None
+    return None, Plan.from_json(got["plan"]), (None if got["topology"] is None
+                                               else from_dict(got["topology"]))

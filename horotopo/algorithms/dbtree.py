@@ -19,6 +19,7 @@ runner (:class:`~horotopo.algorithms.tree.TreeAllreduce`) interprets like any ot
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, List, Optional, Tuple
 
 from ..buffers import ScratchPool
@@ -87,9 +88,11 @@ def double_binary_tree(n: int) -> Tuple[Tuple[int, Tuple[int, ...]], Tuple[int, 
     return (first.index(-1), first), (second.index(-1), tuple(second))
 
 
+@functools.lru_cache(maxsize=4)
 def double_tree_plan(n: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
     """The two trees as a Plan: each reduces up and broadcasts down the same tree, and each
-    carries half of the buffer (equal rates)."""
+    carries half of the buffer (equal rates). Kept per ``(n, chunk_bytes)``: a Plan is
+    immutable, and the ranks of one process (a simulation's thousands) share it."""
     trees = [(root, parent, parent, 1.0) for root, parent in double_binary_tree(n)]
     return plan_from_trees(n, trees, chunk_bytes=chunk_bytes)
 

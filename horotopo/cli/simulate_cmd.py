@@ -157,7 +157,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     n = topology.n
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
-    ring = ring_plan(topology) if "ring" in algorithms else None
+    ring = ring_plan(topology, size=size) if "ring" in algorithms else None
     planner: Dict[str, Optional[float]] = {}
 
     def body(t: Any) -> Dict[str, Any]:
@@ -177,7 +177,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
                 return plan, topology
             w0 = time.perf_counter()
             model = from_dict(doc) if doc is not None else topology
-            made = ring_plan(model) if probe == "off" else make_plan(model)
+            # planned for this run's size, as `horotopo plan --size` (chunks and forest)
+            made = ring_plan(model, size=size) if probe == "off" else make_plan(model, size=size)
             planner["s"] = time.perf_counter() - w0
             return made, model
 
@@ -188,12 +189,17 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             out["planner_s"] = planner["s"]
             out["probed"] = doc
         want = np.float32(n * (n - 1) / 2)
+        engines: Dict[Tuple[int, int], Any] = {}
         for alg in algorithms:
             p = ring if alg == "ring" else shared
             full = chunk_bytes or p.chunk_bytes
             # chunks scaled down alike, so the pipeline has the full-size run's chunk count
             chunk = max(4, int(full / scale) // 4 * 4)
-            eng = Engine(t, p, chunk_bytes=chunk, window=window_for(full))
+            # one engine per plan and chunk (tree and dbtree share one), as a job keeps one
+            key = (id(p), chunk)
+            eng = engines.get(key)
+            if eng is None:
+                eng = engines[key] = Engine(t, p, chunk_bytes=chunk, window=window_for(full))
             x = np.full(elems, t.rank, np.float32)
             t.barrier()
             s = t.now()

@@ -30,25 +30,19 @@ install python3-simgrid``. A virtual environment does not see Debian's dist-pack
 """
 from __future__ import annotations
 
-import json
-from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..ops import UFUNCS
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .p2p import Describe
+from .simgrid_collectives import SimCollectives, _Rounds
 from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationError,
                               SimulatorMissing, load_simgrid)
 from .simgrid_run import SimRun, Simulation
 
 __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
            "SimulatedTransport", "SimRun", "SimulationError", "INSTALL_HINT"]
-
-# The control steps fold with these, "band" for vectors of flag bits (as in p2p).
-_UFUNCS = dict(UFUNCS, band=np.bitwise_and)
-
 
 class _Request:
     """One posted message. Posting is deferred to the rank's next wait or test (see
@@ -74,31 +68,7 @@ class _Request:
         self.stream: Tuple[int, int] = (peer, -1)  # a send's (dest, tag)
 
 
-class _Rounds:
-    """A collective step in flight as rounds of point-to-point requests (a generator yields
-    each round's requests once the previous round has completed; its return ends it)."""
-
-    __slots__ = ("gen", "current", "done")
-
-    def __init__(self, gen: Iterator[List[_Request]]) -> None:
-        self.gen = gen
-        self.current: List[_Request] = []
-        self.done = False
-        self.advance()
-
-    def advance(self) -> None:
-        while not self.done and all(r.done for r in self.current):
-            try:
-                self.current = next(self.gen)
-            except StopIteration:
-                self.done = True
-                self.current = []
-
-    def pending(self) -> List[_Request]:
-        return [r for r in self.current if not r.done]
-
-
-class SimulatedTransport(Transport):
+class SimulatedTransport(SimCollectives, Transport):
     """One rank's transport inside a :class:`Simulation` (made by :meth:`Simulation.run`).
 
     Attributes
@@ -169,12 +139,33 @@ class SimulatedTransport(Transport):
         charged = int(round(raw.nbytes * self.scale)) if scaled else raw.nbytes
         req = _Request("send", None, self.sim.mailbox(self._rank, dest, tag), dest,
                        (payload, charged), charged)
-        req.stream = (dest, tag)
+        self._snapshot = (buf, payload, req)
+        self._stream(req, tag)
+        return req
+
+    def _stream(self, req: _Request, tag: int) -> None:
+        """Queue the send ``req`` behind the one before it on its (destination, tag) stream."""
+        req.stream = (req.peer, tag)
         last = self._streams.get(req.stream)
         if last is not None and not last.done:
             req.behind, last.next = last, req
         self._streams[req.stream] = req
-        self._snapshot = (buf, payload, req)
+        self._post(req)
+
+    def _isend_ref(self, obj: Any, nbytes: int, dest: int, tag: int) -> _Request:
+        """Post a send of the immutable ``obj`` itself, charged ``nbytes`` (the collective
+        steps' by-reference messages: the ranks share one process)."""
+        self._check_peer(dest)
+        req = _Request("send", None, self.sim.mailbox(self._rank, dest, tag), dest,
+                       (obj, nbytes), nbytes)
+        self._stream(req, tag)
+        return req
+
+    def _irecv_ref(self, source: int, tag: int) -> _Request:
+        """Post a receive of a :meth:`_isend_ref` object: once done, ``payload`` is the
+        object and ``charged`` its bytes."""
+        self._check_peer(source)
+        req = _Request("recv", None, self.sim.mailbox(source, self._rank, tag), source)
         self._post(req)
         return req
 
@@ -265,13 +256,16 @@ class SimulatedTransport(Transport):
         req.done = True
         if req.kind == "recv":
             payload, charged = req.handle.get()
+            req.handle = req.comm = None
+            self._charge(charged * self.sim.costs.recv_s_per_byte)
+            if req.buf is None:  # by reference (_irecv_ref): the object is the result
+                req.payload, req.charged = payload, charged
+                return
             if payload.nbytes != req.buf.nbytes:
                 raise TransportError(
                     f"rank {self._rank}: a {payload.nbytes}-byte message from rank {req.peer} "
                     f"for a {req.buf.nbytes}-byte receive")
             req.buf[...] = payload
-            self._charge(charged * self.sim.costs.recv_s_per_byte)
-            req.handle = None
         else:
             self._release(req)
         req.payload = None
@@ -399,97 +393,3 @@ class SimulatedTransport(Transport):
                 missing.append(peers[k])
             self.cancel(req)
         raise TransportTimeout(what(pending) if callable(what) else what, missing)
-
-    # ---- the control steps: true size, log-depth where the generic step is quadratic -------
-    @contextmanager
-    def true_size(self) -> Iterator[None]:
-        """Charge the messages posted inside at their true size, not ``scale`` times it: the
-        control steps, and the probe (its transfers are sized to be timed, not scaled)."""
-        self._unscaled += 1
-        try:
-            yield
-        finally:
-            self._unscaled -= 1
-
-    def iallreduce_control(self, buf: Any, op: Any) -> _Rounds:
-        """Start a recursive-doubling allreduce of the small vector ``buf`` (``log2 n`` rounds
-        instead of the generic step's ``n``-way exchange); wait for it with :meth:`wait`."""
-        fold = _UFUNCS.get(op)
-        if fold is None:
-            raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
-        return _Rounds(self._doubling(np.asarray(buf), fold, self.alloc_tags(1), False))
-
-    def _doubling(self, buf: np.ndarray, fold: Any, tag: int, scaled: bool
-                  ) -> Iterator[List[_Request]]:
-        """Recursive doubling; with ``n`` not a power of two, the first ``2 r`` ranks pair up
-        first (the even one hands its vector to the odd one and gets the result back). Every
-        fold puts the lower rank's operand first, so every rank ends with the same bits."""
-        n, me = self._size, self._rank
-        if n == 1:
-            return
-        acc = buf.reshape(-1).copy()
-        got = np.empty_like(acc)
-        p = 1 << (n.bit_length() - 1)
-        r = n - p
-        if me < 2 * r and me % 2 == 0:
-            yield [self._isend(acc, me + 1, tag, scaled)]
-            yield [self.irecv(got, me + 1, tag)]
-            buf.reshape(-1)[...] = got
-            return
-        if me < 2 * r:
-            yield [self.irecv(got, me - 1, tag)]
-            acc = fold(got, acc)
-            vr = me // 2
-        else:
-            vr = me - r
-        mask = 1
-        while mask < p:
-            partner_v = vr ^ mask
-            partner = 2 * partner_v + 1 if partner_v < r else partner_v + r
-            send = acc.copy()
-            yield [self._isend(send, partner, tag, scaled), self.irecv(got, partner, tag)]
-            acc = fold(got, acc) if partner_v < vr else fold(acc, got)
-            mask <<= 1
-        if me < 2 * r:
-            yield [self._isend(acc, me - 1, tag, scaled)]
-        buf.reshape(-1)[...] = acc
-
-    def allreduce_control(self, buf: Any, op: Any, timeout_s: Optional[float] = None,
-                          what: str = "allreduce") -> None:
-        req = self.iallreduce_control(buf, op)
-        deadline = None if timeout_s is None else self.now() + timeout_s
-        self.wait([req], deadline, what=f"{what}: nothing within {timeout_s} s (simulated)")
-
-    def allreduce(self, sendbuf: Any, recvbuf: Any, op: Any) -> None:
-        """The simulated MPI library's allreduce: recursive doubling, charged at ``scale``
-        (a data allreduce, unlike the control steps)."""
-        if recvbuf is not sendbuf:
-            recvbuf[...] = sendbuf
-        fold = _UFUNCS.get(op)
-        if fold is None:
-            raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
-        self.wait([_Rounds(self._doubling(np.asarray(recvbuf), fold, self.alloc_tags(1),
-                                          True))], None)
-
-    def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
-        self.allreduce_control(np.zeros(1, dtype=np.uint8), "max", timeout_s, what)
-
-    def broadcast_bytes(self, data: Optional[bytes], root: int, timeout_s: float,
-                        what: str = "broadcast") -> bytes:
-        with self.true_size():
-            return super().broadcast_bytes(data, root, timeout_s, what)
-
-    def gather_bytes(self, data: bytes, root: int, timeout_s: float, what: str = "gather"
-                     ) -> Optional[List[bytes]]:
-        with self.true_size():
-            return super().gather_bytes(data, root, timeout_s, what)
-
-    def allgather_bytes(self, data: bytes, timeout_s: float, what: str = "allgather"
-                        ) -> List[bytes]:
-        """A gather to rank 0 and a broadcast back: ``O(n)`` messages, where the generic
-        all-to-all step's ``n (n - 1)`` would swamp a simulation of thousands of ranks."""
-        with self.true_size():
-            got = super().gather_bytes(data, 0, timeout_s, what)
-            blob = json.dumps([b.hex() for b in got]).encode() if got is not None else None
-            out = super().broadcast_bytes(blob, 0, timeout_s, what)
-        return [bytes.fromhex(h) for h in json.loads(out)]

@@ -1,0 +1,125 @@
+"""What lets the simulated transport reach thousands of ranks (issue 15): the control steps in
+``log2 n`` rounds with their bytes passed by reference (binomial-tree broadcast, gather and
+allgather, charged their true size), and the plan decoded once per process while every rank
+still receives it and checks its digest. Skipped where SimGrid is missing.
+"""
+import pytest
+
+from horotopo.transport.simulated import SimulatorMissing, load_simgrid
+
+try:
+    load_simgrid()
+except SimulatorMissing as _exc:
+    pytest.skip(str(_exc), allow_module_level=True)
+
+from horotopo import planning_protocol  # noqa: E402
+from horotopo.generate import uniform_star  # noqa: E402
+from horotopo.plan import Plan, plan_from_trees  # noqa: E402
+from horotopo.schedule import ScheduleCache, compile_allreduce  # noqa: E402
+from horotopo.simulation import SimCosts, run_simulated  # noqa: E402
+from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
+from horotopo.transport.base import TransportTimeout  # noqa: E402
+
+from engine_cases import random_plan  # noqa: E402
+
+FREE = SimCosts(per_message_s=0.0, recv_s_per_byte=0.0)
+
+
+def star(n, gbps=1.0):
+    return from_dict(uniform_star(n, gbps))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 13])
+def test_broadcast_and_allgather_bytes_reach_every_rank_in_n_minus_1_messages_each(n):
+    roots = sorted({0, n // 2, n - 1})
+
+    def body(t):
+        out = []
+        for root in roots:
+            data = f"from {root}".encode() * (root + 1) if t.rank == root else None
+            got = t.broadcast_bytes(data, root, 5.0)
+            out.append((got, id(got)))
+        every = t.allgather_bytes(bytes([t.rank]) * (t.rank % 3), 5.0)
+        return out, every
+
+    for root in roots:  # each step alone: n - 1 messages, 2 (n - 1) for the allgather
+        def one(t, root=root):
+            return t.broadcast_bytes(b"x" if t.rank == root else None, root, 5.0)
+        assert run_simulated(star(n), one, costs=FREE).messages == n - 1
+    run = run_simulated(star(n), body, costs=FREE)
+    assert run.messages == (len(roots) + 2) * (n - 1)
+    want_every = [bytes([r]) * (r % 3) for r in range(n)]
+    for out, every in run.results:
+        assert [got for got, _ in out] == [f"from {r}".encode() * (r + 1) for r in roots]
+        assert every == want_every
+    # by reference: every rank holds the root's own bytes object, not a copy of its own
+    for k in range(len(roots)):
+        assert len({res[0][k][1] for res in run.results}) == 1
+
+
+def test_a_broadcast_is_charged_its_bytes_on_every_hop():
+    # 2 MB down a binomial tree over 4 ranks on a 1 gbps star: rank 0 sends to 2 and 1 (its
+    # uplink shared by the two), then 2 sends to 3: about three transfer times in all, at
+    # LV08's 97% of the link's rate.
+    size, rate = 2 << 20, 1.0 * GBPS_TO_BPS
+
+    def body(t):
+        got = t.broadcast_bytes(b"\1" * size if t.rank == 0 else None, 0, 60.0)
+        return len(got), t.now()
+
+    run = run_simulated(star(4), body, costs=FREE)
+    assert all(r[0] == size for r in run.results)
+    one = size / (0.97 * rate)
+    assert run.clock_s == pytest.approx(3 * one, rel=0.05)
+
+
+def test_a_broadcast_that_never_comes_times_out_naming_the_parent():
+    def body(t):
+        if t.rank == 0:
+            return None  # the root never broadcasts: ranks 1 and 2 are its children
+        try:
+            t.broadcast_bytes(None, 0, 2.0, what="the plan")
+        except TransportTimeout as exc:
+            return str(exc), exc.missing, t.now()
+        return "no timeout"
+
+    for what, missing, when in run_simulated(star(3), body, costs=FREE).results[1:]:
+        assert what == "the plan: nothing from rank 0 within 2 s (simulated)"
+        assert missing == (0,) and when == pytest.approx(2.0)
+
+
+def test_every_rank_receives_the_plan_checks_its_digest_and_shares_one_decoded_plan(
+        monkeypatch):
+    n = 6
+    plan = random_plan(n, 3, 1 << 20, trees=3)
+    topo = star(n)
+    decoded = []
+    real = Plan.from_json.__func__
+
+    def counting(cls, doc):
+        decoded.append(1)
+        return real(cls, doc)
+
+    monkeypatch.setattr(Plan, "from_json", classmethod(counting))
+    planning_protocol._decode.cache_clear()
+
+    def body(t):
+        got, model = planning_protocol.share_plan(t, lambda: (plan, topo), what="init")
+        return got.digest, id(got), id(model), len(decoded)
+
+    run = run_simulated(topo, body, costs=FREE)
+    assert {r[0] for r in run.results} == {plan.digest}
+    assert len({r[1] for r in run.results}) == 1 and len({r[2] for r in run.results}) == 1
+    assert {r[3] for r in run.results} == {1}  # one decode in the process, for all six ranks
+    # the broadcast (a binomial tree: n - 1 messages) and the digests' allgather (2 (n - 1))
+    assert run.messages == 3 * (n - 1)
+
+
+def test_step_tables_from_shared_tree_shapes_match_a_fresh_compile():
+    plan = random_plan(9, 5, 1 << 20, trees=4)
+    twin = Plan.from_json(plan.to_json())  # no shapes kept yet
+    for rank in range(9):
+        cached = ScheduleCache(plan, rank).allreduce(1000, "float32", 37)
+        assert cached == compile_allreduce(twin, rank, 1000, "float32", 37)
+    chain = plan_from_trees(3, [(0, (-1, 0, 1), (-1, 0, 1), 1.0)])
+    assert compile_allreduce(chain, 1, 10, "int32", 4).trees[0].recv_children == (2,)
