@@ -71,10 +71,8 @@ class Tree:
 
     @property
     def depth(self) -> int:
-        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf
-        (kept from :meth:`Plan.validate`'s check of all trees at once, where it ran)."""
-        got = self.__dict__.get("_depth")
-        return got if got is not None else depth(self.reduce_parent) + depth(self.bcast_parent)
+        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf."""
+        return depth(self.reduce_parent) + depth(self.bcast_parent)
 
 
 # The package's one copy of the arborescence helpers: the step tables (horotopo.schedule) and
@@ -151,8 +149,7 @@ class Plan:
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
         """Modelled seconds for an allreduce of ``nbytes``: the slowest tree's pipeline (its
         first chunk over its critical paths at the hops' *link* rates, the rest at the tree's
-        rate), or the busiest rank's software time plus the shortest tree's fill
-        (:func:`horotopo.packing.alphabeta.plan_time`).
+        rate), or the busiest rank's software time (:mod:`horotopo.packing.alphabeta`).
 
         Parameters
         ----------
@@ -170,11 +167,15 @@ class Plan:
         """
         if nbytes <= 0 or self.n == 1:
             return 0.0
-        profiles = [t.profile or ((self.latency_s, 1.0 / t.rate_Bps, t.depth),)
-                    for t in self.trees]
-        return _ab.plan_time([t.share * nbytes for t in self.trees],
-                             self.tree_chunks(chunk_bytes), [t.rate_Bps for t in self.trees],
-                             profiles, self._degrees, costs, network)
+        chunks = self.tree_chunks(chunk_bytes)
+        window = _ab.window_for(max(chunks))
+        worst = 0.0
+        for t, c in zip(self.trees, chunks):
+            profile = t.profile or ((self.latency_s, 1.0 / t.rate_Bps, t.depth),)
+            worst = max(worst, _ab.tree_time(t.share * nbytes, c, t.rate_Bps, profile, costs,
+                                             window, network))
+        return max(worst, _ab.busiest_cpu_time(self._degrees, [t.share * nbytes for t in
+                                                               self.trees], chunks, costs))
 
     @property
     def _degrees(self) -> Tuple[Any, Any]:
@@ -240,11 +241,10 @@ class Plan:
             raise PlanError("trees: a plan needs at least one tree")
         if self.chunk_bytes < 1:
             raise PlanError(f"chunk_bytes: must be positive, got {self.chunk_bytes}")
-        checked = _check_forests(self.trees, self.n)
         for k, t in enumerate(self.trees):
             for name, parent in (("reduce_parent", t.reduce_parent),
                                  ("bcast_parent", t.bcast_parent)):
-                problem = None if checked else validate_arborescence(parent, t.root, self.n)
+                problem = validate_arborescence(parent, t.root, self.n)
                 if problem:
                     raise PlanError(f"trees[{k}].{name}: {problem}")
             if not (t.share >= 0 and math.isfinite(t.share)):
@@ -306,35 +306,6 @@ class Plan:
             lines.append(f"  predicted allreduce of {format_size(size)}: {t_plan * 1e3:.3f} ms "
                          f"(ring {t_ring * 1e3:.3f} ms, {_ratio(t_ring, t_plan)} faster)")
         return "\n".join(lines)
-
-
-def _check_forests(trees: Sequence[Tree], n: int) -> bool:
-    """Whether every tree's parent arrays are arborescences at its root, checked a batch of
-    trees at a time as one forest (thousands of trees of thousands of ranks at scale); each
-    tree's depth is kept on it. False sends :meth:`Plan.validate` to the tree-by-tree check,
-    which names what is wrong."""
-    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
-    for lo in range(0, len(trees), per):
-        batch = trees[lo:lo + per]
-        if any(len(t.reduce_parent) != n or len(t.bcast_parent) != n or not 0 <= t.root < n
-               for t in batch):
-            return False
-        parent = np.array([p for t in batch for p in (t.reduce_parent, t.bcast_parent)],
-                          dtype=np.int64)
-        roots = np.repeat([t.root for t in batch], 2)
-        v = np.arange(n)[None, :]
-        is_root = v == roots[:, None]
-        if not np.all(np.where(is_root, parent == -1, (parent >= 0) & (parent < n)
-                               & (parent != v))):
-            return False
-        offset = (np.arange(len(parent)) * n)[:, None]
-        hops = hops_to_root(np.where(parent >= 0, parent + offset, -1).ravel())
-        if hops is None:
-            return False
-        deepest = hops.reshape(len(parent), n).max(axis=1)
-        for t, up, down in zip(batch, deepest[0::2], deepest[1::2]):
-            object.__setattr__(t, "_depth", int(up) + int(down))
-    return True
 
 
 def _tree_json(t: Tree) -> Dict[str, Any]:
