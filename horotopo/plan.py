@@ -71,8 +71,10 @@ class Tree:
 
     @property
     def depth(self) -> int:
-        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf."""
-        return depth(self.reduce_parent) + depth(self.bcast_parent)
+        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf
+        (kept from :meth:`Plan.validate`'s check of all trees at once, where it ran)."""
+        got = self.__dict__.get("_depth")
+        return got if got is not None else depth(self.reduce_parent) + depth(self.bcast_parent)
 
 
 # The package's one copy of the arborescence helpers: the step tables (horotopo.schedule) and
@@ -241,10 +243,11 @@ class Plan:
             raise PlanError("trees: a plan needs at least one tree")
         if self.chunk_bytes < 1:
             raise PlanError(f"chunk_bytes: must be positive, got {self.chunk_bytes}")
+        checked = _check_forests(self.trees, self.n)
         for k, t in enumerate(self.trees):
             for name, parent in (("reduce_parent", t.reduce_parent),
                                  ("bcast_parent", t.bcast_parent)):
-                problem = validate_arborescence(parent, t.root, self.n)
+                problem = None if checked else validate_arborescence(parent, t.root, self.n)
                 if problem:
                     raise PlanError(f"trees[{k}].{name}: {problem}")
             if not (t.share >= 0 and math.isfinite(t.share)):
@@ -306,6 +309,35 @@ class Plan:
             lines.append(f"  predicted allreduce of {format_size(size)}: {t_plan * 1e3:.3f} ms "
                          f"(ring {t_ring * 1e3:.3f} ms, {_ratio(t_ring, t_plan)} faster)")
         return "\n".join(lines)
+
+
+def _check_forests(trees: Sequence[Tree], n: int) -> bool:
+    """Whether every tree's parent arrays are arborescences at its root, checked a batch of
+    trees at a time as one forest (thousands of trees of thousands of ranks at scale); each
+    tree's depth is kept on it. False sends :meth:`Plan.validate` to the tree-by-tree check,
+    which names what is wrong."""
+    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
+    for lo in range(0, len(trees), per):
+        batch = trees[lo:lo + per]
+        if any(len(t.reduce_parent) != n or len(t.bcast_parent) != n or not 0 <= t.root < n
+               for t in batch):
+            return False
+        parent = np.array([p for t in batch for p in (t.reduce_parent, t.bcast_parent)],
+                          dtype=np.int64)
+        roots = np.repeat([t.root for t in batch], 2)
+        v = np.arange(n)[None, :]
+        is_root = v == roots[:, None]
+        if not np.all(np.where(is_root, parent == -1, (parent >= 0) & (parent < n)
+                               & (parent != v))):
+            return False
+        offset = (np.arange(len(parent)) * n)[:, None]
+        hops = hops_to_root(np.where(parent >= 0, parent + offset, -1).ravel())
+        if hops is None:
+            return False
+        deepest = hops.reshape(len(parent), n).max(axis=1)
+        for t, up, down in zip(batch, deepest[0::2], deepest[1::2]):
+            object.__setattr__(t, "_depth", int(up) + int(down))
+    return True
 
 
 def _tree_json(t: Tree) -> Dict[str, Any]:

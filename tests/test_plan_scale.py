@@ -82,3 +82,37 @@ def test_depth_first_ring_keeps_racks_together():
     best = aware_ring_order(model)
     assert ring_order_rate(model, best) == max(ring_order_rate(model, order),
                                                ring_order_rate(model, nearest))
+
+
+def test_ring_order_rate_equals_the_chains_summed():
+    topology = from_dict(generate("racks:hosts_per_rack=2,gpus=2,oversub=4,slow=0.5", 16))
+    model = HostModel(topology)
+    rng = np.random.default_rng(2)
+    from horotopo.packing.model import ring_parents_in_order
+    for _ in range(3):
+        order = rng.permutation(model.n).tolist()
+        load = np.sum([model.half_load(half, kind) for r in range(model.n)
+                       for kind, half in zip((True, False), ring_parents_in_order(order, r))],
+                      axis=0)
+        assert ring_order_rate(model, order) == pytest.approx(model.n * model.max_rate(load),
+                                                              rel=1e-12)
+
+
+def test_plan_checks_all_trees_at_once_and_names_a_bad_one():
+    from horotopo.plan import Plan, Tree, plan_from_trees
+    rng = np.random.default_rng(4)
+    trees = []
+    for _ in range(5):
+        a, root = _random_tree(rng, 40)
+        trees.append((root, a, a, 1.0))
+    plan = plan_from_trees(40, trees)
+    assert [t.depth for t in plan.trees] == [2 * max(_walk_hops(a)) for _, a, _, _ in trees]
+    root, a, _, _ = trees[3]
+    bad = list(a)
+    u = next(v for v in range(40) if v != root and bad[v] != root)
+    bad[bad[u]] = u  # u and its parent send to each other: a cycle
+    doc = plan.to_json()
+    doc["trees"][3]["bcast_parent"] = bad
+    doc.pop("digest")
+    with pytest.raises(PlanError, match=r"trees\[3\]\.bcast_parent: rank \d+ is on a cycle"):
+        Plan.from_json(doc)

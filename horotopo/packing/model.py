@@ -248,11 +248,21 @@ def aware_ring_order(model: "ArcModel") -> List[int]:
 
 
 def ring_order_rate(model: "ArcModel", order: Sequence[int]) -> float:
-    """The common rate of the ``n`` chains of the ring ``order`` (one per root)."""
-    load = np.sum([model.half_load(half, kind) for r in range(len(order))
-                   for kind, half in zip((True, False), ring_parents_in_order(order, r))],
-                  axis=0)
-    return len(order) * model.max_rate(load)
+    """The common rate of the ``n`` chains of the ring ``order`` (one per root).
+
+    Each ring arc is in ``n - 1`` of the reduce chains and ``n - 1`` of the broadcast chains,
+    and each chain carries the model's fixed load once (its load with no arcs), so the sum of
+    the ``2n`` chains' loads takes four loads: the whole cycle and the empty tree, per kind.
+    """
+    n = len(order)
+    cycle = np.empty(n, dtype=np.int64)
+    cycle[np.asarray(order)] = np.roll(order, -1)  # every node sends to the next
+    empty = np.full(n, -1, dtype=np.int64)
+    load = 0.0
+    for kind in (True, False):
+        fixed = model.half_load(empty, kind)
+        load = load + (n - 1) * (model.half_load(cycle, kind) - fixed) + n * fixed
+    return n * model.max_rate(load)
 
 
 def ring_parents_in_order(order: Sequence[int], root: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
