@@ -151,7 +151,8 @@ class Plan:
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
         """Modelled seconds for an allreduce of ``nbytes``: the slowest tree's pipeline (its
         first chunk over its critical paths at the hops' *link* rates, the rest at the tree's
-        rate), or the busiest rank's software time (:mod:`horotopo.packing.alphabeta`).
+        rate), or the busiest rank's software time plus the shortest tree's fill
+        (:func:`horotopo.packing.alphabeta.plan_time`).
 
         Parameters
         ----------
@@ -169,15 +170,11 @@ class Plan:
         """
         if nbytes <= 0 or self.n == 1:
             return 0.0
-        chunks = self.tree_chunks(chunk_bytes)
-        window = _ab.window_for(max(chunks))
-        worst = 0.0
-        for t, c in zip(self.trees, chunks):
-            profile = t.profile or ((self.latency_s, 1.0 / t.rate_Bps, t.depth),)
-            worst = max(worst, _ab.tree_time(t.share * nbytes, c, t.rate_Bps, profile, costs,
-                                             window, network))
-        return max(worst, _ab.busiest_cpu_time(self._degrees, [t.share * nbytes for t in
-                                                               self.trees], chunks, costs))
+        profiles = [t.profile or ((self.latency_s, 1.0 / t.rate_Bps, t.depth),)
+                    for t in self.trees]
+        return _ab.plan_time([t.share * nbytes for t in self.trees],
+                             self.tree_chunks(chunk_bytes), [t.rate_Bps for t in self.trees],
+                             profiles, self._degrees, costs, network)
 
     @property
     def _degrees(self) -> Tuple[Any, Any]:
