@@ -8,9 +8,12 @@ detector fires, the ranks re-probe at host level and re-plan over hosts.
 Every rank is a SimGrid actor running horotopo's own code (``horotopo.simulation``), in one
 simulation:
 
-1. rank 0's plan of the declared cluster (made here, over hosts: ``hierarchy="on"``) starts an
-   :class:`~horotopo.adapt.AdaptiveEngine` on every rank (the runtime's detector and re-plan,
-   unchanged; no watchdog, which is a wall-clock thread);
+1. init as ``hvd.init()`` does it (``--init probe``, the default): every rank runs the quick
+   probe (by hosts) on the healthy network, rank 0 plans the measured topology over hosts
+   (``hierarchy="on"``), and the plan and its model are shared; or (``--init declared``) the
+   plan of the declared cluster, made here. Either starts an
+   :class:`~horotopo.adapt.AdaptiveEngine` on every rank with that model (the runtime's
+   detector and re-plan, unchanged; no watchdog, which is a wall-clock thread);
 2. ``--calls`` allreduces of ``--size`` bytes; before call ``--degrade-at`` the ranks meet at a
    barrier and rank 0 sets ``--links`` to ``--factor`` of their rate
    (:func:`horotopo.simulation.platform.set_link_rate`); the engine detects the slowdown from
@@ -36,7 +39,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -81,10 +84,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     engine_kw = {"chunk_bytes": max(4, int(chunk / scale) // 4 * 4),
                  "window": window_for(chunk)}
     w0, c0 = time.perf_counter(), time.process_time()
-    plan0 = make_plan(topo, chunk_bytes=chunk, hierarchy="on")
+    declared = make_plan(topo, chunk_bytes=chunk, hierarchy="on")
     planner_s = (time.perf_counter() - w0, time.process_time() - c0)
     _log(f"{topo.name}: {n} ranks, plan over hosts in {planner_s[0]:.1f} s "
-         f"({len(plan0.trees)} trees, model {plan0.throughput_Bps * 8e-9:.2f} gbps)")
+         f"({len(declared.trees)} trees, model {declared.throughput_Bps * 8e-9:.2f} gbps)")
     links = [s for s in args.links.split(",") if s]
     truth = slowed(topo, links, args.factor)
     reference = make_plan(truth, chunk_bytes=chunk, hierarchy="on") if args.reference else None
@@ -99,9 +102,27 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                        else -1.0)  # a negative time marks a wrong result
         return out
 
+    def probed_plan(t: Any, label: str) -> Tuple[Plan, Topology, float]:
+        """Every rank probes (quick, by hosts), rank 0 plans over hosts; shared."""
+        t.barrier()
+        p0 = t.now()
+        with t.true_size():  # the probe's transfers are sized to be timed, not scaled
+            doc = probe(t, "quick", name=f"probed-{topo.name}-{label}", hosts=hosts)
+        probe_s = t.now() - p0
+
+        def build() -> Any:
+            measured = from_dict(doc)
+            return make_plan(measured, chunk_bytes=chunk, hierarchy="on"), measured
+
+        plan, model = share_plan(t, build, what=f"the {label} plan")
+        return plan, model, probe_s
+
     def body(t: Any) -> Optional[Dict[str, Any]]:
         x = np.full(elems, t.rank, np.float32)
-        eng = AdaptiveEngine(t, plan0, topo, timeout_s=0, threshold=args.threshold,
+        plan0, model0, init_probe_s = declared, topo, None
+        if args.init == "probe":
+            plan0, model0, init_probe_s = probed_plan(t, "init")
+        eng = AdaptiveEngine(t, plan0, model0, timeout_s=0, threshold=args.threshold,
                              consecutive=args.consecutive, warmup=args.warmup, **engine_kw)
         series: List[Dict[str, Any]] = []
         degraded_at = None
@@ -125,20 +146,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         events = [dict(vars(e)) for e in eng.events]
         eng.close()
         model = (eng.topology.capacity_Bps if eng.topology is not None else None)
+        final = eng.topology.name if eng.topology is not None else None
         fresh: List[float] = []
         probe_s, fresh_plan = None, None
         if args.fresh:
-            t.barrier()
-            p0 = t.now()
-            with t.true_size():  # the probe's transfers are sized to be timed, not scaled
-                doc = probe(t, "quick", name=f"probed-{topo.name}-slowed", hosts=hosts)
-            probe_s = t.now() - p0
-
-            def build() -> Any:
-                measured = from_dict(doc)
-                return make_plan(measured, chunk_bytes=chunk, hierarchy="on"), measured
-
-            fresh_plan, _ = share_plan(t, build, what="the fresh plan")
+            fresh_plan, _, probe_s = probed_plan(t, "fresh")
             with AdaptiveEngine(t, fresh_plan, adapt=False, timeout_s=0, **engine_kw) as plain:
                 fresh = calls(plain, x, args.fresh_calls)
         ref: List[float] = []
@@ -151,13 +163,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 "fresh_s": fresh, "reference_s": ref, "fresh_probe_s": probe_s,
                 "fresh_digest": fresh_plan.digest if fresh_plan else None,
                 "fresh_model_Bps": fresh_plan.throughput_Bps if fresh_plan else None,
-                "final_model_Bps": model}
+                "final_model_Bps": model, "final_model": final, "init": args.init,
+                "init_probe_s": init_probe_s, "plan_digest": plan0.digest,
+                "plan_model_Bps": plan0.throughput_Bps}
 
     sim = run_simulated(topo, body, scale=scale, timeout_s=args.max_wall)
     res = sim.results[0]
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
                 "chunk": chunk, "links": links, "factor": args.factor,
-                "plan_digest": plan0.digest, "plan_model_Bps": plan0.throughput_Bps,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
                 "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
                 "simulation_wall_s": sim.wall_s, "simulation_cpu_s": sim.cpu_s,
@@ -219,6 +232,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--generator", default=DEFAULT_GENERATOR,
                     help=f"cluster generator spec (default {DEFAULT_GENERATOR})")
     ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--init", choices=("probe", "declared"), default="probe",
+                    help="the starting model: the quick probe's (as hvd.init, default) or the "
+                         "declared topology")
     ap.add_argument("--size", default="64M", type=parse_size)
     ap.add_argument("--chunk", default="1M", type=parse_size,
                     help="full-size chunk of every plan (default 1M: fewer messages to "
@@ -259,6 +275,9 @@ def main(argv: Any = None) -> int:
           f"{format_size(res['size'])} allreduce, {format_size(res['chunk'])} chunks; "
           f"{'+'.join(res['links'])} to {res['factor']:g} before call {args.degrade_at}")
     print("\n".join(series_lines(res)))
+    if res["init_probe_s"] is not None:
+        print(f"init: quick probe {res['init_probe_s']:.2f} s simulated, plan model "
+              f"{res['plan_model_Bps'] * 8e-9:.3f} gbps")
     if res["fresh_s"]:
         print(f"fresh plan (quick probe {res['fresh_probe_s']:.2f} s simulated, model "
               f"{res['fresh_model_Bps'] * 8e-9:.3f} gbps): "

@@ -64,7 +64,7 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
     args = bench.parser().parse_args(
         ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
          "--size", "8M", "--chunk", "1M", "--calls", "9", "--degrade-at", "4",
-         "--fresh-calls", "2", "--no-fresh", "--max-wall", "300"])
+         "--fresh-calls", "2", "--no-fresh", "--init", "declared", "--max-wall", "300"])
     res = bench.run(args)
     s = bench.summarize(res, args.tolerance)
     assert s["wrong"] == 0
