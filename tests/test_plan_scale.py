@@ -116,3 +116,24 @@ def test_plan_checks_all_trees_at_once_and_names_a_bad_one():
     doc.pop("digest")
     with pytest.raises(PlanError, match=r"trees\[3\]\.bcast_parent: rank \d+ is on a cycle"):
         Plan.from_json(doc)
+
+
+def test_cut_bound_is_the_slow_nic_and_checked():
+    from horotopo.packing import hierarchy
+    from horotopo.packing.certificate import CertificateError
+    topology = from_dict(generate("racks:hosts_per_rack=4,gpus=2,oversub=4,slow=0.25", 32))
+    model = HostModel(topology)
+    y = model.cut_lengths()
+    slow = 0.25 * 10e9 / 8  # the slow NICs' rate, bytes/s
+    assert np.count_nonzero(y) == 2 and np.allclose(1.0 / y[y > 0], slow)
+    host = hierarchy.pack(topology, model=model, gk_iterations=1, max_rounds=0)
+    got = hierarchy.cut_bound(topology, model, host)
+    # every tree pair crosses a slow NIC once each way: the bound is that NIC's rate
+    assert got.upper_bound == pytest.approx(slow, rel=1e-12)
+    assert got.upper_bound >= got.throughput
+    real = hierarchy.price
+    wrong = lambda *a, **k: [(cost * 4, h) for cost, h in real(*a, **k)]
+    import unittest.mock
+    with unittest.mock.patch.object(hierarchy, "price", wrong):
+        with pytest.raises(CertificateError, match="slowest machine's cut"):
+            hierarchy.cut_bound(topology, model, host)

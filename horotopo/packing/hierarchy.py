@@ -29,6 +29,7 @@ symmetry) are merged into one LP row.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,7 +38,8 @@ import scipy.sparse as sp
 from .. import config
 from ..topology import HostRoutes, Topology
 from .arborescence import best_root_arborescence
-from .gk import dual_bound, pack
+from .certificate import check_certificate
+from .gk import dual_bound, pack, price
 from .model import ArcModel, Packing, TreeRate
 
 __all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "flat_bound",
@@ -46,6 +48,8 @@ __all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "flat_
 #: ``HOROTOPO_HIERARCHY=auto`` plans over hosts above this many ranks (the flat planner takes
 #: about a second at 64 ranks and grows steeply beyond, while the hierarchy loses little).
 AUTO_MIN_RANKS = 64
+#: The certificate's phase when :func:`cut_bound` gives the bound.
+PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
 #: :func:`flat_bound` prices exactly by Edmonds up to this many ranks (2-7 s at 1024 on 2 cores).
 EDMONDS_MAX_RANKS = 256
 
@@ -233,6 +237,35 @@ class HostModel:
         d = self.designated[0]
         return sorted(range(self.n), key=lambda h: (_route(self.topology, d[0], d[h]), h))
 
+    def cut_lengths(self) -> np.ndarray:
+        """Lengths ``1 / c`` on the slowest machine's *cut*: the slowest resource that every
+        host-level arc out of it loads in full (its NIC out) and the slowest that every arc
+        into it loads (its NIC in); zero elsewhere. Priced exactly
+        (:func:`cut_bound`), they bound the optimum by about that machine's NIC rate, which
+        every tree pair crosses at least once each way (a non-root machine sends once in the
+        reduce tree; the root sends in the broadcast tree)."""
+        keys = np.unique(self.key)
+        weight = np.zeros(len(self.capacity))
+        best = (-1.0, None)
+        for h in np.unique(self.key, return_index=True)[1]:
+            a = self.key[h]
+            others = keys[keys != a]
+            if not len(others):
+                continue
+            picked = []
+            for rows in (a * self.keys + others, others * self.keys + a):  # out of, into h
+                sub = self.core[rows]
+                every = np.flatnonzero(np.bincount(sub.indices, minlength=len(weight))
+                                       == len(rows))
+                if len(every):
+                    picked.append(every[np.argmin(self.capacity[every])])
+            score = float(sum(1.0 / self.capacity[r] for r in picked))
+            if score > best[0]:
+                best = (score, picked)
+        if best[1]:
+            weight[best[1]] = 1.0 / self.capacity[best[1]]
+        return weight
+
     def expand(self, trees: Sequence[TreeRate]) -> Tuple[TreeRate, ...]:
         """Rank-level trees of host-level columns: each in ``K`` channels at ``1/K`` of its
         rate (identical trees, from machines with fewer ranks than channels, merged)."""
@@ -334,6 +367,25 @@ def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.
     return dual_bound(model.flat_capacity, y, pi[r1] + c1, c2 - pi[r2]), "Edmonds"
 
 
+def cut_bound(topology: Topology, model: HostModel, host: Packing) -> Packing:
+    """``host`` with the bound of the slowest machine's cut (:meth:`HostModel.cut_lengths`,
+    priced exactly by Edmonds) where that is lower; the raw bound either way (it is checked
+    against the trees' rate like every other)."""
+    y = model.cut_lengths()
+    if not y.any():
+        return host
+    zeros = np.zeros(model.n)
+    (d1, _), = price(model, y, zeros, True)
+    (d2, _), = price(model, y, zeros, False)
+    bound = dual_bound(model.capacity, y, d1, d2)
+    check_certificate(bound, host.full_throughput, topology=topology.name, phase=PHASE_CUT,
+                      achieved_by="the column pool's LP")
+    if host.upper_bound is not None and bound >= host.upper_bound:
+        return host
+    return replace(host, upper_bound=bound, bound_phase=PHASE_CUT,
+                   dual=(y / (d1 + d2), np.full(model.n, d2 / (d1 + d2))))
+
+
 def ring_throughput(topology: Topology) -> float:
     """Ring allreduce's throughput in rank order on the flat model, in O(n) routes.
 
@@ -402,6 +454,8 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     huge = model.n > 4 * AUTO_MIN_RANKS
     pack_args.setdefault("columns_per_round", 1 if huge else 2 if large else 4)
     host = pack(topology, model=model, progress=say, **pack_args)
+    if host.upper_bound is None or host.gap > pack_args.get("target_gap", 0.01) / 2:
+        host = cut_bound(topology, model, host)  # the LP duals did not certify the plan
     trees = model.expand(host.trees)
     extra: Dict[str, Any] = {"model": "hierarchical", "machines": model.n,
                              "channels": model.channels, "host_trees": len(host.trees),
