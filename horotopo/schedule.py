@@ -70,9 +70,10 @@ def paced_window(rate_Bps: float, latency_s: float, chunk_bytes: int, window: in
     planned rate over its critical path's latency plus :data:`IN_FLIGHT_SLACK_S`, between
     ``DEFAULT_WINDOW`` and ``window``.
 
-    More than that only waits in the network's queues: on a link used both ways (the reduce
-    up, the broadcast down) it delays the other direction's acknowledgements behind it, and
-    the 2 MiB scratch window of 64 KiB chunks made racks-2x3 8-15% slower than this bound.
+    More than that can only wait in the network's queues (where, on a link used both ways,
+    it also holds up the other direction's acknowledgements, the likely reason): the 2 MiB
+    scratch window of 64 KiB chunks made racks-2x3 8-15% slower than this bound at load 6-7.
+    At load 18-20 (other jobs on the 2 cores) the two were within noise of each other.
 
     Parameters
     ----------
