@@ -22,6 +22,12 @@ Per job and size the benchmark keeps the median of the timed calls and reports, 
 - ``ratio to MPI`` = T_mpi / T_hvd in the same job (above 1: horotopo is faster);
 - which algorithm the engine ran on the timed calls (tree / mpi / ring counts), re-plans.
 
+Each job's log line also gives its own (probed) plan's prediction (``own plan``): a low fraction
+is then a worse plan (own plan above the optimum) or a slow run of a good one. The optimum is
+an honest yardstick on the emulator: on racks-2x3 at 16 MiB it is 540 ms, within 1% of the
+bound that 16 MiB each way over the 0.25 gbps rack link sets (537 ms), and a bare 16 MiB MPI
+stream over that emulated link took 534-570 ms (2026-12-03; both ways at once 559-853 ms).
+
 Targets at 16 MiB, per topology: minimum fraction >= 0.75, median >= 0.85, and no job slower
 than MPI_Allreduce by more than 5% (T_hvd <= 1.05 T_mpi). The exit status is 1 when a target is
 missed (every miss is listed), a job fails or a result is wrong; 0 otherwise. Without root or
@@ -102,6 +108,9 @@ def worker(args: argparse.Namespace) -> int:
     info = {"rows": rows, "wrong": wrong, "init_s": comm.allreduce(init_s, op=MPI.MAX),
             "replans": len(getattr(eng, "events", ())),
             "plan_model_Bps": float(eng.plan.throughput_Bps),
+            # the job's own (probed) plan's prediction beside the declared optimum: a low
+            # fraction is then either a worse plan (this above the optimum) or a slow run of it
+            "plan_predicted_s": {str(s): float(eng.plan.predict_time(s)) for s in args.sizes},
             "cost_model": (model.describe() if hasattr(model, "describe") else repr(model))}
     hvd.shutdown()
     if me == 0:
@@ -229,9 +238,11 @@ def _run_topology(name: str, doc: Dict[str, Any], args: argparse.Namespace
                 continue
             job = json.loads(lines[-1])
             jobs.append(job)
+            own = job["plan_predicted_s"]
             desc = "; ".join(
                 f"{r['size'] >> 20} MiB {statistics.median(r['hvd_s']) * 1e3:.0f} ms "
-                f"(opt {optimum[r['size']] * 1e3:.0f}, MPI "
+                f"(opt {optimum[r['size']] * 1e3:.0f}, own plan "
+                f"{own[str(r['size'])] * 1e3:.0f}, MPI "
                 f"{statistics.median(r['mpi_s']) * 1e3:.0f}) "
                 f"{'/'.join(sorted(set(r['algorithms'])))}" for r in job["rows"])
             _log(f"{name} job {k}: {desc}; init {job['init_s']:.1f} s, "
@@ -241,6 +252,7 @@ def _run_topology(name: str, doc: Dict[str, Any], args: argparse.Namespace
         return {"name": name, "jobs": 0, "sizes": []}, misses
     summary, more = summarize(name, optimum, jobs)
     summary["plan_Bps"] = plan.throughput_Bps
+    summary["own_plan_s"] = [j["plan_predicted_s"] for j in jobs]
     summary["ranks"] = plan.n
     return summary, misses + more
 
