@@ -147,6 +147,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         eng.close()
         model = (eng.topology.capacity_Bps if eng.topology is not None else None)
         final = eng.topology.name if eng.topology is not None else None
+        # what the re-plan lowered in the model (same resources: only capacities change)
+        lowered = [] if eng.topology is None else [
+            [name, a * 8e-9, b * 8e-9] for name, a, b in zip(
+                model0.resources, model0.capacity_Bps, eng.topology.capacity_Bps) if b != a]
         fresh: List[float] = []
         probe_s, fresh_plan = None, None
         if args.fresh:
@@ -164,6 +168,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 "fresh_digest": fresh_plan.digest if fresh_plan else None,
                 "fresh_model_Bps": fresh_plan.throughput_Bps if fresh_plan else None,
                 "final_model_Bps": model, "final_model": final, "init": args.init,
+                "lowered_gbps": lowered,
                 "init_probe_s": init_probe_s, "plan_digest": plan0.digest,
                 "plan_model_Bps": plan0.throughput_Bps}
 
@@ -275,6 +280,10 @@ def main(argv: Any = None) -> int:
           f"{format_size(res['size'])} allreduce, {format_size(res['chunk'])} chunks; "
           f"{'+'.join(res['links'])} to {res['factor']:g} before call {args.degrade_at}")
     print("\n".join(series_lines(res)))
+    shown = res["lowered_gbps"][:12]
+    print(f"lowered in the model ({len(res['lowered_gbps'])} resources): " + "; ".join(
+        f"{name} {a:.2f} -> {b:.2f} gbps" for name, a, b in shown)
+        + (" ..." if len(res["lowered_gbps"]) > len(shown) else ""))
     if res["init_probe_s"] is not None:
         print(f"init: quick probe {res['init_probe_s']:.2f} s simulated, plan model "
               f"{res['plan_model_Bps'] * 8e-9:.3f} gbps")
