@@ -72,8 +72,10 @@ def paced_window(rate_Bps: float, latency_s: float, chunk_bytes: int, window: in
 
     More than that can only wait in the network's queues (where, on a link used both ways,
     it also holds up the other direction's acknowledgements, the likely reason): the 2 MiB
-    scratch window of 64 KiB chunks made racks-2x3 8-15% slower than this bound at load 6-7.
-    At load 18-20 (other jobs on the 2 cores) the two were within noise of each other.
+    scratch window of 64 KiB chunks made racks-2x3 8-15% slower than this bound at load 6-7
+    (the 6 ranks alone on 2 cores). The bound is for ranks that get their cores: at load
+    15-21 (other jobs too) the 2 MiB window was 7-38% faster at the median, since a rank
+    descheduled for tens of milliseconds drains a shallow pipeline.
 
     Parameters
     ----------
