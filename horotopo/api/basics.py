@@ -68,15 +68,19 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         install_excepthook()
         rt = Runtime(comm)
         rt.start()
+        # Published once started, before the process sets are registered: registering the
+        # communicator sets gathers through hvd's own allgather_object, which finds the
+        # runtime here. A failure unpublishes it.
+        _runtime = rt
+        _counters.clear()
         try:
             _timeline_from_env(rt)
             global_process_set.ranks = list(range(rt.size))
             _process_sets.init_process_sets(rt, list(process_sets or []))
         except BaseException:
+            _runtime = None
             rt.stop()  # the other ranks learn of it at their next cycle, instead of hanging
             raise
-        _runtime = rt
-        _counters.clear()
         if not _atexit_done:
             atexit.register(_atexit)
             _atexit_done = True

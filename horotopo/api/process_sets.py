@@ -21,8 +21,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import numpy as np
-
 from .. import config
 from ..topology import Topology
 
@@ -296,30 +294,20 @@ def _init_communicator_sets(rt: Any, comm_sets: Sequence[ProcessSet], taken: set
     A rank knows only its own communicators' members, so every rank's lists are gathered and
     each distinct one is registered, entry by entry, in the order of its sorted ranks: the
     same sets under the same ids everywhere. A communicator that repeats a set registered
-    before keeps no id (Horovod invalidates such duplicates too).
+    before keeps no id (Horovod invalidates such duplicates too). Runs inside ``init()``,
+    which has published the runtime by then, so hvd's own ``allgather_object`` serves.
     """
-    from .records import ALLGATHER
+    # Imported here: objects imports basics, which imports this module.
+    from .objects import allgather_object
 
-    def gathered(name: str, arr: np.ndarray) -> np.ndarray:
-        # Straight through the runtime: hvd's own helpers need init() to have returned.
-        return rt.wait(rt.enqueue(ALLGATHER, [(name, arr, None)]))[0]
-
-    n = rt.size
     mine = [tuple(sorted(int(r) for r in ps.mpi_comm.allgather(rt.rank))) for ps in comm_sets]
-    counts = gathered("process_set.communicators.count",
-                      np.array([len(mine)], dtype=np.int64)).tolist()
+    everyone = allgather_object(mine, name="process_set.communicators")
+    counts = [len(lists) for lists in everyone]
     if len(set(counts)) != 1:
         raise ValueError("hvd.init(process_sets=...): every rank must pass the same number of "
                          f"communicator process sets; ranks passed {counts}")
     if not mine:
         return
-    member = np.zeros((len(mine), n), dtype=np.uint8)
-    for k, ranks in enumerate(mine):
-        member[k, list(ranks)] = 1
-    rows = gathered("process_set.communicators.members", member.reshape(-1))
-    everyone = [[tuple(int(q) for q in np.flatnonzero(row))
-                 for row in rows[r * n * len(mine):(r + 1) * n * len(mine)].reshape(-1, n)]
-                for r in range(n)]
     for k in range(len(mine)):
         # Checked on every rank from the same gathered lists, so all raise together.
         for r, lists in enumerate(everyone):

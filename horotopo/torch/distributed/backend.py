@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import threading
 from datetime import timedelta
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Sequence
 
 import torch
 import torch.distributed as dist

@@ -18,7 +18,7 @@ from torch's because DDP refuses any hook named ``bf16_compress_hook`` without N
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.distributed as dist
