@@ -179,6 +179,17 @@ def test_staged_send_and_recv_copy_through_pinned_memory_only(fake_device, monke
     assert syncs[-3:] == [("h2d", 96), ("stream-sync",), ("torch-stream-sync",)]
 
 
+def test_staged_recv_from_any_rank(fake_device, monkeypatch):
+    loop = RecordingLoop()
+    pg = _group(monkeypatch, gpu.StagingTransport(loop, copier=Copier()), 3)
+    sent, got = cuda(torch.arange(3, dtype=torch.int32)), cuda(torch.zeros(3, dtype=torch.int32))
+    recv = pg.recv([got], None, 2)  # its header's request is the staging transport's too
+    _wait(pg.send([sent], 0, 2))
+    _wait(recv)
+    assert recv._source_rank() == 0 and torch.equal(host(got), host(sent))
+    assert [m for _, m in loop.seen] == ["numpy"] * 3  # irecv_any is not recorded
+
+
 def test_staged_send_still_waiting_for_its_copy_is_cancelled_without_posting(fake_device):
     class Late(Copier):
         def d2h(self, host_view, dev):

@@ -119,13 +119,19 @@ class StagingTransport(WrappedTransport):
         return req
 
     def irecv(self, buf: Any, source: int, tag: int) -> _Staged:
+        return self._recv(buf, lambda into: self.inner.irecv(into, source, tag))
+
+    def irecv_any(self, buf: Any, tag: int) -> _Staged:
+        # Wrapped like irecv: test, waitsome and cancel take this transport's requests only.
+        return self._recv(buf, lambda into: self.inner.irecv_any(into, tag))
+
+    def _recv(self, buf: Any, post: Callable[[Any], Any]) -> _Staged:
         if not self._is_device(buf):
-            return _Staged("plain", inner=self.inner.irecv(buf, source, tag))
+            return _Staged("plain", inner=post(buf))
         host = self._slot(buf.nbytes)
         view = host[:buf.nbytes]
         self.staged_bytes += buf.nbytes
-        return _Staged("recv", inner=self.inner.irecv(view, source, tag), host=host, view=view,
-                       dev=buf)
+        return _Staged("recv", inner=post(view), host=host, view=view, dev=buf)
 
     def _post_ready(self) -> None:
         # Post deferred sends strictly in order: a later one never overtakes an earlier one.
