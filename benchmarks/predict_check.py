@@ -1,9 +1,10 @@
 """Predicted against simulated allreduce time, and the deep-or-shallow forest choice.
 
 For each cluster generator and rank count, and each size: ``make_plan(size=...)`` plans the
-deep (highest-throughput) forest and a shallow one (depth-bounded trees) and keeps the one
-whose alpha-beta prediction (``Plan.predict_time``) is lower (on the simulator's network, or
-with ``--choose-on declared`` on the links as declared). Both are then run in the SimGrid
+deep (highest-throughput) forest, a balanced one (packed with each rank's receive CPU as a
+resource) and a shallow one (depth-bounded trees) and keeps the one whose alpha-beta
+prediction (``Plan.predict_time``) is lower by a margin (on the simulator's network, or with
+``--choose-on declared`` on the links as declared). Each is then run in the SimGrid
 simulation (horotopo's engine over ``horotopo.simulation.run_simulated``, simulated time, so
 the machine's load does not enter) and compared with their prediction.
 
@@ -161,7 +162,7 @@ def check(spec: str, ranks: int, sizes: Sequence[int], network: NetworkModel,
         chosen = make_plan(topology, size=size, network=network if on_simulator else None)
         planner_s = time.perf_counter() - w0
         record = chosen.planner["forest"]
-        for forest in ("deep", "shallow"):
+        for forest in ("deep", "balanced", "shallow"):
             if forest not in record:
                 continue
             plan = chosen if record["chosen"] == forest else make_plan(
