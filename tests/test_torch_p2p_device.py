@@ -211,3 +211,14 @@ def test_only_cpu_and_cuda_tensors_travel(fake_device, monkeypatch):
     pg = _group(monkeypatch, RecordingLoop(), 2)
     with pytest.raises(NotImplementedError, match="send of a meta tensor: .*CPU and CUDA"):
         pg.send([torch.ones(1, device="meta")], 0, 0)
+
+
+def test_a_runtime_that_has_not_started_lends_no_transport(monkeypatch):
+    from horotopo.api.runtime import Runtime
+
+    rt = Runtime()  # its background thread never started: no set-up, no transport
+    monkeypatch.setattr(p2p, "runtime", lambda: rt)
+    monkeypatch.setattr(p2p, "mpi_threads_supported", lambda: True)
+    with pytest.raises(RuntimeError, match="send on the horotopo backend: .*shut down, or "
+                                           "never started"):
+        p2p.PointToPoint(4, 0, 1, 1.0).send([torch.ones(1)], 0, 0)
