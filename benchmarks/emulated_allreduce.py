@@ -139,6 +139,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--local", action="store_true",
                    help="skip the emulation and run on plain local ranks")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
+    p.add_argument("--window", type=int, default=None,
+                   help="chunks of scratch per tree and reduce child, fixed (it then bounds the "
+                        "chunks in flight too); default: the engine's automatic window, whose "
+                        "in-flight bound follows each tree's rate (horotopo.schedule."
+                        "paced_window). --window 32 at 64 KiB chunks is the bound before it")
     args = p.parse_args(argv)
 
     topology = Path(args.topology).resolve()
@@ -158,6 +163,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bench_argv = [sys.executable, str(bench), "-b", args.minbytes, "-e", args.maxbytes,
                   "-f", args.stepfactor, "-n", args.iters, "-w", args.warmup_iters, "-c", "1",
                   "--topology", str(topology), "--json"]
+    if args.window is not None:
+        if args.window < 1:
+            p.error(f"--window must be >= 1 chunk, got {args.window}")
+        bench_argv += ["--window", str(args.window)]
     from horotopo_launch.emulate import available
     ok, why = available()
     emulated = ok and not args.local
