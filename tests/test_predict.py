@@ -236,6 +236,7 @@ def test_slow_nic_keeps_the_chain_on_a_model_tie():
         assert record["shallow"]["predicted_s"] > record["deep"]["predicted_s"] * (
             1 - FOREST_MARGIN)
         assert plan.trees[0].depth == record["deep"]["max_hops"] > 2
+        assert "kept: shallow is predicted faster by less than the 5% margin" in plan.describe()
         # forced, the star is what would have run
         star = make_plan(topo, size=size, forest="shallow")
         assert max(len(c) for c in star.trees[0].reduce_children()) == 3

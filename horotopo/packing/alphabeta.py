@@ -466,7 +466,13 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
 def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
     """Lines saying which forest a plan kept and both predictions (``planner["forest"]``)."""
     alone = not any(k in record for k in ("balanced", "shallow"))
-    out = [f"  forest: {record['chosen']}, predicted faster for {size_text(record['size'])}"
+    fastest = min((k for k in ("deep", "balanced", "shallow") if k in record),
+                  key=lambda k: record[k]["predicted_s"])
+    how = ("forced" if record.get("forced") else
+           "predicted fastest" if fastest == record["chosen"] else
+           f"kept: {fastest} is predicted faster by less than the "
+           f"{record.get('margin', 0) * 100:g}% margin")
+    out = [f"  forest: {record['chosen']}, {how} for {size_text(record['size'])}"
            f"{' (the only candidate)' if alone else ''}"]
     for kind in ("deep", "balanced", "shallow"):
         got = record.get(kind)

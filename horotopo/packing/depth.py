@@ -281,6 +281,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     deep = build(packing)
     record: Dict[str, Any] = {"size": int(size), "chosen": "deep", "margin": FOREST_MARGIN,
                               "deep": _summary(deep, size, network)}
+    if forest != "auto":
+        record["forced"] = True
     constrained = (packing.upper_bound is not None and len(topology.capacity_Bps) > 0
                    and packing.throughput < UNBOUNDED_BPS)
     if forest == "deep" or topology.n < 3 or not constrained:
