@@ -320,9 +320,9 @@ class SimulatedTransport(SimCollectives, Transport):
             # A request is its own head once posted; only sends held behind others on their
             # stream share one, and only then do the heads need making unique (this runs
             # once per completion over every pending request: hundreds at 1024 ranks).
-            heads = [r if r.comm is not None else self._head(r) for r in requests]
-            if any(h is not r for h, r in zip(heads, requests)):
-                heads = list({id(h): h for h in heads}.values())
+            heads = requests
+            if any([r.comm is None for r in requests]):  # a list: faster than a generator
+                heads = list({id(h): h for h in map(self._head, requests)}.values())
             self._complete(heads[self._sg.Comm.wait_any([h.comm for h in heads])])
 
     def waitall(self, requests: Sequence[Any]) -> None:
