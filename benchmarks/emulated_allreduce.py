@@ -140,10 +140,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="skip the emulation and run on plain local ranks")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
     p.add_argument("--window", type=int, default=None,
-                   help="chunks of scratch per tree and reduce child, fixed (it then bounds the "
-                        "chunks in flight too); default: the engine's automatic window, whose "
-                        "in-flight bound follows each tree's rate (horotopo.schedule."
-                        "paced_window). --window 32 at 64 KiB chunks is the bound before it")
+                   help="chunks of scratch per tree and reduce child (they bound the chunks "
+                        "in flight too); default: the engine's automatic window "
+                        "(horotopo.schedule.window_for: 32 at 64 KiB chunks)")
     args = p.parse_args(argv)
 
     topology = Path(args.topology).resolve()

@@ -27,8 +27,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-import math
-
 import numpy as np
 
 from .buffers import chunk_bounds, segment_bounds
@@ -55,48 +53,6 @@ def in_flight_for(window: int, hops: int) -> int:
     """Chunks of one tree that may be in flight at once: the scratch window plus a chunk per
     hop each way (what keeps every link of a tree of ``hops`` total depth busy) plus two."""
     return window + 2 * hops + 2
-
-
-#: Seconds of a tree's planned rate that the chunks it may have in flight hold beyond its
-#: critical path's latency (see :func:`paced_window`). Measured on racks-2x3, emulated, 16 MiB,
-#: 64 KiB chunks, configurations alternated in one job (2026-12-03, load 6-7): 14 chunks in
-#: flight (8 ms of the tree's 31 MB/s beyond the 2 per hop) 554 ms median, 18 (16 ms) 557 ms,
-#: 26 (33 ms) 583 ms, 42 (67 ms, the 2 MiB window) 599-649 ms.
-IN_FLIGHT_SLACK_S = 0.016
-
-
-def paced_window(rate_Bps: float, latency_s: float, chunk_bytes: int, window: int) -> int:
-    """The automatic window's share of a tree's in-flight bound: chunks enough for the tree's
-    planned rate over its critical path's latency plus :data:`IN_FLIGHT_SLACK_S`, between
-    ``DEFAULT_WINDOW`` and ``window``.
-
-    More than that can only wait in the network's queues (where, on a link used both ways,
-    it also holds up the other direction's acknowledgements, the likely reason): the 2 MiB
-    scratch window of 64 KiB chunks made racks-2x3 8-15% slower than this bound at load 6-7
-    (the 6 ranks alone on 2 cores). The bound is for ranks that get their cores: at load
-    15-21 (other jobs too) the 2 MiB window was 7-38% faster at the median, since a rank
-    descheduled for tens of milliseconds drains a shallow pipeline.
-
-    Parameters
-    ----------
-    rate_Bps : float
-        The tree's planned rate (bytes per second).
-    latency_s : float
-        Latency of the tree's critical reduce and broadcast paths, summed.
-    chunk_bytes : int
-        The tree's chunk size.
-    window : int
-        The scratch window, the most this returns.
-
-    Returns
-    -------
-    int
-        Chunks, added to a chunk per hop each way by :func:`in_flight_for`.
-    """
-    need = rate_Bps * (latency_s + IN_FLIGHT_SLACK_S) / max(1, int(chunk_bytes))
-    if not math.isfinite(need):  # an unbounded rate: nothing to pace
-        return window
-    return max(min(DEFAULT_WINDOW, window), min(window, math.ceil(need)))
 
 
 @dataclass(frozen=True)
@@ -144,8 +100,7 @@ class TreeTable:
     hops : int
         Reduce depth plus broadcast depth of the tree (broadcast depth alone for a broadcast).
     in_flight : int
-        Chunks of this tree that may be in flight at once at this rank: with the automatic
-        window, what the tree's planned rate needs (:func:`paced_window`), else the window's.
+        Chunks of this tree that may be in flight at once at this rank.
     stream_up, stream_down : int
         Tag offsets of the reduce messages and of the broadcast messages.
     scratch_offset, scratch_rows, scratch_width : int
@@ -410,17 +365,11 @@ def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[Tre
             continue
         per = elems[p.tree]
         rows, width = len(p.recv_children) * win, min(per, hi - lo)
-        ahead = win
-        if window is None:  # automatic: no more in flight than the tree's rate needs
-            tree = plan.trees[p.tree]
-            latency = sum(lat * hops for lat, _, hops in tree.profile) if tree.profile \
-                else plan.latency_s * p.hops
-            ahead = paced_window(tree.rate_Bps, latency, per * dt.itemsize, win)
         # an allreduce has a reduce and a broadcast stream per tree; a broadcast one stream
         up, down = (2 * p.tree, 2 * p.tree + 1) if allreduce else (p.tree, p.tree)
         tables.append(replace(
             p, chunks=tuple(chunk_bounds(lo, hi, per)),
-            in_flight=in_flight_for(ahead, p.hops), stream_up=up, stream_down=down,
+            in_flight=in_flight_for(win, p.hops), stream_up=up, stream_down=down,
             scratch_offset=at if rows else 0, scratch_rows=rows, scratch_width=width if rows else 0))
         at += rows * width
     return Schedule(kind=kind, plan_digest=digest, n=plan.n, rank=rank, count=count,
