@@ -53,8 +53,10 @@ def test_refresh_blames_the_link_that_explains_every_degraded_pair():
     a, b = next(iter(probed))
     extra = split_pairs(topo, list(range(8)), [(a, b)], [(a, b)])
     route = set(topo.routes[a][b])
-    assert len(extra) == 2 and extra[0][0] == a and extra[1][1] == b
-    for s, d in extra:  # a third rack: it shares one half of the route (NIC and rack link)
+    # two that split the route, then one inside each end's rack (the NIC without the rack link)
+    assert len(extra) == 4 and extra[0][0] == a and extra[1][1] == b, extra
+    assert [len(route & set(topo.routes[s][d])) for s, d in extra[2:]] == [1, 1]
+    for s, d in extra[:2]:  # a third rack: it shares one half of the route (NIC and rack link)
         assert len(route & set(topo.routes[s][d])) == 2
         assert rack[d if s == a else s] not in (rack[a], rack[b])
 
@@ -95,3 +97,52 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
             assert truth[name] == 100 * 1.25e8 and cap > 10 * 1.25e8, (name, cap)
     assert s["recovered_over_reference"] <= 1.15, s
     assert s["ok"], s
+
+
+def _racks_measured(racks: int = 3, hosts: int = 2) -> dict:
+    """A measured model as the probe by hosts writes it: one rank per host, 10 gbps pairs,
+    NICs, and each rack's uplink and downlink as shared groups, the downlinks listed first
+    (the probe lists groups in the order its tests find them, not in path order)."""
+    n = racks * hosts
+    rack = [r // hosts for r in range(n)]
+    pairs = [[i, j] for i in range(n) for j in range(n) if i != j and rack[i] != rack[j]]
+    shared = [{"pairs": [p for p in pairs if rack[p[1]] == k], "gbps": 10.0,
+               "label": f"down r{k}"} for k in range(racks)]
+    shared += [{"pairs": [p for p in pairs if rack[p[0]] == k], "gbps": 10.0,
+                "label": f"up r{k}"} for k in range(racks)]
+    return {"name": "racks-measured", "ranks": [f"r{rack[r]}h{r % hosts}" for r in range(n)],
+            "bandwidth_gbps": [[None if i == j else 10.0 for j in range(n)] for i in range(n)],
+            "egress_gbps": [10.0] * n, "ingress_gbps": [10.0] * n, "shared": shared}
+
+
+def test_the_split_needs_no_route_order_in_a_measured_model():
+    # The 256-rank case: rack 1's uplink and downlink at a quarter, and the first round found
+    # r0 -> r1 and r1 -> r2 degraded. The second round must clear rack 0's uplink and rack 2's
+    # downlink; splitting the routes by their order (pair, egress, ingress, down, up) tested
+    # "down r1 + up r0" together and blamed both ends of both pairs.
+    topo = from_dict(_racks_measured())
+    truth = list(topo.capacity_Bps)
+    for name in ("up r1", "down r1"):
+        truth[topo.resources.index(name)] /= 4
+
+    def rate(i, j):  # a pair alone runs at its route's narrowest resource
+        return min(truth[r] for r in topo.routes[i][j])
+
+    first = {(0, 2): rate(0, 2), (2, 4): rate(2, 4)}
+    extra = split_pairs(topo, list(range(topo.n)), list(first), list(first))
+    probed = {**first, **{p: rate(*p) for p in extra}}
+    caps = refresh_capacities(topo, probed, threshold=0.3)
+    lowered = {name for name, c, t in zip(topo.resources, caps, topo.capacity_Bps) if c != t}
+    # not rack 0's uplink nor rack 2's downlink, nor rack 1's host NIC (in series with
+    # rack 1's links on both degraded routes; the pairs inside rack 1 clear it)
+    assert lowered == {"up r1", "down r1"}, (lowered, extra)
+    for name in lowered:
+        assert caps[topo.resources.index(name)] == pytest.approx(truth[topo.resources.index(name)])
+    assert len(extra) == 8, extra  # per degraded pair: 2 that split it, 2 that split those
+    for k, (a, b) in enumerate(first):  # one pair from the sender, one to the receiver
+        mine, theirs = extra[2 * k:2 * k + 2]
+        assert mine[0] == a and theirs[1] == b, extra
+        route = set(topo.routes[a][b])
+        # each crosses part of the route, and not the same part
+        parts = [route & set(topo.routes[s][d]) for s, d in (mine, theirs)]
+        assert parts[0] and parts[1] and not parts[0] & parts[1], extra

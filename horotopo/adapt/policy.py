@@ -228,12 +228,15 @@ def split_pairs(topology: Topology, machine_of: Sequence[int], degraded: Sequenc
 
     A degraded pair ``a -> b`` says that some resource of its route is slow, not which: the
     sender's NIC and its rack's uplink, or the receiver's rack's downlink and NIC. For each
-    half of the route (in route order: the sender's side, then the receiver's), the pair from
-    ``a`` (or to ``b``) and the first rank of another machine whose route shares the most
-    resources with that half and none with the other half: found healthy, it clears that
-    half; found degraded, it points at the half (what :func:`refresh_capacities` then blames,
-    with the other pairs). Pairs between machines that ``done`` (already probed) or an earlier
-    pick joins are left out: one pair per pair of machines.
+    degraded pair, one pair from ``a`` and one pair to ``b`` (from and to the first rank of
+    other machines) whose routes share resources of ``a -> b``'s route and *none with each
+    other*: each tests its own part of the route, so a healthy one clears its part and a
+    degraded one points at it (what :func:`refresh_capacities` then blames, with the other
+    pairs). The two are chosen from the routes' resource *sets*, never their order: a measured
+    model lists a route's resources as pair, egress, ingress, then shared groups in the order
+    the probe found them, not in path order. Among the disjoint choices, the two that cover
+    the most of the route, then the most even split. Pairs between machines that ``done``
+    (already probed) or an earlier pick joins are left out: one pair per pair of machines.
 
     Parameters
     ----------
@@ -243,32 +246,55 @@ def split_pairs(topology: Topology, machine_of: Sequence[int], degraded: Sequenc
         The machine of every rank.
     degraded : sequence of (src, dst)
     done : sequence of (src, dst)
+
+    Returns
+    -------
+    list of (src, dst)
+        At most two pairs per degraded pair, in the order of ``degraded``, then at most two
+        more per degraded pair that split those pairs' parts again.
     """
     first: Dict[int, int] = {}
     for rank, m in enumerate(machine_of):
         first.setdefault(m, rank)
     skip = {(machine_of[a], machine_of[b]) for a, b in done}
     out: List[Pair] = []
+    finer: List[Pair] = []
     for a, b in degraded:
-        route = list(topology.routes[a][b])
+        route = set(topology.routes[a][b])
         ends = (machine_of[a], machine_of[b])
-        half = len(route) // 2
-        for probe_from_a in (True, False):
-            mine = set(route[:half] if probe_from_a else route[len(route) - half:])
-            other = set(route) - mine
-            best, pick = 0, None
-            for m, r in first.items():
-                if m in ends:
-                    continue
-                pair = (a, r) if probe_from_a else (r, b)
-                crossed = set(topology.routes[pair[0]][pair[1]])
-                shared = len(mine & crossed)
-                if shared > best and not other & crossed:
-                    best, pick = shared, pair
-            key = None if pick is None else (machine_of[pick[0]], machine_of[pick[1]])
-            if key is not None and key not in skip:
-                skip.add(key)
+        others = [r for m, r in first.items() if m not in ends]
+        # What of the route each candidate crosses; one candidate per distinct part (the
+        # lowest machine), and "no pair" (the empty part) for a side with no useful choice.
+        sides = []
+        for cands in ([(a, r) for r in others], [(r, b) for r in others]):
+            parts: Dict[frozenset, Optional[Pair]] = {frozenset(): None}
+            for s, d in cands:
+                if (machine_of[s], machine_of[d]) not in skip:
+                    parts.setdefault(frozenset(route.intersection(topology.routes[s][d])),
+                                     (s, d))
+            sides.append(parts)
+        best: Tuple[Tuple[int, int], List[frozenset]] = ((0, 0), [])
+        for mine in sides[0]:
+            for theirs in sides[1]:
+                score = (len(mine | theirs), min(len(mine), len(theirs)))
+                if not mine & theirs and score > best[0]:
+                    best = (score, [mine, theirs])
+        for side, part in zip(sides, best[1]):
+            pick = side[part]
+            if pick is not None:
+                skip.add((machine_of[pick[0]], machine_of[pick[1]]))
                 out.append((int(pick[0]), int(pick[1])))
+            # Then the largest smaller part on the same side (the sender's NIC without its
+            # rack's uplink): found healthy it clears the rest of the part, which a degraded
+            # ``pick`` would otherwise blame with it (resources in series on every probed
+            # route). Listed after every first choice, so a cap on the pairs cuts these first.
+            inner = max((q for q in side if q and q < part), key=len, default=None)
+            if inner is not None:
+                finer.append(side[inner])
+    for s, d in finer:
+        if (machine_of[s], machine_of[d]) not in skip:
+            skip.add((machine_of[s], machine_of[d]))
+            out.append((int(s), int(d)))
     return out
 
 
