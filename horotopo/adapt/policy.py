@@ -13,7 +13,9 @@ model and re-plan. No MPI here; :mod:`horotopo.adapt.runtime` feeds these the fi
 - :func:`host_pairs`: the suspects at host level, one rank pair per pair of hosts (a host's
   ranks share its NIC and its uplinks, so one pair measures what all of them cross).
 - :func:`split_pairs`: for each pair the re-probe found degraded, two more pairs that share
-  one end of its route each, so that the next re-probe tells which end is slow.
+  disjoint parts of its route (one from its sender, one to its receiver; chosen by the routes'
+  resource sets, which a measured model does not list in path order), so that the next
+  re-probe tells which end is slow; then pairs that split those parts once more.
 - :func:`plan_arcs`: the pairs a plan sends over (the suspects when in-band figures point at
   no link in particular).
 - :func:`refresh_capacities`: lower the capacities of the resources that the re-probed pairs
