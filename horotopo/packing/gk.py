@@ -52,7 +52,7 @@ from scipy.optimize import linprog
 from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
 from .certificate import check_certificate
-from .model import (ArcModel, Packing, TreeRate, aware_ring_order, ring_parents,
+from .model import (ArcModel, Packing, TreeRate, aware_ring_order, pair_rates, ring_parents,
                     ring_parents_in_order)
 
 __all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "PHASE_GK",
@@ -201,7 +201,9 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
          columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
          progress: Optional[Callable[[str], None]] = None,
          model: Optional[ArcModel] = None, ring_seeds: bool = True, rank_ring: bool = True,
-         lazy_rows: bool = False, filled_dual: bool = False) -> Packing:
+         lazy_rows: bool = False, filled_dual: bool = False, seeds: Sequence[Half] = (),
+         known_bound: Optional[Tuple[float, str, Tuple[np.ndarray, np.ndarray]]] = None
+         ) -> Packing:
     """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
 
     Parameters
@@ -219,6 +221,12 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         Row generation: the LP holds only the capacity rows that bind (local links never do).
     filled_dual : bool
         Every fifth round also price lengths ``1/c`` on the resources the pool's LP fills.
+    seeds : sequence of (inward, root, parent)
+        More trees for the pool from the start. When they and the ring alone meet the target
+        gap against ``known_bound``, the multiplicative weights are skipped.
+    known_bound : (bound, phase, dual), optional
+        A certified bound priced beforehand (checked like every other), the phase that gave it
+        and its dual point scaled to feasibility.
     max_trees_per_root : int
         ``k``: pruning keeps at most ``k`` reduce and ``k`` broadcast trees per root.
     min_share : float, optional
@@ -260,15 +268,22 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     for half in ((rings[0] if rank_ring else []) + rings[1] if ring_seeds else []):
         pool.add(half)
     aware_ring = [pool.index[h] for h in rings[1]] if ring_seeds else []
-    best_bound = np.inf
-    phase = "no dual point priced"  # which step produced best_bound (for CertificateError)
-    dual: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (y, pi) scaled to dual feasibility
+    for half in seeds:
+        pool.add(half)
+    # best_bound: which step produced it (for CertificateError), its (y, pi) scaled to dual
+    # feasibility.
+    best_bound, phase, dual = known_bound or (np.inf, "no dual point priced", None)
     history: List[Tuple[float, float]] = []
     iterations = 0
+    gk_count = gk_iterations if gk_iterations is not None else min(2 * n, 32)
+    if seeds and np.isfinite(best_bound):
+        rates, _, _ = pool.solve()
+        if float(rates[[h[0] for h in pool.halves]].sum()) >= (1 - target_gap / 2) * best_bound:
+            gk_count = 0  # the seeds already meet the target: no trees needed to seed the pool
 
     # Phase 1: Garg-Konemann multiplicative weights, seeding the pool.
     y = 1.0 / cap
-    for _ in range(gk_iterations if gk_iterations is not None else min(2 * n, 32)):
+    for _ in range(gk_count):
         (d1, (_, root, a)), = price(model, y, zeros, True)
         (d2, _), = price(model, y, zeros, False)
         bound = dual_bound(cap, y, d1, d2)
@@ -463,38 +478,3 @@ def _prune(pool: _Pool, rates: np.ndarray, per_root: int, min_share: float,
     rates = rates.copy()
     rates[~allowed[: len(rates)]] = 0.0
     return rates
-
-
-def pair_rates(halves: Sequence[Half], rates: np.ndarray) -> Tuple[TreeRate, ...]:
-    """Match each root's reduce and broadcast rates into (A, B, x) triples (north-west corner).
-
-    The LP balances each root's totals; the broadcast rates are rescaled to the reduce total
-    to absorb the solver's rounding.
-    """
-    total = float(sum(rates[i] for i, h in enumerate(halves) if h[0]))
-    tiny = 1e-9 * total
-    by_root: Dict[int, Tuple[List[List], List[List]]] = {}
-    for i, (inward, root, parent) in enumerate(halves):
-        if rates[i] > tiny:
-            by_root.setdefault(root, ([], []))[0 if inward else 1].append([parent, float(rates[i])])
-    out: List[TreeRate] = []
-    for root in sorted(by_root):
-        ups, downs = by_root[root]
-        up_sum = sum(u[1] for u in ups)
-        down_sum = sum(d[1] for d in downs)
-        if up_sum <= tiny or down_sum <= tiny:
-            continue
-        for d in downs:
-            d[1] *= up_sum / down_sum
-        i = j = 0
-        while i < len(ups) and j < len(downs):
-            x = min(ups[i][1], downs[j][1])
-            if x > tiny:
-                out.append(TreeRate(root, tuple(ups[i][0]), tuple(downs[j][0]), x))
-            ups[i][1] -= x
-            downs[j][1] -= x
-            if ups[i][1] <= tiny:
-                i += 1
-            if downs[j][1] <= tiny:
-                j += 1
-    return tuple(out)

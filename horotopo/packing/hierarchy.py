@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from .. import config
 from ..topology import HostRoutes, Topology
 from .arborescence import best_root_arborescence
+from .bottleneck import seed_pairs
 from .certificate import check_certificate
 from .gk import dual_bound, pack, price
 from .model import ArcModel, Packing, TreeRate
@@ -199,6 +200,13 @@ class HostModel:
         """``W[h, g]``: cost of the host-level arc ``h -> g`` averaged over the channels."""
         core = (self.core @ lengths).reshape(self.keys, self.keys)[np.ix_(self.key, self.key)]
         return (self.out_m @ lengths)[:, None] + core + (self.in_m @ lengths)[None, :]
+
+    def arc_parts(self, tails: np.ndarray, heads: np.ndarray
+                  ) -> List[Tuple[sp.csr_matrix, np.ndarray]]:
+        """Load at unit rate of each host-level arc ``tails[i] -> heads[i]``: the sum of row
+        ``rows[i]`` of every ``(matrix, rows)`` listed (leaf links out, core path, leaf in)."""
+        return [(self.out_m, tails), (self.core, self.key[tails] * self.keys + self.key[heads]),
+                (self.in_m, heads)]
 
     def half_load(self, parent: Sequence[int], inward: bool) -> np.ndarray:
         """Load at unit rate of a host-level reduce (``inward``) or broadcast tree, with its
@@ -367,23 +375,32 @@ def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.
     return dual_bound(model.flat_capacity, y, pi[r1] + c1, c2 - pi[r2]), "Edmonds"
 
 
-def cut_bound(topology: Topology, model: HostModel, host: Packing) -> Packing:
-    """``host`` with the bound of the slowest machine's cut (:meth:`HostModel.cut_lengths`,
-    priced exactly by Edmonds) where that is lower; the raw bound either way (it is checked
-    against the trees' rate like every other)."""
+def cut_point(model: HostModel) -> Optional[Tuple[float, str, Tuple[np.ndarray, np.ndarray]]]:
+    """The bound of the slowest machine's cut (:meth:`HostModel.cut_lengths`, priced exactly
+    by Edmonds) as ``(bound, phase, dual)`` for :func:`~horotopo.packing.gk.pack`'s
+    ``known_bound``; None when no resource is on every arc of a machine."""
     y = model.cut_lengths()
     if not y.any():
-        return host
+        return None
     zeros = np.zeros(model.n)
     (d1, _), = price(model, y, zeros, True)
     (d2, _), = price(model, y, zeros, False)
-    bound = dual_bound(model.capacity, y, d1, d2)
+    return (dual_bound(model.capacity, y, d1, d2), PHASE_CUT,
+            (y / (d1 + d2), np.full(model.n, d2 / (d1 + d2))))
+
+
+def cut_bound(topology: Topology, model: HostModel, host: Packing) -> Packing:
+    """``host`` with the bound of :func:`cut_point` where that is lower; the raw bound either
+    way (it is checked against the trees' rate like every other)."""
+    point = cut_point(model)
+    if point is None:
+        return host
+    bound, _, dual = point
     check_certificate(bound, host.full_throughput, topology=topology.name, phase=PHASE_CUT,
                       achieved_by="the column pool's LP")
     if host.upper_bound is not None and bound >= host.upper_bound:
         return host
-    return replace(host, upper_bound=bound, bound_phase=PHASE_CUT,
-                   dual=(y / (d1 + d2), np.full(model.n, d2 / (d1 + d2))))
+    return replace(host, upper_bound=bound, bound_phase=PHASE_CUT, dual=dual)
 
 
 def ring_throughput(topology: Topology) -> float:
@@ -453,6 +470,13 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # from the ring's 195 to 307 MB/s.
     huge = model.n > 4 * AUTO_MIN_RANKS
     pack_args.setdefault("columns_per_round", 1 if huge else 2 if large else 4)
+    # Trees built for their bottleneck (slow hosts as leaves, fast ones as the backbone), with
+    # the machine cut's bound: on racks with slow NICs they meet it at once, where column
+    # generation on 512 machines stalled 6% short in its time cap (1.5 s per root there).
+    if model.n > 2:
+        cut = pack_args.setdefault("known_bound", cut_point(model))
+        pack_args.setdefault("seeds", seed_pairs(model, 1 if huge else 2,
+                                                 cut[0] if cut else np.inf))
     host = pack(topology, model=model, progress=say, **pack_args)
     if host.upper_bound is None or host.gap > pack_args.get("target_gap", 0.01) / 2:
         host = cut_bound(topology, model, host)  # the LP duals did not certify the plan

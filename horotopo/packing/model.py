@@ -25,7 +25,7 @@ from .certificate import gap as certificate_gap
 
 __all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "ring_rate",
            "ring_parents_in_order", "ring_order_nearest", "aware_ring_order", "ring_order_rate",
-           "hops_to_root", "validate_arborescence"]
+           "hops_to_root", "validate_arborescence", "pair_rates"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,12 @@ class ArcModel:
         """Resource load of one column (a reduce tree plus a broadcast tree) at unit rate."""
         return self.half_load(reduce_parent, True) + self.half_load(bcast_parent, False)
 
+    def arc_parts(self, tails: np.ndarray, heads: np.ndarray
+                  ) -> List[Tuple[sp.csr_matrix, np.ndarray]]:
+        """Load at unit rate of each arc ``tails[i] -> heads[i]``: row ``rows[i]`` of the
+        ``(matrix, rows)`` listed (as :meth:`HostModel.arc_parts`, which lists several)."""
+        return [(self.incidence, np.asarray(tails) * self.n + np.asarray(heads))]
+
     def half_load(self, parent: Sequence[int], inward: bool) -> np.ndarray:
         """Resource load at unit rate of one reduce tree (``inward``) or one broadcast tree."""
         n = self.n
@@ -303,3 +309,38 @@ def ring_packing(topology: Topology) -> Packing:
     trees = tuple(TreeRate(r, a, b, float(x)) for r, a, b in cols)
     total = float(x) * n
     return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total)
+
+
+def pair_rates(halves: Sequence[Tuple[bool, int, Tuple[int, ...]]], rates: np.ndarray) -> Tuple[TreeRate, ...]:
+    """Match each root's reduce and broadcast rates into (A, B, x) triples (north-west corner).
+
+    The LP balances each root's totals; the broadcast rates are rescaled to the reduce total
+    to absorb the solver's rounding.
+    """
+    total = float(sum(rates[i] for i, h in enumerate(halves) if h[0]))
+    tiny = 1e-9 * total
+    by_root: Dict[int, Tuple[List[List], List[List]]] = {}
+    for i, (inward, root, parent) in enumerate(halves):
+        if rates[i] > tiny:
+            by_root.setdefault(root, ([], []))[0 if inward else 1].append([parent, float(rates[i])])
+    out: List[TreeRate] = []
+    for root in sorted(by_root):
+        ups, downs = by_root[root]
+        up_sum = sum(u[1] for u in ups)
+        down_sum = sum(d[1] for d in downs)
+        if up_sum <= tiny or down_sum <= tiny:
+            continue
+        for d in downs:
+            d[1] *= up_sum / down_sum
+        i = j = 0
+        while i < len(ups) and j < len(downs):
+            x = min(ups[i][1], downs[j][1])
+            if x > tiny:
+                out.append(TreeRate(root, tuple(ups[i][0]), tuple(downs[j][0]), x))
+            ups[i][1] -= x
+            downs[j][1] -= x
+            if ups[i][1] <= tiny:
+                i += 1
+            if downs[j][1] <= tiny:
+                j += 1
+    return tuple(out)
