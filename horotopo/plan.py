@@ -16,12 +16,11 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
-
-from .packing import (ArcModel, Packing, TreeRate, check_certificate, format_percent, pack,
+from .packing import (ArcModel, Packing, check_certificate, format_percent, pack,
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
-from .packing.profiles import BATCH_ENTRIES, arc_figures_batch
+from .packing.profiles import forest_depths
+from .packing.profiles import plan_latency as _plan_latency
 from .packing import alphabeta as _ab
 from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL
@@ -309,31 +308,14 @@ class Plan:
 
 
 def _check_forests(trees: Sequence[Tree], n: int) -> bool:
-    """Whether every tree's parent arrays are arborescences at its root, checked a batch of
-    trees at a time as one forest (thousands of trees of thousands of ranks at scale); each
-    tree's depth is kept on it. False sends :meth:`Plan.validate` to the tree-by-tree check,
-    which names what is wrong."""
-    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
-    for lo in range(0, len(trees), per):
-        batch = trees[lo:lo + per]
-        if any(len(t.reduce_parent) != n or len(t.bcast_parent) != n or not 0 <= t.root < n
-               for t in batch):
-            return False
-        parent = np.array([p for t in batch for p in (t.reduce_parent, t.bcast_parent)],
-                          dtype=np.int64)
-        roots = np.repeat([t.root for t in batch], 2)
-        v = np.arange(n)[None, :]
-        is_root = v == roots[:, None]
-        if not np.all(np.where(is_root, parent == -1, (parent >= 0) & (parent < n)
-                               & (parent != v))):
-            return False
-        offset = (np.arange(len(parent)) * n)[:, None]
-        hops = hops_to_root(np.where(parent >= 0, parent + offset, -1).ravel())
-        if hops is None:
-            return False
-        deepest = hops.reshape(len(parent), n).max(axis=1)
-        for t, up, down in zip(batch, deepest[0::2], deepest[1::2]):
-            object.__setattr__(t, "_depth", int(up) + int(down))
+    """Whether every tree's parent arrays are arborescences at its root (checked as forests,
+    :func:`~horotopo.packing.profiles.forest_depths`); each tree's depth is kept on it. False
+    sends :meth:`Plan.validate` to the tree-by-tree check, which names what is wrong."""
+    depths = forest_depths([(t.root, t.reduce_parent, t.bcast_parent) for t in trees], n)
+    if depths is None:
+        return False
+    for t, (up, down) in zip(trees, depths):
+        object.__setattr__(t, "_depth", up + down)
     return True
 
 
@@ -365,24 +347,6 @@ def _ring_time(plan: Plan, nbytes: int) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # building plans
-
-
-def _plan_latency(topology: Topology, trees: Sequence[TreeRate]) -> float:
-    """The slowest arc's latency over every tree, a batch of trees at a time (a
-    hierarchical plan at 4096 ranks has tens of millions of arcs)."""
-    n = topology.n
-    if not trees or n == 1:
-        return 0.0
-    worst = 0.0
-    per = max(1, BATCH_ENTRIES // n)
-    for lo in range(0, len(trees), per):
-        up = np.array([t.reduce_parent for t in trees[lo:lo + per]]).ravel()
-        down = np.array([t.bcast_parent for t in trees[lo:lo + per]]).ravel()
-        v = np.tile(np.arange(n), len(up) // n)
-        lat, _ = arc_figures_batch(topology, np.r_[v[up >= 0], down[down >= 0]],
-                                   np.r_[up[up >= 0], v[down >= 0]])
-        worst = max(worst, float(lat.max(initial=0.0)))
-    return worst
 
 
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,

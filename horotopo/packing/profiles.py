@@ -14,13 +14,14 @@ the same profiles, bit for bit, with array operations over a batch of trees:
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..topology import HostRoutes, Topology
+from .model import hops_to_root
 
-__all__ = ["tree_profiles", "arc_figures_batch"]
+__all__ = ["tree_profiles", "arc_figures_batch", "forest_depths", "plan_latency"]
 
 #: Rank entries (trees x ranks) handled per batch: bounds the arrays at some tens of MB.
 BATCH_ENTRIES = 1 << 20
@@ -199,3 +200,52 @@ def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
                 up[key] = up.get(key, 0) + count
             out.append(tuple((lat, inv, count) for (lat, inv), count in sorted(up.items())))
     return out
+
+
+def forest_depths(trees: Sequence[Tuple[int, Sequence[int], Sequence[int]]], n: int
+                  ) -> Optional[List[Tuple[int, int]]]:
+    """Depths ``(reduce, broadcast)`` of every ``(root, reduce_parent, bcast_parent)``, or None
+    when some parent array is not an arborescence of ``n`` ranks at its root.
+
+    A batch of trees at a time is checked as one forest (thousands of trees of thousands of
+    ranks at scale): pointer doubling finds every rank's hops to its root, or a cycle.
+    """
+    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
+    out: List[Tuple[int, int]] = []
+    for lo in range(0, len(trees), per):
+        batch = trees[lo:lo + per]
+        if any(len(a) != n or len(b) != n or not 0 <= r < n for r, a, b in batch):
+            return None
+        parent = np.array([p for _, a, b in batch for p in (a, b)], dtype=np.int64)
+        roots = np.repeat([r for r, _, _ in batch], 2)
+        v = np.arange(n)[None, :]
+        is_root = v == roots[:, None]
+        if not np.all(np.where(is_root, parent == -1, (parent >= 0) & (parent < n)
+                               & (parent != v))):
+            return None
+        offset = (np.arange(len(parent)) * n)[:, None]
+        hops = hops_to_root(np.where(parent >= 0, parent + offset, -1).ravel())
+        if hops is None:
+            return None
+        deepest = hops.reshape(len(parent), n).max(axis=1)
+        out += [(int(up), int(down)) for up, down in zip(deepest[0::2], deepest[1::2])]
+    return out
+
+
+def plan_latency(topology: Topology, trees: Sequence[Any]) -> float:
+    """The slowest arc's latency over every tree (anything with ``reduce_parent`` and
+    ``bcast_parent``), a batch of trees at a time (a hierarchical plan at 4096 ranks has tens
+    of millions of arcs)."""
+    n = topology.n
+    if not trees or n == 1:
+        return 0.0
+    worst = 0.0
+    per = max(1, BATCH_ENTRIES // n)
+    for lo in range(0, len(trees), per):
+        up = np.array([t.reduce_parent for t in trees[lo:lo + per]]).ravel()
+        down = np.array([t.bcast_parent for t in trees[lo:lo + per]]).ravel()
+        v = np.tile(np.arange(n), len(up) // n)
+        lat, _ = arc_figures_batch(topology, np.r_[v[up >= 0], down[down >= 0]],
+                                   np.r_[up[up >= 0], v[down >= 0]])
+        worst = max(worst, float(lat.max(initial=0.0)))
+    return worst
