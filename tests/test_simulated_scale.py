@@ -3,6 +3,7 @@
 allgather, charged their true size), and the plan decoded once per process while every rank
 still receives it and checks its digest. Skipped where SimGrid is missing.
 """
+import numpy as np
 import pytest
 
 from horotopo.transport.simulated import SimulatorMissing, load_simgrid
@@ -123,3 +124,46 @@ def test_step_tables_from_shared_tree_shapes_match_a_fresh_compile():
         assert cached == compile_allreduce(twin, rank, 1000, "float32", 37)
     chain = plan_from_trees(3, [(0, (-1, 0, 1), (-1, 0, 1), 1.0)])
     assert compile_allreduce(chain, 1, 10, "int32", 4).trees[0].recv_children == (2,)
+
+
+def test_arrived_messages_are_reported_in_list_order_without_blocking_in_wait_any():
+    # Thousands of ranks with hundreds of messages pending each: a completion found by the
+    # comm's finish time costs no simcall; only a rank with nothing arrived blocks in wait_any.
+    sg = load_simgrid()
+    calls = []
+
+    class Comm:
+        def __getattr__(self, name):
+            return getattr(sg.Comm, name)
+
+        @staticmethod
+        def wait_any(comms):
+            calls.append(len(comms))
+            return sg.Comm.wait_any(comms)
+
+    class Counting:
+        def __getattr__(self, name):
+            return Comm() if name == "Comm" else getattr(sg, name)
+
+    def body(t):
+        buf = np.zeros(3, np.int64)
+        if t.rank == 1:
+            t.waitall([t.isend(np.full(3, v, np.int64), 0, tag) for v, tag in ((5, 7), (6, 8))])
+            sg.this_actor.sleep_for(1.0)
+            t.waitall([t.isend(np.full(3, 9, np.int64), 0, 9)])
+            return None
+        t._sg = Counting()
+        a, b = np.zeros(3, np.int64), np.zeros(3, np.int64)
+        reqs = [t.irecv(b, 1, 8), t.irecv(a, 1, 7)]
+        t.test(reqs[0])  # posts them; both arrive while this rank sleeps
+        sg.this_actor.sleep_for(0.5)
+        first = t.waitsome(reqs)
+        order = [first, reqs[1].done, t.waitsome(reqs[1:])]
+        before = len(calls)
+        t.waitall([t.irecv(buf, 1, 9)])  # not there yet: this one blocks
+        return order, before, len(calls), a.tolist(), b.tolist(), buf.tolist()
+
+    order, before, after, a, b, late = run_simulated(star(2), body, costs=FREE).results[0]
+    assert order == [[0], False, [0]]  # the first of the list first, one at a time
+    assert (a, b, late) == ([5] * 3, [6] * 3, [9] * 3)
+    assert before == 0 and after == 1

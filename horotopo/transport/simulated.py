@@ -290,14 +290,14 @@ class SimulatedTransport(SimCollectives, Transport):
         if isinstance(request, _Rounds):
             return self._test_rounds(request)
         head = self._head(request)
-        if not request.done and head.comm.test():
+        if not request.done and (self._finished(head) or head.comm.test()):
             self._complete(head)
         return request.done
 
     def _test_rounds(self, rounds: _Rounds) -> bool:
         for r in rounds.pending():
             head = self._head(r)
-            if head.comm.test():
+            if not head.done and (self._finished(head) or head.comm.test()):
                 self._complete(head)
         rounds.advance()
         return rounds.done
@@ -311,19 +311,38 @@ class SimulatedTransport(SimCollectives, Transport):
             if r.kind == "send":
                 self._release(r)
 
+    def _finished(self, head: _Request) -> bool:
+        """Whether the posted ``head`` has completed, without a simcall: SimGrid sets a
+        comm's ``finish_time`` (-1 until then) in the same step of its maestro that marks the
+        comm done and copies its data, before any actor runs again; ``test`` and ``wait_any``
+        are simcalls (two thread switches each)."""
+        return head.comm.finish_time >= 0
+
     def waitsome(self, requests: Sequence[Any]) -> List[int]:
         self._flush()
         while True:
             ready = [k for k, r in enumerate(requests) if r.done]
             if ready:
                 return ready
-            # A request is its own head once posted; only sends held behind others on their
-            # stream share one, and only then do the heads need making unique (this runs
-            # once per completion over every pending request: hundreds at 1024 ranks).
-            heads = requests
-            if any([r.comm is None for r in requests]):  # a list: faster than a generator
-                heads = list({id(h): h for h in map(self._head, requests)}.values())
-            self._complete(heads[self._sg.Comm.wait_any([h.comm for h in heads])])
+            # The first completed head in the list's order, as wait_any would report it, found
+            # without a simcall; one completion per call, as before, so that the CPU costs are
+            # charged in the same order (a receive's, then what its callback posts).
+            for r in requests:
+                head = r if r.comm is not None else self._head(r)
+                if self._finished(head):
+                    self._complete(head)
+                    break
+            else:
+                self._wait_any(requests)
+
+    def _wait_any(self, requests: Sequence[Any]) -> None:
+        """Block until one of ``requests`` (none done) completes, and complete it."""
+        # A request is its own head once posted; only sends held behind others on their
+        # stream share one, and only then do the heads need making unique.
+        heads = requests
+        if any([r.comm is None for r in requests]):  # a list: faster than a generator
+            heads = list({id(h): h for h in map(self._head, requests)}.values())
+        self._complete(heads[self._sg.Comm.wait_any([h.comm for h in heads])])
 
     def waitall(self, requests: Sequence[Any]) -> None:
         pending = [r for r in requests if not r.done]
@@ -378,6 +397,11 @@ class SimulatedTransport(SimCollectives, Transport):
                 return
             if any(c is None for c in comms):
                 continue  # a round posted parts that are queued: flush them first
+            # the first completed, as wait_any would report it, without a simcall
+            got = next((i for i, (_, head) in enumerate(owners) if self._finished(head)), -1)
+            if got >= 0:
+                self._complete(owners[got][1])
+                continue
             if sim_deadline is None:
                 got = self._sg.Comm.wait_any(comms)
             else:
