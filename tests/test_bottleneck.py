@@ -68,3 +68,15 @@ def test_a_known_bound_below_the_seeds_raises(racks):
     with pytest.raises(CertificateError, match="slowest machine's cut"):
         gk.pack(racks, model=model, seeds=seeds, known_bound=(0.9 * bound, phase, dual),
                 lazy_rows=True)
+
+
+def test_flat_model_seed_crosses_each_uplink_once():
+    from horotopo.generate import racks as racks_doc
+    from horotopo.packing.model import ArcModel, ring_rate
+    model = ArcModel(from_dict(racks_doc([3, 3])))
+    parent = bottleneck_pair(model, 0)
+    assert validate_arborescence(parent, 0, model.n) is None
+    # the pair crosses each rack's uplink once each way: it runs at the uplink's rate, 5x the
+    # ring in (interleaved) rank order
+    assert model.max_rate(model.load(0, parent, parent)) == pytest.approx(0.25e9 / 8, rel=1e-12)
+    assert ring_rate(model) == pytest.approx(0.25e9 / 8 / 5, rel=1e-9)
