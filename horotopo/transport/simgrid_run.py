@@ -87,20 +87,54 @@ class Simulation:
         self.costs = costs
         # The first zone is the platform's root; routes are listed pair by pair (full zone).
         self.zone = self.sg.NetZone.create_full_zone("horotopo")
-        self._mailboxes: Dict[Tuple[int, int, int], Any] = {}
+        self._streams: Dict[Tuple[int, int, int], List[Any]] = {}  # key: [mailbox, posted]
+        self._free: List[Any] = []  # empty mailboxes, for any stream
+        self.mailboxes_made = 0
         self.hosts: List[Any] = []  # set by run(): hosts[i] is where rank i runs
         self.messages = 0
 
-    def mailbox(self, src: int, dst: int, tag: int) -> Any:
-        key = (src, dst, tag)
-        box = self._mailboxes.get(key)
-        if box is None:
-            box = self.sg.Mailbox.by_name(f"{src}>{dst}#{tag}")
-            self._mailboxes[key] = box
-        return box
+    def acquire(self, key: Tuple[int, int, int]) -> Any:
+        """The mailbox of stream ``key`` = (source, destination, tag), for one message posted
+        on it (:meth:`release` it once that message is done or cancelled).
+
+        A stream keeps its mailbox while any message of it is posted and not done, so SimGrid
+        matches its messages in FIFO order, as MPI does one (source, tag) stream; then the
+        mailbox, empty, goes back to a pool for any other stream. Creating a mailbox from an
+        actor is a simcall (two thread switches, as costly as a message's own), and the engine
+        opens new streams on every call (new tags): at 1024 ranks with 192 trees, one per
+        message. The pool starts with :meth:`run`'s ``mailboxes``, made before the actors
+        start, where no thread switch is needed.
+        """
+        got = self._streams.get(key)
+        if got is None:
+            if self._free:
+                got = self._streams[key] = [self._free.pop(), 0]
+            else:
+                box = self._new_mailbox()
+                # that simcall let other actors run: the peer may have opened the stream
+                got = self._streams.get(key)
+                if got is None:
+                    got = self._streams[key] = [box, 0]
+                else:
+                    self._free.append(box)
+        got[1] += 1
+        return got[0]
+
+    def release(self, key: Tuple[int, int, int]) -> None:
+        """One message of stream ``key`` is done (see :meth:`acquire`)."""
+        got = self._streams[key]
+        got[1] -= 1
+        if got[1] == 0:
+            del self._streams[key]
+            self._free.append(got[0])
+
+    def _new_mailbox(self) -> Any:
+        self.mailboxes_made += 1
+        return self.sg.Mailbox.by_name(f"box{self.mailboxes_made}")
 
     def run(self, hosts: Sequence[Any], fn: Callable[["SimulatedTransport"], Any], *,
-            scale: float = 1.0, names: Optional[Sequence[str]] = None) -> SimRun:
+            scale: float = 1.0, names: Optional[Sequence[str]] = None,
+            mailboxes: Optional[int] = None) -> SimRun:
         """Run ``fn(transport)`` as one actor per rank; rank ``i`` on ``hosts[i]``.
 
         Parameters
@@ -113,6 +147,10 @@ class Simulation:
             Simulated bytes per real byte of the point-to-point data messages.
         names : sequence of str, optional
             Each rank's ``processor_name`` (default: its host's name).
+        mailboxes : int, optional
+            Mailboxes made before the actors start (default ``64`` per rank, about 0.4 KB
+            each, ~1 us each): streams take theirs from this pool (:meth:`acquire`) and make
+            more, at a simcall each, only when it runs dry.
 
         Raises
         ------
@@ -149,6 +187,9 @@ class Simulation:
             return body
 
         self.hosts = list(hosts)  # where each rank runs: the transports read their routes
+        # made here, in maestro's thread, they cost no thread switch (see acquire)
+        self._free.extend(self._new_mailbox() for _ in range(
+            64 * n if mailboxes is None else mailboxes))
         for rank in range(n):
             sg.Actor.create(f"rank{rank}", hosts[rank], actor(rank))
         t0, c0 = time.perf_counter(), time.process_time()

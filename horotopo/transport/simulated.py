@@ -55,7 +55,7 @@ class _Request:
                  payload: Any = None, charged: int = 0) -> None:
         self.kind = kind
         self.buf = buf
-        self.mailbox = mailbox
+        self.mailbox = mailbox  # its stream's (source, destination, tag): see Simulation.acquire
         self.peer = peer
         self.payload = payload
         self.charged = charged
@@ -137,7 +137,7 @@ class SimulatedTransport(SimCollectives, Transport):
         else:
             payload = raw.copy()
         charged = int(round(raw.nbytes * self.scale)) if scaled else raw.nbytes
-        req = _Request("send", None, self.sim.mailbox(self._rank, dest, tag), dest,
+        req = _Request("send", None, (self._rank, dest, tag), dest,
                        (payload, charged), charged)
         self._snapshot = (buf, payload, req)
         self._stream(req, tag)
@@ -156,7 +156,7 @@ class SimulatedTransport(SimCollectives, Transport):
         """Post a send of the immutable ``obj`` itself, charged ``nbytes`` (the collective
         steps' by-reference messages: the ranks share one process)."""
         self._check_peer(dest)
-        req = _Request("send", None, self.sim.mailbox(self._rank, dest, tag), dest,
+        req = _Request("send", None, (self._rank, dest, tag), dest,
                        (obj, nbytes), nbytes)
         self._stream(req, tag)
         return req
@@ -165,13 +165,13 @@ class SimulatedTransport(SimCollectives, Transport):
         """Post a receive of a :meth:`_isend_ref` object: once done, ``payload`` is the
         object and ``charged`` its bytes."""
         self._check_peer(source)
-        req = _Request("recv", None, self.sim.mailbox(source, self._rank, tag), source)
+        req = _Request("recv", None, (source, self._rank, tag), source)
         self._post(req)
         return req
 
     def irecv(self, buf: Any, source: int, tag: int) -> _Request:
         self._check_peer(source)
-        req = _Request("recv", self._bytes_of(buf), self.sim.mailbox(source, self._rank, tag),
+        req = _Request("recv", self._bytes_of(buf), (source, self._rank, tag),
                        source)
         self._post(req)
         return req
@@ -208,7 +208,7 @@ class SimulatedTransport(SimCollectives, Transport):
                     if self._may_start(req):
                         self._put(req)
                 else:
-                    req.comm, req.handle = req.mailbox.get_async()
+                    req.comm, req.handle = self.sim.acquire(req.mailbox).get_async()
         if settle:
             # Sends nobody waited for still go out, each after the one before it.
             while True:
@@ -218,7 +218,7 @@ class SimulatedTransport(SimCollectives, Transport):
                 self._complete(self._head(blocked[0]), wait=True)
 
     def _put(self, req: _Request) -> None:
-        req.comm = req.mailbox.put_async(req.payload, req.charged)
+        req.comm = self.sim.acquire(req.mailbox).put_async(req.payload, req.charged)
         self.sim.messages += 1
 
     def _head(self, req: _Request) -> _Request:
@@ -254,6 +254,7 @@ class SimulatedTransport(SimCollectives, Transport):
         if wait:
             req.comm.wait()
         req.done = True
+        self.sim.release(req.mailbox)
         if req.kind == "recv":
             payload, charged = req.handle.get()
             req.handle = req.comm = None
@@ -307,6 +308,7 @@ class SimulatedTransport(SimCollectives, Transport):
         for r in reqs:
             if not r.done and r.comm is not None:
                 r.comm.cancel()
+                self.sim.release(r.mailbox)
             r.done = True
             if r.kind == "send":
                 self._release(r)
