@@ -236,33 +236,42 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--generator", default=DEFAULT_GENERATOR,
                     help=f"cluster generator spec (default {DEFAULT_GENERATOR})")
-    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--ranks", type=int, default=64, help="ranks of the simulated job (default 64)")
     ap.add_argument("--init", choices=("probe", "declared"), default="probe",
                     help="the starting model: the quick probe's (as hvd.init, default) or the "
                          "declared topology")
-    ap.add_argument("--size", default="64M", type=parse_size)
+    ap.add_argument("--size", default="64M", type=parse_size,
+                    help="allreduce size per call (default 64M; K, M, G are binary)")
     ap.add_argument("--chunk", default="1M", type=parse_size,
                     help="full-size chunk of every plan (default 1M: fewer messages to "
                          "simulate than the plans' own)")
     ap.add_argument("--links", default="tor1->spine,spine->tor1",
                     help="resources to slow, comma-separated (default: rack 1's uplink, both "
                          "directions)")
-    ap.add_argument("--factor", type=float, default=0.25)
-    ap.add_argument("--calls", type=int, default=12)
-    ap.add_argument("--degrade-at", type=int, default=4)
-    ap.add_argument("--fresh-calls", type=int, default=3)
+    ap.add_argument("--factor", type=float, default=0.25,
+                    help="fraction of their rate the slowed links keep (default 0.25)")
+    ap.add_argument("--calls", type=int, default=12,
+                    help="allreduce calls of the adaptive run (default 12)")
+    ap.add_argument("--degrade-at", type=int, default=4,
+                    help="the links slow down before this call (default 4)")
+    ap.add_argument("--fresh-calls", type=int, default=3,
+                    help="timed calls of each comparison plan on the slowed network (default 3)")
     ap.add_argument("--no-reference", dest="reference", action="store_false",
                     help="skip the declared slowed topology's plan")
     ap.add_argument("--no-fresh", dest="fresh", action="store_false",
                     help="skip the fresh probe and its plan (the verdict then compares with "
                          "the declared slowed topology's plan)")
-    ap.add_argument("--threshold", type=float, default=0.3)
-    ap.add_argument("--consecutive", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--threshold", type=float, default=0.3,
+                    help="a call is slow below (1 - this) of its size's baseline efficiency (default 0.3)")
+    ap.add_argument("--consecutive", type=int, default=3,
+                    help="slow calls in a row before a re-plan (default 3)")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="calls that form the detector's baseline (default 3)")
+    ap.add_argument("--tolerance", type=float, default=0.15,
+                    help="recovered time may exceed the fresh plan's by this fraction (default 0.15)")
     ap.add_argument("--max-wall", type=float, default=3600.0,
                     help="wall-clock limit of the simulation, seconds")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the JSON document only")
     return ap
 
 
