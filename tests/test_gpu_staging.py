@@ -290,3 +290,43 @@ def test_pinned_slots_are_reused_after_completion():
         r.inner.complete = True
         assert st.test(r)
     assert len(made) == 1
+
+
+class _CountingControl:
+    """A transport with a communicator whose control allreduces are counted."""
+
+    comm = object()
+
+    def __init__(self):
+        self.control_calls = 0
+
+    def allreduce_control(self, buf, op, timeout_s=None, what="allreduce"):
+        self.control_calls += 1
+
+
+@pytest.mark.parametrize("device, aware", [(False, False), (True, False), (True, True)])
+def test_the_staging_decision_is_made_once_per_transport(monkeypatch, device, aware):
+    # The runtime decides for user point-to-point traffic, then its engine asks for the same
+    # transport: the second ask must cost no collective (ranks would still agree, but each
+    # extra allreduce is a round over the whole job at init).
+    from horotopo.gpu import StagingTransport, _env, awareness
+    from horotopo.gpu.transport import staging_if_needed
+
+    monkeypatch.setattr(_env, "device_status", lambda: (device, ""))
+    aware_calls = []
+    monkeypatch.setattr(awareness, "cuda_aware", lambda comm: aware_calls.append(comm) or aware)
+    transport = _CountingControl()
+    first, second = staging_if_needed(transport), staging_if_needed(transport)
+    assert transport.control_calls == 1
+    assert len(aware_calls) == (1 if device else 0)
+    staged = device and not aware
+    assert isinstance(first, StagingTransport) == staged
+    assert isinstance(second, StagingTransport) == staged
+    if staged:
+        # each caller gets its own wrapper: a StagingTransport's slots are per caller
+        assert first is not second and first.inner is second.inner is transport
+    else:
+        assert first is second is transport
+    other = _CountingControl()
+    staging_if_needed(other)
+    assert other.control_calls == 1  # a new transport decides anew

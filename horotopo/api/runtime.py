@@ -255,7 +255,8 @@ class Runtime:
         # lend it to user point-to-point traffic (user_transport) without reaching into it.
         data = door.MPITransport(base)
         try:
-            user = staging_if_needed(data)  # collective: every rank decides here
+            # Collective: every rank decides here; the engine below reuses the decision.
+            user = staging_if_needed(data)
             engine = _make_engine(data, self.setup, adapt=adapt, timeout_s=timeout)
         except BaseException:
             data.close()

@@ -7,6 +7,7 @@ this lazily.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -221,16 +222,29 @@ def staging_if_needed(transport: Any) -> Any:
     comm = getattr(transport, "comm", None)
     if comm is None or isinstance(transport, StagingTransport):
         return transport
+    needs = _STAGING_DECIDED.get(transport)
+    if needs is None:
+        needs = _needs_staging(transport, comm)
+        _STAGING_DECIDED[transport] = needs
+    # A fresh wrapper per caller: a StagingTransport keeps per-call state (its pinned slots),
+    # and the runtime lends the engine's transport to user threads as well.
+    return StagingTransport(transport) if needs else transport
+
+
+# The decision per transport, so that a second caller on the same transport (the runtime
+# decides for user point-to-point traffic, then its engine asks again) costs no collective.
+# Every rank makes its first call on a transport at the same point, so every rank caches the
+# same answer and later calls stay in step without communicating.
+_STAGING_DECIDED: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def _needs_staging(transport: Any, comm: Any) -> bool:
     from ._env import device_status
     from .awareness import cuda_aware
 
     any_device = np.array([1 if device_status()[0] else 0], dtype=np.int32)
     transport.allreduce_control(any_device, "max")
-    if not any_device[0]:
-        return transport
-    if cuda_aware(comm):
-        return transport
-    return StagingTransport(transport)
+    return bool(any_device[0]) and not cuda_aware(comm)
 
 
 def transport_for(comm_or_transport: Any) -> Tuple[Transport, bool]:
