@@ -19,6 +19,8 @@ simulation:
    (:func:`horotopo.simulation.platform.set_link_rate`); the engine detects the slowdown from
    its own call times, re-probes its suspect links one pair per pair of hosts, lowers the
    capacities they blame in its model and re-plans over hosts, all inside the simulation;
+   the new plan is on trial for its first ``--trial`` calls and is dropped for the old one
+   unless it ran faster than the old plan's slow run (:mod:`horotopo.adapt.trial`);
 3. then, on the slowed network, a *fresh* plan: every rank runs the quick probe (by hosts),
    rank 0 plans the measured topology over hosts, the plan is shared and timed for
    ``--fresh-calls`` calls on a monitored engine that does not re-plan; and, as a second
@@ -28,7 +30,9 @@ Times are simulated seconds (the slowest rank's time per call, as the engine agr
 planner runs for real on rank 0 and costs no simulated time. Prints the series, the re-plan
 event and a summary (``--json``: one JSON object). The detection delay is simulated time from
 the slowdown to the re-plan's start; the re-plan cost is the re-plan's simulated time (its
-re-probe, the exchanges and the new engine). Exit status 1 when a result is wrong, no re-plan
+re-probe, the exchanges and the new engine). The recovered time is the median of the calls
+after the re-plan that ran the plan the job ended with (the trial's calls when it kept the new
+plan; the calls after the revert when it did not). Exit status 1 when a result is wrong, no re-plan
 followed the slowdown, one preceded it, or the recovered time is more than ``--tolerance``
 (15%) above the fresh plan's (with ``--no-fresh``: the declared slowed topology's plan's).
 """
@@ -39,7 +43,7 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -74,8 +78,12 @@ def slowed(topology: Topology, links: List[str], factor: float) -> Topology:
     return topology_with_capacities(topology, caps)
 
 
-def run(args: argparse.Namespace) -> Dict[str, Any]:
-    """The simulation (module docstring); the raw result (rank 0's) plus wall figures."""
+def run(args: argparse.Namespace,
+        planner: Optional[Callable[[Topology], Plan]] = None) -> Dict[str, Any]:
+    """The simulation (module docstring); the raw result (rank 0's) plus wall figures.
+
+    ``planner`` replaces the adaptive engine's re-planner (tests: a plan known to be worse).
+    """
     topo = resolve(args.generator, args.ranks)
     n = topo.n
     size, chunk = args.size, args.chunk
@@ -123,7 +131,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if args.init == "probe":
             plan0, model0, init_probe_s = probed_plan(t, "init")
         eng = AdaptiveEngine(t, plan0, model0, timeout_s=0, threshold=args.threshold,
-                             consecutive=args.consecutive, warmup=args.warmup, **engine_kw)
+                             consecutive=args.consecutive, warmup=args.warmup,
+                             trial=args.trial, planner=planner, **engine_kw)
         series: List[Dict[str, Any]] = []
         degraded_at = None
         for step in range(args.calls):
@@ -134,16 +143,19 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                         r = topo.resources.index(name)
                         set_link_rate(t, topo, r, topo.capacity_Bps[r] * args.factor)
                 degraded_at = t.now()
-            before = len(eng.events)
+            before, ran = len(eng.events), eng.plan.digest[:8]
             [sec] = calls(eng, x, 1)
-            series.append({"step": step, "seconds": sec, "plan": eng.plan.digest[:8],
+            verdict = [e.kept for e in eng.events if e.decided_step == eng.step]
+            series.append({"step": step, "seconds": sec, "plan": ran,  # the plan it ran
                            "replanned": len(eng.events) > before,
+                           "verdict": verdict[0] if verdict else None,
                            "phase": "before" if degraded_at is None else "slowed"})
             if t.rank == 0:
                 _log(f"call {step}: {sec * 1e3:.1f} ms simulated, plan {eng.plan.digest[:8]}"
                      f"{', re-planned after it' if series[-1]['replanned'] else ''} "
                      f"({time.perf_counter() - w0:.0f} s wall so far)")
         events = [dict(vars(e)) for e in eng.events]
+        final_digest = eng.plan.digest[:8]
         eng.close()
         model = (eng.topology.capacity_Bps if eng.topology is not None else None)
         final = eng.topology.name if eng.topology is not None else None
@@ -167,7 +179,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 "fresh_s": fresh, "reference_s": ref, "fresh_probe_s": probe_s,
                 "fresh_digest": fresh_plan.digest if fresh_plan else None,
                 "fresh_model_Bps": fresh_plan.throughput_Bps if fresh_plan else None,
-                "final_model_Bps": model, "final_model": final, "init": args.init,
+                "final_model_Bps": model, "final_digest": final_digest, "final_model": final, "init": args.init,
                 "lowered_gbps": lowered,
                 "init_probe_s": init_probe_s, "plan_digest": plan0.digest,
                 "plan_model_Bps": plan0.throughput_Bps}
@@ -193,7 +205,12 @@ def summarize(res: Dict[str, Any], tolerance: float, skip: int = 1) -> Dict[str,
     before = [s["seconds"] for s in series if s["phase"] == "before"][skip:]
     during = [s["seconds"] for s in series if s["phase"] == "slowed"
               and (not switch or s["step"] <= switch[0])]
-    after = [s["seconds"] for s in series if switch and s["step"] > switch[0]]
+    # the plan the job ended with, after the re-plan (the old one again if the trial failed)
+    after = [s["seconds"] for s in series if switch and s["step"] > switch[0]
+             and s["plan"] == res.get("final_digest", series[-1]["plan"])]
+    verdicts = [s["verdict"] for s in series if s.get("verdict") is not None]
+    rejected = [s["seconds"] for s in series if switch and s["step"] > switch[0]
+                and s["plan"] != series[switch[0]]["plan"] and verdicts and not verdicts[0]]
     fresh, ref = med(res["fresh_s"]), med(res["reference_s"])
     rec = med(after)
     event = next((e for e in res["events"] if switch and e["step"] == switch[0] + 1), None)
@@ -210,6 +227,8 @@ def summarize(res: Dict[str, Any], tolerance: float, skip: int = 1) -> Dict[str,
            "reprobe_s": event["probe_s"] if event else None,
            "reprobed_pairs": len(event["suspects"]) if event else None,
            "fresh_probe_s": res["fresh_probe_s"], "wrong": wrong,
+           "trial_kept": verdicts[0] if verdicts else None,
+           "rejected_plan_s": med(rejected) if rejected else None,
            "replans_before": len(early)}
     out["ok"] = bool(wrong == 0 and switch and not early and event and event["switched"]
                      and versus <= 1.0 + tolerance)
@@ -219,6 +238,9 @@ def summarize(res: Dict[str, Any], tolerance: float, skip: int = 1) -> Dict[str,
 def series_lines(res: Dict[str, Any]) -> List[str]:
     """The time series (one line per call, simulated ms) and the re-plan events, as text."""
     marks = {s["step"]: "re-plan after this call" for s in res["series"] if s["replanned"]}
+    marks.update({s["step"]: "trial over: " + ("new plan kept" if s["verdict"] else
+                                               "back to the old plan")
+                  for s in res["series"] if s.get("verdict") is not None})
     lines = ["call  phase    plan        ms (simulated)"]
     lines += [f"{s['step']:>4}  {s['phase']:<7}  {s['plan']}  {s['seconds'] * 1e3:>10.2f}  "
               f"{marks.get(s['step'], '')}".rstrip() for s in res["series"]]
@@ -227,7 +249,9 @@ def series_lines(res: Dict[str, Any]) -> List[str]:
             f"re-plan at {e['at_s']:.3f} s (after call {e['step'] - 1}), {e['reason']}: "
             f"{len(e['suspects'])} host pairs re-probed in {e['probe_s'] * 1e3:.0f} ms, model "
             f"{e['old_model_Bps'] * 8e-9:.3f} -> {e['new_model_Bps'] * 8e-9:.3f} gbps, "
-            f"{e['seconds'] * 1e3:.0f} ms in all {e['note']}".rstrip())
+            f"{e['seconds'] * 1e3:.0f} ms in all {e['note']}".rstrip()
+            + ("" if e.get("kept") is None else
+               f"; trial: new/old time {e['trial_new'] / e['trial_old']:.3f}"))
     return lines
 
 
@@ -267,6 +291,9 @@ def parser() -> argparse.ArgumentParser:
                     help="slow calls in a row before a re-plan (default 3)")
     ap.add_argument("--warmup", type=int, default=3,
                     help="calls that form the detector's baseline (default 3)")
+    ap.add_argument("--trial", type=int, default=3,
+                    help="calls a re-plan's new plan is timed for before it is kept or "
+                         "dropped for the old one (default 3; 0 keeps every re-plan)")
     ap.add_argument("--tolerance", type=float, default=0.15,
                     help="recovered time may exceed the fresh plan's by this fraction (default 0.15)")
     ap.add_argument("--max-wall", type=float, default=3600.0,

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from horotopo.adapt.policy import host_pairs, refresh_capacities, split_pairs
+from horotopo.adapt.trial import Trial
 from horotopo.generate import generate
+from horotopo.plan import plan_from_trees
 from horotopo.topology import from_dict
 from horotopo.transport.simulated import SimulatorMissing, load_simgrid
 
@@ -65,7 +67,7 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
     bench = _bench()
     args = bench.parser().parse_args(
         ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
-         "--size", "8M", "--chunk", "1M", "--calls", "9", "--degrade-at", "4",
+         "--size", "8M", "--chunk", "1M", "--calls", "10", "--degrade-at", "4",
          "--fresh-calls", "2", "--no-fresh", "--init", "declared", "--max-wall", "300"])
     res = bench.run(args)
     s = bench.summarize(res, args.tolerance)
@@ -96,7 +98,73 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
                 "r1h0g", "local"):
             assert truth[name] == 100 * 1.25e8 and cap > 10 * 1.25e8, (name, cap)
     assert s["recovered_over_reference"] <= 1.15, s
+    # on trial for calls 7-9, faster than the old plan's slow run: kept
+    assert event["kept"] is True and event["decided_step"] == event["step"] + 3, event
+    assert event["trial_new"] < event["trial_old"], event
     assert s["ok"], s
+
+
+class _Plan:
+    """A stand-in plan for the trial's verdict: predicts ``bytes / rate``."""
+
+    def predict_time(self, nbytes, chunk_bytes=None):
+        return nbytes / 1e9
+
+
+def test_the_trial_keeps_a_new_plan_only_when_it_is_faster():
+    old = [(10 ** 6, 0.004), (10 ** 6, 0.004), (4 * 10 ** 6, 0.016)]  # 4x the prediction
+    faster = Trial(_Plan(), old, calls=2)
+    assert not faster.add(4 * 10 ** 6, 0.010) and faster.add(10 ** 6, 0.003)
+    assert faster.keep_new() and faster.new_s == pytest.approx(2.75)
+    assert faster.old_s == pytest.approx(4.0)
+    # sizes are compared on the old plan's prediction: 2x the size in 2x the time is a tie,
+    # and a tie keeps the old plan
+    tie = Trial(_Plan(), old, calls=1)
+    tie.add(2 * 10 ** 6, 0.008)
+    assert not tie.keep_new()
+    with pytest.raises(ValueError, match="1 calls"):
+        Trial(_Plan(), old, calls=1).keep_new()
+    with pytest.raises(ValueError, match="old plan's timed calls"):
+        Trial(_Plan(), [], calls=1)
+    with pytest.raises(ValueError, match="at least one call"):
+        Trial(_Plan(), old, calls=0)
+
+
+def _zigzag(topo):
+    """A worse re-plan: one chain that changes racks at every hop (rack k holds ranks
+    4k..4k+3), so it crosses rack 1's slowed uplink and downlink four times each way."""
+    order = [r for k in range(4) for r in range(k, topo.n, 4)]
+    parent = [-1] * topo.n
+    for a, b in zip(order, order[1:]):
+        parent[b] = a
+    return plan_from_trees(topo.n, [(order[0], parent, parent, 1e9)], chunk_bytes=1 << 20,
+                           topology=topo)
+
+
+def test_a_replan_slower_than_the_old_plan_is_dropped_after_its_trial():
+    bench = _bench()
+    args = bench.parser().parse_args(
+        ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
+         "--size", "8M", "--chunk", "1M", "--calls", "12", "--degrade-at", "4",
+         "--no-fresh", "--no-reference", "--init", "declared", "--max-wall", "300"])
+    res = bench.run(args, planner=_zigzag)
+    s = bench.summarize(res, args.tolerance)
+    series = res["series"]
+    assert s["wrong"] == 0 and s["calls_to_detect"] == args.consecutive, s
+    [event] = res["events"]  # no second re-plan: the revert backs the detector off
+    assert event["switched"] and event["kept"] is False, event
+    assert event["decided_step"] == event["step"] + args.trial
+    old, new = series[0]["plan"], event["new_digest"][:8]
+    ran = [c["plan"] for c in series]
+    # calls 0-6 on the old plan, 7-9 on trial, then every rank back on the old plan
+    assert ran == [old] * 7 + [new] * 3 + [old] * 2, ran
+    assert res["final_digest"] == old
+    assert s["rejected_plan_s"] > 1.2 * s["slowed_s"], s  # the zigzag was the slower plan
+    assert s["recovered_s"] == pytest.approx(s["slowed_s"], rel=0.05), s
+    # the refreshed model stays: the next re-plan starts from the slowed uplink
+    caps = dict(zip(bench.resolve(args.generator, args.ranks).resources,
+                    res["final_model_Bps"]))
+    assert caps["tor1->spine"] < 0.5 * 10 * 1.25e8, caps["tor1->spine"]
 
 
 def _racks_measured(racks: int = 3, hosts: int = 2) -> dict:

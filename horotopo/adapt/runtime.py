@@ -16,7 +16,11 @@
    current plan was, :mod:`horotopo.packing.hierarchy`), and
    :func:`~horotopo.planning_protocol.share_plan` gives every rank the Plan (digests checked);
    every rank then builds the new Engine before the next call starts. So the switch happens
-   between two calls, at the same call on every rank, and no allreduce ever mixes two plans.
+   between two calls, at the same call on every rank, and no allreduce ever mixes two plans;
+5. on trial (:mod:`~horotopo.adapt.trial`): the new plan's first ``trial`` calls are timed
+   against the old plan's slow run; unless the new plan was faster, every rank goes back to
+   the old plan (rank 0's verdict from the agreed times, broadcast) and keeps the refreshed
+   model. A re-plan is a prediction, and a wrong one must not make the job slower.
 
 Every exchange goes through the transport's collective steps, with deadlines that name the
 ranks missing (:class:`~horotopo.transport.base.TransportTimeout`); nothing here touches MPI.
@@ -47,6 +51,7 @@ from ..transport.base import Transport
 from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, split_pairs,
                      suspects, topology_with_capacities)
 from .reprobe import probe_pairs, true_size
+from .trial import Trial
 
 __all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS"]
 
@@ -78,6 +83,10 @@ class ReplanEvent:
     switched: bool = False  # a new Engine was installed (its plan may equal the old one)
     at_s: float = 0.0  # the transport's clock when the re-plan started
     probe_s: float = 0.0  # of ``seconds``, the re-probe's
+    kept: Optional[bool] = None  # the trial's verdict (None: no trial, or not over yet)
+    trial_old: float = 0.0  # old plan's median time over its own prediction (slow run)
+    trial_new: float = 0.0  # the same for the new plan's trial calls
+    decided_step: int = -1  # the call after which the trial's verdict was applied
 
 
 class AdaptiveEngine:
@@ -115,6 +124,10 @@ class AdaptiveEngine:
     min_slow_s : float
         Seconds a slow run must last before it triggers a re-plan
         (:class:`~horotopo.adapt.policy.Detector`).
+    trial : int
+        Tree calls the new plan of a re-plan is timed for before it is kept; unless it ran
+        faster than the old plan's slow run, the ranks go back to the old plan (with the
+        refreshed model, and a doubled back-off of the detector). 0 keeps every re-plan.
 
     Calls that leave ``algorithm`` to the engine get it from a
     :class:`~horotopo.algorithms.cost.Selector`: the calibrated model, refined per size from the
@@ -129,7 +142,9 @@ class AdaptiveEngine:
                  timeout_s: Optional[float] = None,
                  planner: Optional[Callable[[Topology], Plan]] = None,
                  adapt: bool = True, calibrate_s: float = 0.0, min_slow_s: float = 0.0,
-                 **engine_kwargs: Any) -> None:
+                 trial: int = 3, **engine_kwargs: Any) -> None:
+        if int(trial) != trial or trial < 0:
+            raise ValueError(f"trial must be a count of calls >= 0, got {trial!r}")
         if isinstance(comm, Transport):
             transport, owns = comm, False
         else:
@@ -146,6 +161,9 @@ class AdaptiveEngine:
                                                  if topology is not None else self.size))
         self.planner = planner
         self.adapt = adapt
+        self.trial_calls = int(trial)
+        self.trial: Optional[Trial] = None  # the re-plan on trial, if any
+        self._trial_event: Optional[ReplanEvent] = None
         self._engine_kwargs = engine_kwargs
         self.step = 0
         self.last_seconds = 0.0  # the agreed (slowest rank's) time of the last monitored call
@@ -228,6 +246,9 @@ class AdaptiveEngine:
         self._base_busy = np.zeros(n)
         self._recent: Deque[Tuple[np.ndarray, np.ndarray]] = deque(
             maxlen=self.detector.consecutive)
+        # The current plan's timed tree calls (bytes, agreed seconds): a trial's yardstick.
+        self._timed: Deque[Tuple[int, float]] = deque(
+            maxlen=self.detector.consecutive * self.detector.max_backoff)
 
     def _after(self, nbytes: int, elapsed: float) -> None:
         """Book-keeping between calls: in-band figures, the agreed time, the decision."""
@@ -251,6 +272,12 @@ class AdaptiveEngine:
                              self.engine.chunk_bytes)
         if alg == "mpi":
             return  # MPI's own algorithm: the plan predicts nothing about it
+        if alg == "tree" and self.last_seconds >= self.detector.min_seconds:
+            if self.trial is not None:
+                if self.trial.add(nbytes, self.last_seconds) and not self._verdict():
+                    return  # back on the old plan: this call says nothing about it
+            else:
+                self._timed.append((nbytes, self.last_seconds))
         if self.detector.baseline is None:
             self._base_bytes += row[0]
             self._base_busy += row[1]
@@ -264,6 +291,25 @@ class AdaptiveEngine:
             self.replan(f"slower than the plan for {self.detector.needed} calls "
                         f"({self.detector.min_slow_s * self.detector.factor:g} s or more) "
                         f"in a row")
+
+    def _verdict(self) -> bool:
+        """End the trial: rank 0's verdict from the agreed times, broadcast (so every rank
+        keeps or reverts at the same call); on a revert, re-install the old plan. Collective."""
+        trial, event = self.trial, self._trial_event
+        assert trial is not None and event is not None
+        self.trial = self._trial_event = None
+        keep = self._guarded("the re-plan's trial", lambda: self.tracked.inner.broadcast_object(
+            trial.keep_new() if self.rank == 0 else None, 0, *self._exchange("trial verdict")))
+        event.kept, event.decided_step = bool(keep), self.step
+        event.trial_old, event.trial_new = trial.old_s, trial.new_s
+        if not keep:
+            factor = self.detector.factor
+            self._install(trial.old_plan, self.topology)  # the refreshed model stays
+            self.detector.factor = factor
+            self.detector.backoff()  # the old plan's slowed speed is the new normal
+            event.note = (f"{event.note}; the new plan ran {trial.new_s / trial.old_s:.3f}x "
+                          f"the old plan's time on trial: back to the old plan").lstrip("; ")
+        return bool(keep)
 
     def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
         """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""
@@ -341,6 +387,7 @@ class AdaptiveEngine:
 
     def _replan(self, reason: str) -> ReplanEvent:
         t0 = self.tracked.now()
+        self.trial = self._trial_event = None  # a plan on trial when asked again: kept
         if self.topology is None:
             return self._retune(reason + "; no model, so a full quick probe")
         sus, healthy = self._inband()
@@ -377,6 +424,11 @@ class AdaptiveEngine:
                                                     0, *self._exchange("did the model change"))
             if changed:
                 plan, model = self._share_plan(topo)
+                timed = list(self._timed)[-self.detector.needed:]  # the old plan's slow run
+                if self.trial_calls and timed:
+                    self.trial = Trial(old, timed, calls=self.trial_calls,
+                                       chunk_bytes=self.engine.chunk_bytes)
+                    self._trial_event = event
                 self._install(plan, model)
                 event.new_digest, event.new_model_Bps = plan.digest, plan.throughput_Bps
                 event.switched = True
@@ -402,6 +454,7 @@ class AdaptiveEngine:
 
         t0 = self.tracked.now()
         old = self.plan
+        self.trial = self._trial_event = None  # an explicit retune is not put on trial
         with true_size(self.tracked.inner):  # untracked, as the re-probe in _replan
             doc = probe(self.tracked.inner, mode)
         plan, topo = self._share_plan(from_dict(doc) if self.rank == 0 else None)
