@@ -20,6 +20,7 @@ from .packing import (ArcModel, Packing, check_certificate, format_percent, pack
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
 from .packing.profiles import forest_depths
+from .packing.sharing import share_fairly, sharing_note
 from .packing.profiles import plan_latency as _plan_latency
 from .packing import alphabeta as _ab
 from .packing import hierarchy as _hierarchy
@@ -116,13 +117,17 @@ class Plan:
     planner: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
-    def gap(self) -> Optional[float]:
-        """Certified optimality gap ``1 - R / upper_bound``, or None without a certificate.
+    def packed_Bps(self) -> float:
+        """The LP packing's total, which the certificate bounds (throughput_Bps: fair-shared)."""
+        return self.planner.get("packed_Bps", self.throughput_Bps)
 
-        Not floored: building or loading a plan rejects a bound below ``R`` beyond rounding
-        (``RTOL``), so the value is at least ``-RTOL``, and a tight bound may give ``-1e-16``.
+    @property
+    def gap(self) -> Optional[float]:
+        """Certified gap of the LP packing, ``1 - packed_Bps / upper_bound`` (None: no bound).
+        Not floored: building or loading a plan rejects a bound below ``packed_Bps`` beyond
+        rounding (``RTOL``), so the value is at least ``-RTOL``; a tight bound may give -1e-16.
         """
-        return certificate_gap(self.throughput_Bps, self.upper_bound_Bps)
+        return certificate_gap(self.packed_Bps, self.upper_bound_Bps)
 
     @cached_property
     def digest(self) -> str:
@@ -264,9 +269,11 @@ class Plan:
         if bound is not None and not (math.isfinite(bound) and bound > 0):
             raise PlanError(f"upper_bound_Bps: must be a positive finite number or null (no "
                             f"certificate), got {bound!r}")
-        if bound is not None and bound < self.throughput_Bps * (1 - RTOL):
-            raise PlanError(f"upper_bound_Bps: {bound!r} is below throughput_Bps "
-                            f"{self.throughput_Bps!r}; the certificate is wrong")
+        if not (isinstance(packed := self.packed_Bps, (int, float)) and 0 < packed < math.inf):
+            raise PlanError(f"planner.packed_Bps: must be a positive rate, got {packed!r}")
+        if bound is not None and bound < packed * (1 - RTOL):
+            raise PlanError(f"upper_bound_Bps: {bound!r} is below the packing's rate "
+                            f"{packed!r}; the certificate is wrong")
 
     def with_chunk(self, chunk_bytes: int) -> "Plan":
         """This plan with every tree at ``chunk_bytes`` (the per-tree sizes are dropped)."""
@@ -277,7 +284,8 @@ class Plan:
         lines = [f"plan for {self.topology_name or 'topology'}: {self.n} ranks, "
                  f"{len(self.trees)} trees, chunk {format_size(self.chunk_bytes)}, "
                  f"digest {self.digest}"]
-        lines.append(f"  modelled throughput R   {self.throughput_Bps / 1e6:12.3f} MB/s")
+        lines.append(f"  modelled throughput R   {self.throughput_Bps / 1e6:12.3f} MB/s"
+                     + sharing_note(self.planner))
         lines.append(f"  ring on the same model  {self.ring_Bps / 1e6:12.3f} MB/s "
                      f"({_ratio(self.throughput_Bps, self.ring_Bps)} ring)")
         gap = self.gap
@@ -287,7 +295,7 @@ class Plan:
         else:
             phase = self.planner.get("bound_phase")
             lines.append(f"  certified upper bound   {self.upper_bound_Bps / 1e6:12.3f} MB/s "
-                         f"(gap {format_percent(gap)}, pruning cost "
+                         f"(gap {format_percent(gap)} of the LP packing, pruning cost "
                          f"{self.pruning_loss * 100:.2f}%{', from the ' + phase if phase else ''})")
         for k, t in enumerate(self.trees):
             lines.append(f"  tree {k:<3} root {t.root:<3} rate {t.rate_Bps / 1e6:10.3f} MB/s "
@@ -351,19 +359,21 @@ def _ring_time(plan: Plan, nbytes: int) -> float:
 
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,
                   chunk_bytes: Optional[int], size: int, same_shape: bool = False) -> Plan:
-    """The Plan of ``packing``: shares, and per tree its critical-path profile and (unless
-    ``chunk_bytes`` fixes one for all) its chunk for ``size`` bytes. ``same_shape``: every
-    tree is a rotation of the first (ring's chains), whose profile and chunk all take."""
-    total = sum(t.rate for t in packing.trees)
+    """The Plan of the trees of ``packing`` whose fair rates sum highest, at those rates, shares
+    in proportion (:func:`~.packing.sharing.share_fairly`), with profiles and chunks for
+    ``size``. ``same_shape``: ring's chains (rates kept), whose first tree's profile all take."""
+    packed = sum(t.rate for t in packing.trees)
     if packing.upper_bound is not None:
         # pack() checked its own total; the plan re-sums the tree rates, and a bound handed in
         # from elsewhere (ring_plan) is checked here for the first time.
-        check_certificate(packing.upper_bound, total, topology=topology.name,
+        check_certificate(packing.upper_bound, packed, topology=topology.name,
                           phase=packing.bound_phase or "packing", achieved_by="the plan's trees")
-    shares = [t.rate / total for t in packing.trees]
+    kept, sharing = share_fairly(topology, packing.trees, packed, keep_rates=same_shape)
+    total = sum(t.rate for t in kept)
+    shares = [t.rate / total for t in kept]
     # Force an exact sum of 1 so that every rank splits buffers identically.
     shares[-1] = 1.0 - sum(shares[:-1])
-    cols = [(t.root, t.reduce_parent, t.bcast_parent, t.rate) for t in packing.trees]
+    cols = [(t.root, t.reduce_parent, t.bcast_parent, t.rate) for t in kept]
     k = 1 if same_shape else len(cols)
     profiles, chunks = _ab.plan_chunks(topology, cols[:k], shares[:k], size, MIN_CHUNK,
                                        MAX_CHUNK)
@@ -372,13 +382,14 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
     trees = tuple(Tree(root=t.root, reduce_parent=tuple(t.reduce_parent),
                        bcast_parent=tuple(t.bcast_parent), rate_Bps=t.rate, share=s,
                        chunk_bytes=None if chunk_bytes else c, profile=prof)
-                  for t, s, c, prof in zip(packing.trees, shares, chunks, profiles))
-    latency = _plan_latency(topology, packing.trees)
+                  for t, s, c, prof in zip(kept, shares, chunks, profiles))
+    latency = _plan_latency(topology, kept)
     plan = Plan(n=topology.n, trees=trees, chunk_bytes=top,
                 throughput_Bps=total, ring_Bps=ring.throughput,
                 upper_bound_Bps=packing.upper_bound, latency_s=latency,
                 topology_name=topology.name, topology_digest=topology.digest,
-                pruning_loss=packing.pruning_loss, planner=packing.stats())
+                pruning_loss=packing.pruning_loss,
+                planner=dict(packing.stats(), packed_Bps=packed, sharing=sharing))
     plan.validate()
     return plan
 
