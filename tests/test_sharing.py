@@ -200,3 +200,16 @@ def test_ring_plans_keep_equal_rates():
     assert len(plan.trees) == 4
     assert len({t.rate_Bps for t in plan.trees}) == 1 and len({t.share for t in plan.trees}) <= 2
     assert plan.throughput_Bps == plan.packed_Bps
+
+
+def test_cli_verdict_names_the_packing_and_the_fair_rate(tmp_path, capsys):
+    import json
+
+    from horotopo.cli import main
+
+    path = tmp_path / "rd4.json"
+    path.write_text(json.dumps(RD4))
+    assert main(["plan", str(path), "--size", "16M", "-q"]) == 0
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "the LP packing certified within 0.00% of optimal" in verdict
+    assert "fair-shared rate 9.62% below the bound" in verdict

@@ -121,7 +121,7 @@ def _tree_arcs(plan: Plan) -> List[Tuple[int, str, int, int]]:
 
 def _title(topology: Topology, plan: Plan) -> str:
     gap = plan.gap
-    cert = "no certificate" if gap is None else f"gap {format_percent(gap)}"
+    cert = "no certificate" if gap is None else f"packing gap {format_percent(gap)}"
     return (f"{topology.name}: {len(plan.trees)} trees, R {plan.throughput_Bps / 1e6:.2f} MB/s, "
             f"ring {plan.ring_Bps / 1e6:.2f} MB/s, {cert}")
 

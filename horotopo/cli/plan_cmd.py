@@ -123,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
         gap = plan.gap
         certified = ("no optimality certificate" if gap is None
                      else f"certified within {format_percent(gap)} of optimal")
+        if gap is not None and plan.throughput_Bps < plan.packed_Bps:
+            # the certificate is the LP packing's; fair sharing gives the trees less
+            certified = (f"the LP packing {certified}, the trees' fair-shared rate "
+                         f"{format_percent(1 - plan.throughput_Bps / plan.upper_bound_Bps)} "
+                         f"below the bound")
         print(f"verdict: {ratio:.2f}x ring on the model for {format_size(size)}, "
               f"{certified}")
     return 0
