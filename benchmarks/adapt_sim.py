@@ -164,9 +164,9 @@ def run(args: argparse.Namespace,
             [name, a * 8e-9, b * 8e-9] for name, a, b in zip(
                 model0.resources, model0.capacity_Bps, eng.topology.capacity_Bps) if b != a]
         fresh: List[float] = []
-        probe_s, fresh_plan = None, None
+        probe_s, fresh_plan, fresh_model = None, None, None
         if args.fresh:
-            fresh_plan, _, probe_s = probed_plan(t, "fresh")
+            fresh_plan, fresh_model, probe_s = probed_plan(t, "fresh")
             with AdaptiveEngine(t, fresh_plan, adapt=False, timeout_s=0, **engine_kw) as plain:
                 fresh = calls(plain, x, args.fresh_calls)
         ref: List[float] = []
@@ -178,6 +178,12 @@ def run(args: argparse.Namespace,
         return {"series": series, "events": events, "degraded_at_s": degraded_at,
                 "fresh_s": fresh, "reference_s": ref, "fresh_probe_s": probe_s,
                 "fresh_digest": fresh_plan.digest if fresh_plan else None,
+                # what --dump writes: the plans and models compared, for offline study
+                "plans": {"first": plan0.to_json(), "final": eng.plan.to_json(),
+                          "fresh": fresh_plan.to_json() if fresh_plan else None},
+                "models": {"first": model0.to_json(), "final": eng.topology.to_json()
+                           if eng.topology is not None else None,
+                           "fresh": fresh_model.to_json() if fresh_model else None},
                 "fresh_model_Bps": fresh_plan.throughput_Bps if fresh_plan else None,
                 "final_model_Bps": model, "final_digest": final_digest, "final_model": final, "init": args.init,
                 "lowered_gbps": lowered,
@@ -299,6 +305,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-wall", type=float, default=3600.0,
                     help="wall-clock limit of the simulation, seconds")
     ap.add_argument("--json", action="store_true", help="print the JSON document only")
+    ap.add_argument("--dump", metavar="PATH",
+                    help="also write the JSON document, with the first, final and fresh plans "
+                         "and models, to PATH")
     return ap
 
 
@@ -309,6 +318,10 @@ def main(argv: Any = None) -> int:
         ap.error("need 0 < --factor <= 1 and 0 < --degrade-at < --calls")
     res = run(args)
     summary = summarize(res, args.tolerance)
+    kept = {key: res.pop(key) for key in ("plans", "models")}  # large: --dump only
+    if args.dump:
+        with open(args.dump, "w") as f:
+            json.dump({**res, **kept, "summary": summary}, f, default=float)
     if args.json:
         print(json.dumps({**res, "summary": summary}, default=float))
         return 0 if summary["ok"] else 1
