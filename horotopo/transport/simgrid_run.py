@@ -91,6 +91,7 @@ class Simulation:
         self._free: List[Any] = []  # empty mailboxes, for any stream
         self.mailboxes_made = 0
         self.hosts: List[Any] = []  # set by run(): hosts[i] is where rank i runs
+        self._pipes: Dict[Tuple[int, int], float] = {}  # (source, dest): see pipe_bytes
         self.messages = 0
 
     def acquire(self, key: Tuple[int, int, int]) -> Any:
@@ -127,6 +128,19 @@ class Simulation:
         if got[1] == 0:
             del self._streams[key]
             self._free.append(got[0])
+
+    def pipe_bytes(self, source: int, dest: int) -> float:
+        """Bytes in flight that fill the route from rank ``source`` to rank ``dest``: its
+        latency times its bottleneck rate (a stream keeps that many on the network; see
+        ``SimulatedTransport._may_start``, and the receive side in
+        :mod:`horotopo.transport.simgrid_pending`, which must agree with it)."""
+        key = (source, dest)
+        got = self._pipes.get(key)
+        if got is None:
+            links, latency = self.hosts[source].route_to(self.hosts[dest])
+            got = self._pipes[key] = latency * min((link.bandwidth for link in links),
+                                                   default=0.0)
+        return got
 
     def _new_mailbox(self) -> Any:
         self.mailboxes_made += 1

@@ -37,6 +37,7 @@ import numpy as np
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .p2p import Describe
 from .simgrid_collectives import SimCollectives, _Rounds
+from .simgrid_pending import CompletionQueue
 from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationError,
                               SimulatorMissing, load_simgrid)
 from .simgrid_run import SimRun, Simulation
@@ -49,7 +50,7 @@ class _Request:
     :meth:`SimulatedTransport._flush`), so that the CPU work charged before it delays it."""
 
     __slots__ = ("kind", "buf", "mailbox", "payload", "charged", "comm", "handle", "done",
-                 "peer", "behind", "next", "queued", "stream")
+                 "peer", "behind", "next", "queued", "stream", "watch", "cb", "seq", "est")
 
     def __init__(self, kind: str, buf: Any, mailbox: Any, peer: int,
                  payload: Any = None, charged: int = 0) -> None:
@@ -66,6 +67,12 @@ class _Request:
         self.next: Optional[_Request] = None    # the send after it on its stream
         self.queued = True                      # not yet through _flush
         self.stream: Tuple[int, int] = (peer, -1)  # a send's (dest, tag)
+        # set while in a CompletionQueue: the queue, the callback, the posting number and a
+        # receive's bytes as its sender charges them
+        self.watch: Optional[CompletionQueue] = None
+        self.cb: Any = None
+        self.seq = 0
+        self.est = 0
 
 
 class SimulatedTransport(SimCollectives, Transport):
@@ -209,6 +216,8 @@ class SimulatedTransport(SimCollectives, Transport):
                         self._put(req)
                 else:
                     req.comm, req.handle = self.sim.acquire(req.mailbox).get_async()
+                    if req.watch is not None:
+                        req.watch.posted(req)
         if settle:
             # Sends nobody waited for still go out, each after the one before it.
             while True:
@@ -220,6 +229,8 @@ class SimulatedTransport(SimCollectives, Transport):
     def _put(self, req: _Request) -> None:
         req.comm = self.sim.acquire(req.mailbox).put_async(req.payload, req.charged)
         self.sim.messages += 1
+        if req.watch is not None:
+            req.watch.posted(req)
 
     def _head(self, req: _Request) -> _Request:
         """The request to wait on for ``req``: itself once posted, or for a send held behind
@@ -242,12 +253,10 @@ class SimulatedTransport(SimCollectives, Transport):
         return ahead == 0 or ahead < self._pipe_bytes(req.peer)
 
     def _pipe_bytes(self, dest: int) -> float:
-        """Bytes in flight that fill the route to ``dest``: latency x bottleneck rate."""
+        """Bytes in flight that fill the route to ``dest`` (:meth:`Simulation.pipe_bytes`)."""
         got = self._pipe.get(dest)
         if got is None:
-            links, latency = self._sg.Host.current().route_to(self.sim.hosts[dest])
-            got = latency * min((link.bandwidth for link in links), default=0.0)
-            self._pipe[dest] = got
+            got = self._pipe[dest] = self.sim.pipe_bytes(self._rank, dest)
         return got
 
     def _complete(self, req: _Request, wait: bool = False) -> None:
@@ -267,8 +276,12 @@ class SimulatedTransport(SimCollectives, Transport):
                     f"rank {self._rank}: a {payload.nbytes}-byte message from rank {req.peer} "
                     f"for a {req.buf.nbytes}-byte receive")
             req.buf[...] = payload
+            if req.watch is not None:
+                req.watch.finished(req, charged)
         else:
             self._release(req)
+            if req.watch is not None:
+                req.watch.finished(req)
         req.payload = None
         req.comm = None
 
@@ -312,6 +325,8 @@ class SimulatedTransport(SimCollectives, Transport):
             r.done = True
             if r.kind == "send":
                 self._release(r)
+            if r.watch is not None:
+                r.watch.finished(r)
 
     def _finished(self, head: _Request) -> bool:
         """Whether the posted ``head`` has completed, without a simcall: SimGrid sets a
@@ -319,6 +334,13 @@ class SimulatedTransport(SimCollectives, Transport):
         comm done and copies its data, before any actor runs again; ``test`` and ``wait_any``
         are simcalls (two thread switches each)."""
         return head.comm.finish_time >= 0
+
+    def completion_queue(self) -> CompletionQueue:
+        """A queue that keeps one progress loop's requests between its waits (see
+        :mod:`horotopo.transport.simgrid_pending`): each completion then costs time in
+        proportion to the messages that can complete next, where :meth:`waitsome` passes over
+        every request it is given."""
+        return CompletionQueue(self)
 
     def waitsome(self, requests: Sequence[Any]) -> List[int]:
         self._flush()
