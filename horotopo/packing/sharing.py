@@ -16,8 +16,9 @@ tree planned for half the buffer ran 686.5 ms simulated against 539.6 predicted.
 gives shares in proportion to the fair rates (every tree then finishes together) and keeps the
 subset of trees whose fair rates sum highest (:func:`fair_subset`).
 
-The fair sum never exceeds the LP's rate of the same trees, which never exceeds the certified
-bound: the certificate is unaffected.
+The fair rates are a feasible allocation of the trees, so their sum is at most the LP optimum
+over the same trees. The plan's certificate stays the LP packing's: its bound is checked
+against the packing's total (``planner["packed_Bps"]``), not against the fair sum.
 """
 from __future__ import annotations
 
@@ -39,10 +40,10 @@ __all__ = ["Usage", "usage_of", "tree_usage", "fair_rates", "fair_subset", "shar
 SATURATED_RTOL = 1e-9
 #: :func:`fair_subset` tries every subset up to this many trees (2**6 fair allocations).
 EXHAUSTIVE_MAX = 6
-#: Above this many trees, each greedy round of :func:`fair_subset` tries only this many
-#: removals, the trees most over-represented at their bottleneck first.
-CANDIDATES = 8
+#: Up to this many trees each greedy round of :func:`fair_subset` tries every removal; above,
+#: only :data:`CANDIDATES` of them, the trees most over-represented at their bottleneck first.
 GREEDY_ALL_MAX = 32
+CANDIDATES = 8
 
 
 def _route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
