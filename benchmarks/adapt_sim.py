@@ -24,7 +24,8 @@ simulation:
 3. then, on the slowed network, a *fresh* plan: every rank runs the quick probe (by hosts),
    rank 0 plans the measured topology over hosts, the plan is shared and timed for
    ``--fresh-calls`` calls on a monitored engine that does not re-plan; and, as a second
-   reference, the plan of the declared topology with the links truly slowed (``--reference``).
+   reference, the plan of the declared topology with the links truly slowed (``--reference``),
+   and with ``--flat-reference`` that topology's flat plan (``hierarchy="off"``; no hosts).
 
 Times are simulated seconds (the slowest rank's time per call, as the engine agrees it); the
 planner runs for real on rank 0 and costs no simulated time. Prints the series, the re-plan
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace,
     links = [s for s in args.links.split(",") if s]
     truth = slowed(topo, links, args.factor)
     reference = make_plan(truth, chunk_bytes=chunk, hierarchy="on") if args.reference else None
+    flat = make_plan(truth, chunk_bytes=chunk, hierarchy="off") if args.flat_reference else None
     hosts = generated_hosts(topo.to_json())
     want = np.float32(n * (n - 1) / 2)
 
@@ -173,10 +175,15 @@ def run(args: argparse.Namespace,
         if reference is not None:
             with AdaptiveEngine(t, reference, adapt=False, timeout_s=0, **engine_kw) as plain:
                 ref = calls(plain, x, args.fresh_calls)
+        flat_s: List[float] = []
+        if flat is not None:
+            with AdaptiveEngine(t, flat, adapt=False, timeout_s=0, **engine_kw) as plain:
+                flat_s = calls(plain, x, args.fresh_calls)
         if t.rank != 0:
             return None
         return {"series": series, "events": events, "degraded_at_s": degraded_at,
-                "fresh_s": fresh, "reference_s": ref, "fresh_probe_s": probe_s,
+                "fresh_s": fresh, "reference_s": ref, "flat_reference_s": flat_s,
+                "fresh_probe_s": probe_s,
                 "fresh_digest": fresh_plan.digest if fresh_plan else None,
                 # what --dump writes: the plans and models compared, for offline study
                 "plans": {"first": plan0.to_json(), "final": eng.plan.to_json(),
@@ -195,6 +202,7 @@ def run(args: argparse.Namespace,
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
                 "chunk": chunk, "links": links, "factor": args.factor,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
+                "flat_reference_model_Bps": flat.throughput_Bps if flat else None,
                 "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
                 "simulation_wall_s": sim.wall_s, "simulation_cpu_s": sim.cpu_s,
                 "messages": sim.messages})
@@ -221,11 +229,13 @@ def summarize(res: Dict[str, Any], tolerance: float, skip: int = 1) -> Dict[str,
     rec = med(after)
     event = next((e for e in res["events"] if switch and e["step"] == switch[0] + 1), None)
     wrong = sum(1 for v in [s["seconds"] for s in series] + res["fresh_s"] + res["reference_s"]
-                if v < 0)
+                + res.get("flat_reference_s", []) if v < 0)
     ratio = rec / fresh if after and fresh > 0 else float("nan")
     versus = ratio if res["fresh_s"] else rec / ref if after and ref > 0 else float("nan")
     out = {"before_s": med(before), "slowed_s": med(during), "recovered_s": rec,
-           "fresh_s": fresh, "reference_s": ref, "recovered_over_fresh": ratio,
+           "fresh_s": fresh, "reference_s": ref,
+           "flat_reference_s": med(res.get("flat_reference_s", [])),
+           "recovered_over_fresh": ratio,
            "recovered_over_reference": rec / ref if after and ref > 0 else float("nan"),
            "calls_to_detect": (switch[0] - first_slow + 1) if switch else None,
            "detect_delay_s": (event["at_s"] - res["degraded_at_s"]) if event else None,
@@ -288,6 +298,9 @@ def parser() -> argparse.ArgumentParser:
                     help="timed calls of each comparison plan on the slowed network (default 3)")
     ap.add_argument("--no-reference", dest="reference", action="store_false",
                     help="skip the declared slowed topology's plan")
+    ap.add_argument("--flat-reference", action="store_true",
+                    help="also time the declared slowed topology's flat plan (hierarchy off; "
+                         "its planning grows steeply past 64 ranks)")
     ap.add_argument("--no-fresh", dest="fresh", action="store_false",
                     help="skip the fresh probe and its plan (the verdict then compares with "
                          "the declared slowed topology's plan)")
@@ -343,6 +356,9 @@ def main(argv: Any = None) -> int:
     if res["reference_s"]:
         print(f"declared slowed topology's plan (model {res['reference_model_Bps'] * 8e-9:.3f}"
               f" gbps): " + ", ".join(f"{v * 1e3:.1f}" for v in res["reference_s"]) + " ms")
+    if res["flat_reference_s"]:
+        print(f"its flat plan (model {res['flat_reference_model_Bps'] * 8e-9:.3f} gbps): "
+              + ", ".join(f"{v * 1e3:.1f}" for v in res["flat_reference_s"]) + " ms")
     print(f"simulation: {res['simulation_wall_s']:.1f} s wall, {res['simulation_cpu_s']:.1f} s "
           f"CPU, {res['messages']} messages; first plan {res['planner_wall_s']:.1f} s wall")
     print("summary: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
