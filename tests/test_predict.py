@@ -176,10 +176,14 @@ def test_choice_is_shallow_for_small_allreduces_across_a_wan():
     topo = from_dict(generate("sites:gpus=4,wan_gbps=10", 32))
     plan = make_plan(topo, size=256 << 10)
     record = plan.planner["forest"]
-    assert record["chosen"] == "shallow"
+    # the rotated host forest (8 host hops at most) is shallow too, and it is kept: the
+    # shallow forest's throughput is below ring's, the plan's floor (simulated: hosts
+    # 16.9 ms, shallow 17.1, deep 22.4)
+    assert record["chosen"] == "hosts"
     assert record["shallow"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
-    assert plan.predict_time(256 << 10) == pytest.approx(record["shallow"]["predicted_s"])
-    assert "forest: shallow" in plan.describe()
+    assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
+    assert plan.predict_time(256 << 10) == pytest.approx(record["hosts"]["predicted_s"])
+    assert "forest: hosts" in plan.describe()
 
 
 def _received(plan):
@@ -194,11 +198,13 @@ def test_choice_is_balanced_for_large_allreduces_where_one_rank_would_receive_mo
     100 gbps links that the network packing sees as free. The balanced forest (packed with
     each rank's receive CPU as a resource) spreads that; the shallow one is a slow star."""
     topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
-    plan = make_plan(topo, size=256 * MiB)
-    record = plan.planner["forest"]
-    assert record["chosen"] == "balanced"
+    record = make_plan(topo, size=256 * MiB).planner["forest"]
+    # the rotated host forest (two hosts, one arc each way) is chosen over both (simulated
+    # 279.7 ms against the balanced forest's 343.8); balanced is still ahead of deep
+    assert record["chosen"] == "hosts"
     assert record["balanced"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
     assert record["deep"]["predicted_s"] < record["shallow"]["predicted_s"]
+    plan = make_plan(topo, size=256 * MiB, forest="balanced")
     deep = make_plan(topo, size=256 * MiB, forest="deep")
     assert _received(deep) >= 2.9 and _received(plan) < 2.2
     # the balanced trees keep the network's rate for their shares: a valid, certified plan

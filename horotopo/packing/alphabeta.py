@@ -465,8 +465,9 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
 
 def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
     """Lines saying which forest a plan kept and both predictions (``planner["forest"]``)."""
-    alone = not any(k in record for k in ("balanced", "shallow"))
-    fastest = min((k for k in ("deep", "balanced", "shallow") if k in record),
+    kinds = ("deep", "balanced", "shallow", "hosts")
+    alone = not any(k in record for k in kinds[1:])
+    fastest = min((k for k in kinds if k in record),
                   key=lambda k: record[k]["predicted_s"])
     how = ("forced" if record.get("forced") else
            "predicted fastest" if fastest == record["chosen"] else
@@ -474,7 +475,7 @@ def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
            f"{record.get('margin', 0) * 100:g}% margin")
     out = [f"  forest: {record['chosen']}, {how} for {size_text(record['size'])}"
            f"{' (the only candidate)' if alone else ''}"]
-    for kind in ("deep", "balanced", "shallow"):
+    for kind in kinds:
         got = record.get(kind)
         if got:
             bound = f", depth bound {got['depth_bound']}" if "depth_bound" in got else ""

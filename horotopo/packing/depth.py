@@ -37,13 +37,14 @@ from .certificate import RTOL
 # gk's pool of halves and its split LP serve the bounded columns as they do gk's own
 from .alphabeta import ENGINE_COSTS, SoftwareCosts
 from .gk import UNBOUNDED_BPS, _Pool, pack, pair_rates
+from .hostforest import has_hosts, pack_host_forest
 from .model import ArcModel, Packing
 
 __all__ = ["bounded_arborescence", "depth_bound_for", "pack_bounded", "choose_forest",
            "check_forest", "receive_limited", "FORESTS", "FOREST_MARGIN", "RECEIVE_CHUNK"]
 
 #: ``make_plan(forest=...)``: choose on the prediction, or force one forest.
-FORESTS = ("auto", "deep", "balanced", "shallow")
+FORESTS = ("auto", "deep", "balanced", "shallow", "hosts")
 
 #: How much faster (predicted) another forest must be to replace the deep one. The model's
 #: error is a few percent on the bundled topologies (``benchmarks/predict_check.py``: within
@@ -292,6 +293,10 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     packers = {"balanced": lambda: pack(limited, max_trees_per_root=max_trees_per_root),
                "shallow": lambda: pack_bounded(topology, bound,
                                                max_trees_per_root=max_trees_per_root)}
+    if has_hosts(topology):
+        # rotated binary trees over hosts (horotopo.packing.hostforest): one crossing of a
+        # WAN or rack uplink per tree each way, a few host hops deep
+        packers["hosts"] = lambda: pack_host_forest(topology)
     pick = deep
     # a tie with the deep forest keeps it (FOREST_MARGIN); among the others the faster wins
     best = record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
@@ -309,7 +314,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     if progress is not None:
         progress(f"forest for {size} bytes: {record['chosen']} (predicted "
                  + ", ".join(f"{k} {record[k]['predicted_s'] * 1e3:.3f} ms"
-                             for k in ("deep", "balanced", "shallow") if k in record)
+                             for k in FORESTS[1:] if k in record)
                  + f"; shallow at depth <= {bound})")
     return pick, record
 

@@ -1,0 +1,96 @@
+"""The rotated host forest (horotopo/packing/hostforest.py) and its place in the forest choice."""
+import math
+
+import numpy as np
+import pytest
+
+from horotopo.generate import generate
+from horotopo.packing.hierarchy import HostModel, machines
+from horotopo.packing.hostforest import has_hosts, host_groups, host_trees, pack_host_forest
+from horotopo.plan import depth, make_plan
+from horotopo.topology import bundled, from_dict, load
+
+MiB = 1 << 20
+SITES = "sites:gpus=8,wan_gbps=10"
+
+
+def _site(topo, rank):
+    return topo.hosts[rank][:2]
+
+
+def _crossings(topo, parent, inward):
+    return sum(1 for v, p in enumerate(parent) if p >= 0 and _site(topo, v) != _site(topo, p))
+
+
+def test_groups_are_the_sites_across_a_wan_and_one_switch_is_one_group():
+    sites = HostModel(from_dict(generate(SITES, 64)))
+    assert host_groups(sites) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    fat = HostModel(from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 64)))
+    assert host_groups(fat) == [list(range(8))]
+
+
+def test_trees_cross_each_cut_once_are_shallow_and_rotate_every_role():
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    trees = host_trees(groups, 8)
+    assert [r for r, _ in trees] == list(range(8))
+    side = {h: k for k, g in enumerate(groups) for h in g}
+    children = np.zeros((8, 8), dtype=int)  # children[h, tree]
+    for t, (root, parent) in enumerate(trees):
+        assert parent[root] == -1 and sum(p < 0 for p in parent) == 1
+        assert sum(1 for v, p in enumerate(parent) if p >= 0 and side[v] != side[p]) == 1
+        assert depth(parent) <= math.ceil(math.log2(4)) + 1
+        for p in parent:
+            if p >= 0:
+                children[p, t] += 1
+    # every machine sends and receives as much over the 8 trees (its children, plus one arc
+    # up off the root): the NICs carry equal loads
+    load = children.sum(axis=1) + 7
+    assert (load == load[0]).all()
+    with pytest.raises(ValueError, match="every machine"):
+        host_trees([[0, 1], [1, 2]], 3)
+    with pytest.raises(ValueError, match="arity"):
+        host_trees(groups, 8, arity=0)
+
+
+def test_sites_forest_reaches_the_host_level_optimum_with_one_wan_crossing_each_way():
+    """sites at 64 ranks, 8 hosts of 8 GPUs behind 10 gbps NICs: every tree pair crosses
+    NICs 2 (H - 1) times each way, so H c / (2 (H - 1)) = 714.3 MB/s is the best any
+    schedule over hosts reaches; the rotated forest reaches it, and each of its 64 rank-level
+    trees crosses the 5 ms WAN once in its reduce tree and once in its broadcast tree."""
+    topo = from_dict(generate(SITES, 64))
+    got = pack_host_forest(topo)
+    assert got.throughput == pytest.approx(8 * 1.25e9 / 14, rel=1e-9)
+    assert len(got.trees) == 64
+    for t in got.trees:
+        assert _crossings(topo, t.reduce_parent, True) == 1
+        assert _crossings(topo, t.bcast_parent, False) == 1
+        assert depth(t.reduce_parent) <= 4 and depth(t.bcast_parent) <= 4
+
+
+def test_chosen_on_sites_and_fattree_not_on_racks_with_slow_nics():
+    """The forest choice keeps the host forest where it predicts less time (sites and
+    fattree at 64 ranks, 64 MiB: simulated 189 ms against the deep forest's 240 on sites);
+    on racks with slow NICs some slow host is an inner node in it, and deep is kept."""
+    for spec in (SITES, "fattree:hosts_per_leaf=8,spines=4,gpus=8"):
+        plan = make_plan(from_dict(generate(spec, 64)), size=64 * MiB)
+        record = plan.planner["forest"]
+        assert record["chosen"] == "hosts", spec
+        assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"] * 0.95
+        assert record["hosts"]["max_hops"] <= 8
+    racks = make_plan(from_dict(generate("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
+                                         64)), size=64 * MiB)
+    assert racks.planner["forest"]["chosen"] == "deep"
+
+
+def test_only_real_hosts_get_it():
+    """Single-rank hosts have no host forest; racks-2x3's top-of-rack switches pass the
+    machine test (their uplink is slower than every NIC) but are no hosts: a probe, which
+    groups ranks by host name, could not plan such a forest again."""
+    for name in ("racks-2x3", "uniform-4"):
+        topo = load(bundled(name))
+        assert not has_hosts(topo)
+        with pytest.raises(ValueError, match="host forest"):
+            pack_host_forest(topo)
+    assert len(set(machines(load(bundled("racks-2x3"))))) == 2
+    assert not has_hosts(from_dict(generate("sites:gpus=1", 16)))
+    assert has_hosts(from_dict(generate("racks:hosts_per_rack=2,gpus=4,oversub=2", 16)))
