@@ -18,7 +18,7 @@ from horotopo.generate import random_declared, random_measured
 from horotopo.packing.model import ring_parents
 from horotopo.packing.sharing import fair_rates, fair_subset, tree_usage
 from horotopo.plan import Plan, PlanError, make_plan, ring_plan
-from horotopo.topology import from_dict
+from horotopo.topology import bundled, from_dict, load
 
 MB = 1e6
 RD4 = random_declared(4, 12, gbps_range=(0.2, 1.0))
@@ -135,6 +135,17 @@ def test_greedy_subset_never_lowers_the_fair_sum(count):
     if count <= 32:
         assert all(fair_rates(topo, [trees[j] for j in keep if j != i]).sum()
                    <= rates.sum() * (1 + 1e-9) for i in keep)
+
+
+def test_a_tie_keeps_the_fewest_trees():
+    """racks-2x3: two trees that each cross the 0.25 gbps uplink once per direction share it
+    at 15.625 MB/s each, what either reaches alone (31.25): one tree is kept."""
+    topo = load(bundled("racks-2x3"))
+    trees = [(2, (2, 3, -1, 5, 2, 2), (2, 5, -1, 5, 2, 4)),
+             (4, (2, 3, 4, 5, -1, 4), (4, 3, 4, 4, -1, 3))]
+    assert fair_rates(topo, trees) / MB == pytest.approx([15.625, 15.625], rel=1e-12)
+    keep, rates, _ = fair_subset(topo, trees)
+    assert len(keep) == 1 and rates / MB == pytest.approx([31.25], rel=1e-12)
 
 
 def test_single_tree_one_rank_and_one_host():
