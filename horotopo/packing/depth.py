@@ -260,7 +260,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                   max_depth: Optional[int] = None, max_trees_per_root: int = 4,
                   progress: Optional[Callable[[str], None]] = None,
                   network: Any = None) -> Tuple[Any, Dict[str, Any]]:
-    """The deep forest (``packing``), a balanced one or a shallow one: the fastest predicted.
+    """The deep forest (``packing``), a balanced, a shallow or a host one: the fastest
+    predicted.
 
     ``build`` turns a packing into a plan (anything with ``predict_time(size)``,
     ``throughput_Bps`` and ``trees`` whose items have ``depth``). The *balanced* forest is the
@@ -268,7 +269,11 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     rank receives much more than another; the *shallow* one is :func:`pack_bounded` at
     ``max_depth`` (default :func:`depth_bound_for`) on the network alone (packed with the
     receive resources too, its trees spread into many deeper ones, and it lost the small
-    allreduces across a WAN that it is there for). Their trees keep their shares, at the rate
+    allreduces across a WAN that it is there for); where machines hold several ranks
+    (:func:`~.hostforest.has_hosts`), the *hosts* forest is :func:`~.hostforest.pack_host_forest`
+    (rotated binary trees over hosts, one crossing of a WAN or rack cut each way; on sites and
+    fattree at 64 ranks, 64 MiB, 16-23% faster simulated than the deep forest). Their trees
+    keep their shares, at the rate
     the network alone allows them (:func:`_at_network_rate`), and they carry the deep
     packing's certified bound, which bounds every packing. Another forest replaces the deep one only where its throughput is at
     least ``floor_Bps`` (ring's, the plan's floor) and its predicted time is lower by more than
