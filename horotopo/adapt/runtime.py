@@ -274,7 +274,8 @@ class AdaptiveEngine:
             return  # MPI's own algorithm: the plan predicts nothing about it
         if alg == "tree" and self.last_seconds >= self.detector.min_seconds:
             if self.trial is not None:
-                if self.trial.add(nbytes, self.last_seconds) and not self._verdict():
+                if self.trial.add(nbytes, self.last_seconds) and not self._guarded(
+                        f"the re-plan's trial after call {self.step - 1}", self._verdict):
                     return  # back on the old plan: this call says nothing about it
             else:
                 self._timed.append((nbytes, self.last_seconds))
@@ -298,8 +299,8 @@ class AdaptiveEngine:
         trial, event = self.trial, self._trial_event
         assert trial is not None and event is not None
         self.trial = self._trial_event = None
-        keep = self._guarded("the re-plan's trial", lambda: self.tracked.inner.broadcast_object(
-            trial.keep_new() if self.rank == 0 else None, 0, *self._exchange("trial verdict")))
+        keep = self.tracked.inner.broadcast_object(
+            trial.keep_new() if self.rank == 0 else None, 0, *self._exchange("trial verdict"))
         event.kept, event.decided_step = bool(keep), self.step
         event.trial_old, event.trial_new = trial.old_s, trial.new_s
         if not keep:
