@@ -164,7 +164,8 @@ class CompletionQueue:
                     best, first = r, seq
             if best is None:
                 reqs = list(candidates)
-                best = reqs[t._sg.Comm.wait_any([r.comm for r in reqs])]
-            t._complete(best)
+                t._complete(reqs[t._sg.Comm.wait_any([r.comm for r in reqs])], waited=True)
+            else:
+                t._complete(best)
         self._open -= 1
         return ready.popleft()
