@@ -92,7 +92,8 @@ def _ms(v: Optional[float]) -> str:
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
-    head = (f"{'topology':<30} {'ranks':>5} {'tree ms':>9} {'ring ms':>9} {'dbtree ms':>9} "
+    head = (f"{'topology':<30} {'ranks':>5} {'tree ms':>9} {'predicted':>9} {'ring ms':>9} "
+            f"{'dbtree ms':>9} "
             f"{'optimum ms':>10} {'init ms':>8} {'planner s':>9} {'chunk':>6} {'messages':>9} "
             f"{'wall s':>7} {'cpu s':>6}")
     lines = [head]
@@ -106,7 +107,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
         chunk = "plan" if r["chunk_bytes"] is None else f"{r['chunk_bytes'] >> 10}K"
         lines.append(
             f"{r['topology'][:30]:<30} {r['ranks']:>5} {_ms(r['tree_s']):>9} "
-            f"{_ms(r['ring_s']):>9} {_ms(r['dbtree_s']):>9} {_ms(r['optimum_s']):>10} "
+            f"{_ms(r['predicted_tree_s']):>9} {_ms(r['ring_s']):>9} {_ms(r['dbtree_s']):>9} {_ms(r['optimum_s']):>10} "
             f"{r['init_simulated_s'] * 1e3:>8.2f} {planner:>9} {chunk:>6} {r['messages']:>9} "
             f"{r['wall_s']:>7.1f} {r['cpu_s']:>6.1f}")
     if any(r.get("planner") == "cached" for r in rows):
