@@ -94,3 +94,9 @@ def test_only_real_hosts_get_it():
     assert len(set(machines(load(bundled("racks-2x3"))))) == 2
     assert not has_hosts(from_dict(generate("sites:gpus=1", 16)))
     assert has_hosts(from_dict(generate("racks:hosts_per_rack=2,gpus=4,oversub=2", 16)))
+
+
+def test_forcing_the_host_forest_where_there_is_none_is_an_error():
+    # racks-2x3 has one rank per machine: a forced "hosts" must not quietly plan another forest
+    with pytest.raises(ValueError, match="forest 'hosts' needs machines"):
+        make_plan(load(bundled("racks-2x3")), forest="hosts")

@@ -31,9 +31,11 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "HOROVOD_FUSION_THRESHOLD, 128M unless set; K, M, G are binary)")
     p.add_argument("--forest", choices=FORESTS, default="auto",
                    help="auto: keep the deep (highest-throughput) forest, or the balanced "
-                        "(each rank's receive CPU packed as a resource) or shallow "
-                        "(depth-bounded) one where it predicts less time for --size by more "
-                        "than 5%%; deep, balanced or shallow force one (default auto)")
+                        "(each rank's receive CPU packed as a resource), shallow "
+                        "(depth-bounded) or hosts (rotated binary trees over machines, offered "
+                        "where machines hold several ranks) one where it predicts less time "
+                        "for --size by more than 5%%; deep, balanced, shallow or hosts force "
+                        "one (default auto)")
     p.add_argument("--max-depth", type=int, default=None, metavar="D",
                    help="depth bound of the shallow forest's trees (default ceil(log2 ranks))")
     p.add_argument("--json", action="store_true",

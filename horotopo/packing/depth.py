@@ -284,6 +284,10 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     the predictions are made on.
     """
     check_forest(forest)
+    if forest == "hosts" and not has_hosts(topology):
+        # forcing a forest that this topology cannot have must not quietly give another one
+        raise ValueError(f"forest 'hosts' needs machines that hold several ranks (or a local "
+                         f"fabric much faster than the way out); {topology.name!r} has none")
     deep = build(packing)
     record: Dict[str, Any] = {"size": int(size), "chosen": "deep", "margin": FOREST_MARGIN,
                               "deep": _summary(deep, size, network)}
