@@ -405,8 +405,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
     hosts with an intra-host stage (:mod:`horotopo.packing.hierarchy`), expanded to rank-level
     trees; its certificate is the hierarchical model's bound, and ``planner`` holds the flat
-    model's bound beside it. The forest is then the deep one (the shallow alternative is
-    packed over ranks).
+    model's bound beside it. The forests offered are then the deep one and the host forest
+    (balanced and shallow are packed over ranks: forcing one raises ValueError).
 
     ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
     chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
@@ -416,13 +416,13 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     ``plan.planner["forest"]`` records the choice and both predictions.
     """
     size = target_size(size)
-    check_forest(forest)
-    if _hierarchy.use_hierarchy(topology, hierarchy):
+    hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
+    check_forest(forest, hierarchical)  # before the packing: a forced forest is never replaced
+    if hierarchical:
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
         ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
         packing = _hierarchy.pack_hierarchical(topology, max_trees_per_root=max_trees_per_root,
                                                target_gap=target_gap, progress=progress)
-        forest = "deep"
     else:
         ring = ring_packing(topology)
         packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
@@ -430,7 +430,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     plan, record = choose_forest(
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
-        max_trees_per_root=max_trees_per_root, progress=progress, network=network)
+        max_trees_per_root=max_trees_per_root, progress=progress, network=network,
+        hierarchical=hierarchical)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 

@@ -249,17 +249,23 @@ def receive_limited(topology: Topology, costs: SoftwareCosts = ENGINE_COSTS,
                    routes=routes)
 
 
-def check_forest(forest: str) -> None:
-    """Raise ValueError unless ``forest`` is one of :data:`FORESTS`."""
+def check_forest(forest: str, hierarchical: bool = False) -> None:
+    """Raise ValueError unless ``forest`` is one of :data:`FORESTS` (and, for a plan over
+    hosts, one it offers: balanced and shallow are packed over ranks, ``n**2`` arcs)."""
     if forest not in FORESTS:
         raise ValueError(f"forest must be one of {', '.join(FORESTS)}, got {forest!r}")
+    if hierarchical and forest in ("balanced", "shallow"):
+        raise ValueError(f"forest {forest!r} is packed over ranks; a plan over hosts "
+                         "(hierarchy on, or auto above 64 ranks) offers deep and hosts only: "
+                         "pass hierarchy='off' to force it")
 
 
 def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing], Any],
                   size: int, *, floor_Bps: float, forest: str = "auto",
                   max_depth: Optional[int] = None, max_trees_per_root: int = 4,
                   progress: Optional[Callable[[str], None]] = None,
-                  network: Any = None) -> Tuple[Any, Dict[str, Any]]:
+                  network: Any = None, hierarchical: bool = False
+                  ) -> Tuple[Any, Dict[str, Any]]:
     """The deep forest (``packing``), a balanced, a shallow or a host one: the fastest
     predicted.
 
@@ -281,9 +287,11 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     record of the choice: the size, the margin, each forest's predicted time, throughput, tree
     count and deepest tree (reduce plus broadcast hops). ``network`` (a
     :class:`~horotopo.packing.alphabeta.NetworkModel`, default the links as declared) is what
-    the predictions are made on.
+    the predictions are made on. ``hierarchical`` (``packing`` is over hosts,
+    :func:`~.hierarchy.pack_hierarchical`) offers the host forest alone beside the deep one:
+    balanced and shallow are packed over ranks (``n**2`` arcs), and forcing either raises.
     """
-    check_forest(forest)
+    check_forest(forest, hierarchical)
     if forest == "hosts" and not has_hosts(topology):
         # forcing a forest that this topology cannot have must not quietly give another one
         raise ValueError(f"forest 'hosts' needs machines that hold several ranks (or a local "
@@ -297,11 +305,10 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                    and packing.throughput < UNBOUNDED_BPS)
     if forest == "deep" or topology.n < 3 or not constrained:
         return deep, record
-    limited = receive_limited(topology)
     bound = max_depth or depth_bound_for(topology.n)
-    packers = {"balanced": lambda: pack(limited, max_trees_per_root=max_trees_per_root),
-               "shallow": lambda: pack_bounded(topology, bound,
-                                               max_trees_per_root=max_trees_per_root)}
+    packers = {} if hierarchical else {
+        "balanced": lambda: pack(receive_limited(topology), max_trees_per_root=max_trees_per_root),
+        "shallow": lambda: pack_bounded(topology, bound, max_trees_per_root=max_trees_per_root)}
     if has_hosts(topology):
         # rotated binary trees over hosts (horotopo.packing.hostforest): one crossing of a
         # WAN or rack uplink per tree each way, a few host hops deep
@@ -313,7 +320,10 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         if forest not in ("auto", kind):
             continue
         found = packer()
-        plan = build(replace(_at_network_rate(topology, found), upper_bound=packing.upper_bound,
+        # the host forest is already at the flat model's rate (HostModel.max_rate), and
+        # rescaling it would build the n**2-arc flat model, which a plan over hosts avoids
+        scaled = found if kind == "hosts" else _at_network_rate(topology, found)
+        plan = build(replace(scaled, upper_bound=packing.upper_bound,
                              bound_phase=packing.bound_phase))
         record[kind] = dict(_summary(plan, size, network), seconds=round(found.seconds, 4),
                             **({"depth_bound": bound} if kind == "shallow" else {}))

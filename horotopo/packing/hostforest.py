@@ -23,7 +23,7 @@ where it predicts less time by the margin.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,6 +42,9 @@ __all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "host_groups", "host_tr
 #: through a rack uplink it has two more (about 1.7x on the generators: racks split), and a
 #: WAN's milliseconds are thousands of times a data-centre hop.
 GROUP_LATENCY_FACTOR = 1.5
+
+#: A group of machines (:func:`host_groups`): its machines, or its subgroups (nested).
+Group = Union[List[int], List["Group"]]
 
 
 #: A declared *host switch* (:func:`~.hierarchy.machines`) counts as a host for this forest
@@ -73,48 +76,94 @@ def has_hosts(topology: Topology) -> bool:
     return False
 
 
-def host_groups(model: HostModel) -> List[List[int]]:
-    """Machines grouped by route latency (see :data:`GROUP_LATENCY_FACTOR`), each group in
-    the network's depth-first order (:meth:`HostModel.ring_order`), groups in that order too.
+def host_groups(model: HostModel) -> List[Group]:
+    """Machines grouped by route latency (see :data:`GROUP_LATENCY_FACTOR`), level by level.
+
+    The finest groups are the machines whose routes are within the factor of the smallest
+    latency between two machines (a rack); groups whose routes to each other are within the
+    factor of the smallest latency between two groups form the next level (the racks of a
+    site), and so on until one group would hold all. A group of one level is the list of
+    its subgroups, a finest group the list of its machines; a group with one subgroup is
+    that subgroup. Members are in the network's depth-first order
+    (:meth:`HostModel.ring_order`). On a network of one level (racks behind one core, sites
+    of one rack each) this is a list of lists of machines.
     """
     h_count = model.n
     d = model.designated[0]
     lat = np.array([[float(_entry(model.topology.latency_s, int(d[a]), int(d[b]))) if a != b else np.inf
                      for b in range(h_count)] for a in range(h_count)])
-    base = float(lat.min()) if h_count > 1 else 0.0
-    close = lat <= GROUP_LATENCY_FACTOR * base
-    _, group = connected_components(sp.csr_matrix(close), directed=False)
-    order = model.ring_order()
-    out: dict = {}
-    for h in order:
-        out.setdefault(int(group[h]), []).append(h)
-    return list(out.values())
+    labels = []  # one partition per level, finest first; the last has two or more groups
+    label = np.arange(h_count)
+    while h_count > 1:
+        between = lat[label[:, None] != label[None, :]]
+        if between.size == 0:
+            break
+        close = lat <= GROUP_LATENCY_FACTOR * float(between.min())
+        count, label = connected_components(sp.csr_matrix(close), directed=False)
+        if count == 1:
+            break
+        labels.append(label)
+    if not labels:
+        return [list(model.ring_order())]
+    pos = {h: i for i, h in enumerate(model.ring_order())}
+
+    def split(members: List[int], level: int) -> Group:
+        """``members`` (in depth-first order) split by the partition of ``level`` and
+        below; a group with one subgroup is that subgroup."""
+        if level < 0:
+            return members
+        parts: dict = {}
+        for h in members:
+            parts.setdefault(int(labels[level][h]), []).append(h)
+        if len(parts) == 1:
+            return split(members, level - 1)
+        return [split(p, level - 1) for p in parts.values()]
+
+    return split(sorted(range(h_count), key=pos.__getitem__), len(labels) - 1)
 
 
-def host_trees(groups: Sequence[Sequence[int]], h_count: int, arity: int = 2
+def _flat(group: Group) -> List[int]:
+    """The machines of a (nested) group, in order."""
+    return [h for g in group for h in ([g] if isinstance(g, (int, np.integer)) else _flat(g))]
+
+
+def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2
                ) -> List[Tuple[int, Tuple[int, ...]]]:
-    """``(root, parent)`` of the ``h_count`` rotated trees over machines (module docstring):
-    tree ``t`` is rooted at machine ``t``; every group is an ``arity``-ary heap of its members
-    rotated by ``t``, and each group's head other than the root's hangs from the root."""
+    """``(root, parent)`` of the ``h_count`` rotated trees over machines (module docstring).
+
+    ``groups`` is :func:`host_groups`' nesting: tree ``t`` is rooted at machine ``t``; at
+    each level, every group but the one of the head (the machine where the tree enters the
+    level's parent group: machine ``t`` at the top) takes its machine at position ``t`` mod
+    its size as its own head, which hangs from the parent group's head; a finest group is an
+    ``arity``-ary heap of its machines rotated to start at its head. A tree so crosses the
+    boundary of every group it enters once each way, and the rotation gives the machines
+    of a group each head position equally often.
+    """
     if arity < 1:
         raise ValueError(f"arity must be at least 1, got {arity}")
-    where = {h: k for k, g in enumerate(groups) for h in g}
-    if sorted(where) != list(range(h_count)) or sum(map(len, groups)) != h_count:
+    flat = _flat(groups)
+    if sorted(flat) != list(range(h_count)) or len(flat) != h_count:
         raise ValueError("groups must hold every machine 0..H-1 exactly once")
+    def grow(group: Group, head: int, t: int, parent: List[int]) -> None:
+        if all(isinstance(g, (int, np.integer)) for g in group):
+            s = list(group).index(head)
+            rot = list(group[s:]) + list(group[:s])
+            for i in range(1, len(rot)):
+                parent[rot[i]] = rot[(i - 1) // arity]
+            return
+        for sub in group:
+            inside = _flat([sub])
+            if head in inside:
+                grow(sub, head, t, parent)
+            else:
+                own = inside[t % len(inside)]
+                parent[own] = head
+                grow(sub, own, t, parent)
+
     out = []
     for t in range(h_count):
         parent = [-1] * h_count
-        heads = []
-        for k, g in enumerate(groups):
-            # the root's group starts at the root; the others rotate with t
-            s = g.index(t) if k == where[t] else t % len(g)
-            rot = list(g[s:]) + list(g[:s])
-            for i in range(1, len(rot)):
-                parent[rot[i]] = rot[(i - 1) // arity]
-            heads.append(rot[0])
-        for hd in heads:
-            if hd != t:
-                parent[hd] = t
+        grow(list(groups), t, t, parent)
         out.append((t, tuple(parent)))
     return out
 
