@@ -323,8 +323,12 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         # the host forest is already at the flat model's rate (HostModel.max_rate), and
         # rescaling it would build the n**2-arc flat model, which a plan over hosts avoids
         scaled = found if kind == "hosts" else _at_network_rate(topology, found)
+        # the plan carries the deep packing's certificate, so its statistics too (a plan over
+        # hosts keeps its flat bound and machine count); the forest's own count of host trees
         plan = build(replace(scaled, upper_bound=packing.upper_bound,
-                             bound_phase=packing.bound_phase))
+                             bound_phase=packing.bound_phase, iterations=packing.iterations,
+                             columns=packing.columns, seconds=packing.seconds,
+                             extra=dict(packing.extra, **scaled.extra)))
         record[kind] = dict(_summary(plan, size, network), seconds=round(found.seconds, 4),
                             **({"depth_bound": bound} if kind == "shallow" else {}))
         above_floor = plan.throughput_Bps >= floor_Bps * (1 - RTOL)

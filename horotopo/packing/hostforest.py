@@ -189,4 +189,4 @@ def pack_host_forest(topology: Topology, arity: int = 2) -> Packing:
     trees = model.expand([TreeRate(r, p, p, rate) for r, p in pairs])
     total = float(sum(t.rate for t in trees))
     return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total,
-                   bound_phase="")
+                   bound_phase="", extra={"host_trees": len(pairs)})
