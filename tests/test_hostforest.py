@@ -100,3 +100,68 @@ def test_forcing_the_host_forest_where_there_is_none_is_an_error():
     # racks-2x3 has one rank per machine: a forced "hosts" must not quietly plan another forest
     with pytest.raises(ValueError, match="forest 'hosts' needs machines"):
         make_plan(load(bundled("racks-2x3")), forest="hosts")
+
+
+def _cut_arcs(topo, parent, key):
+    return sum(1 for v, p in enumerate(parent) if p >= 0 and key(topo.hosts[v]) != key(topo.hosts[p]))
+
+
+def test_sites_with_racks_group_in_two_levels_one_wan_crossing_and_one_per_rack():
+    """sites at 128 ranks: 2 sites of 2 racks of 4 hosts. The groups nest (sites by the WAN,
+    then racks by their uplink); every tree crosses the WAN once each way and has 3 arcs
+    between racks (4 racks - 1, the fewest a tree spanning them can have), and the forest
+    reaches the host-level optimum H c / (2 (H - 1)) = 666.7 MB/s. One level of 4 rack
+    groups hung every other rack's head from the root: 2 WAN crossings, 625 MB/s."""
+    topo = from_dict(generate(SITES, 128))
+    assert host_groups(HostModel(topo)) == [[[0, 1, 2, 3], [4, 5, 6, 7]],
+                                            [[8, 9, 10, 11], [12, 13, 14, 15]]]
+    got = pack_host_forest(topo)
+    assert got.throughput == pytest.approx(16 * 1.25e9 / 30, rel=1e-9)
+    assert len(got.trees) == 128
+    for t in got.trees:
+        for parent in (t.reduce_parent, t.bcast_parent):
+            assert _cut_arcs(topo, parent, lambda h: h[:1]) == 1  # site
+            assert _cut_arcs(topo, parent, lambda h: h[:4]) == 3  # rack
+            assert depth(parent) <= 6
+
+
+def test_nested_groups_rotate_every_role():
+    groups = [[[0, 1, 2], [3, 4, 5]], [[6, 7, 8], [9, 10, 11]]]
+    trees = host_trees(groups, 12)
+    children = np.zeros(12, dtype=int)
+    for root, parent in trees:
+        assert parent[root] == -1 and sum(p < 0 for p in parent) == 1
+        assert depth(parent) <= 4
+        for p in parent:
+            if p >= 0:
+                children[p] += 1
+    assert (children == children[0]).all()  # equal NIC loads over the 12 trees
+
+
+def test_plan_over_hosts_offers_the_host_forest_and_keeps_it_where_predicted_faster():
+    """128 ranks planned over hosts (hierarchy on): on sites the host forest is predicted
+    more than the margin faster than the deep one (about 112 against 127 ms at 64 MiB) and
+    is kept; on racks with slow NICs it is slower and deep is kept. Before, the plan over
+    hosts always took the deep forest and never predicted the host one."""
+    plan = make_plan(from_dict(generate(SITES, 128)), hierarchy="on", size=64 * MiB)
+    record = plan.planner["forest"]
+    assert record["chosen"] == "hosts"
+    assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"] * 0.95
+    assert plan.throughput_Bps >= plan.ring_Bps
+    assert plan.planner["model"] == "hierarchical" and plan.planner["machines"] == 16
+    assert plan.planner["host_trees"] == 16 and plan.upper_bound_Bps is not None
+    racks = make_plan(from_dict(generate("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
+                                         128)), hierarchy="on", size=64 * MiB)
+    assert racks.planner["forest"]["chosen"] == "deep"
+    assert racks.planner["forest"]["hosts"]["predicted_s"] > \
+        racks.planner["forest"]["deep"]["predicted_s"]
+
+
+def test_a_forced_forest_over_hosts_is_honoured_or_refused():
+    topo = from_dict(generate(SITES, 128))
+    for forest in ("deep", "hosts"):
+        record = make_plan(topo, hierarchy="on", size=64 * MiB, forest=forest).planner["forest"]
+        assert record["chosen"] == forest and record["forced"]
+    for forest in ("balanced", "shallow"):
+        with pytest.raises(ValueError, match="hierarchy='off'"):
+            make_plan(topo, hierarchy="on", forest=forest)
