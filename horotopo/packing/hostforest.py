@@ -9,10 +9,13 @@ sites:gpus=8,wan_gbps=10 --ranks 64``: 69.7 ms simulated at 16 MiB for a 23.4 ms
 This forest is built, not packed. The machines (:func:`~.hierarchy.machines`) are split into
 *groups* of machines close to each other: routes within a group have at most
 :data:`GROUP_LATENCY_FACTOR` times the smallest route latency between two machines (a site
-across a WAN, a rack behind its uplink). Tree ``t`` has machine ``t`` as root; in every group
-the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and each
-group's first machine hangs from the root: a reduce tree crosses each cut between groups once,
-``ceil(log2 g) + 1`` host hops deep. The broadcast tree is the same tree reversed. Rotating
+across a WAN, a rack behind its uplink), and groups close to each other form groups of the
+next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in every finest group
+the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
+each level every other group's first machine hangs from the head of the group it joins: a
+reduce tree crosses the WAN once and has one arc per rack it enters (at 128 ranks on sites,
+one level of 4 rack groups crossed the WAN twice and fell to 625 MB/s from 666.7), ``ceil(log2
+g)`` plus one host hop per level deep. The broadcast tree is the same tree reversed. Rotating
 the roles over the ``H`` trees gives every machine each position once per group size, so the
 NICs carry equal loads, the condition for the hierarchical optimum ``H c / (2 (H - 1))`` when
 the NICs are the bottleneck. Each host-level tree runs in ``K`` channels with the intra-host
