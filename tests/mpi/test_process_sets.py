@@ -179,6 +179,13 @@ def test_a_sets_plan_covers_its_members_only():
     assert hvd.remove_process_set(s)
 
 
+def _all_done_before_shutdown():
+    # One rank's shutdown ends the ops still pending on every rank (Horovod's semantics), and
+    # an op on a set without that rank may still be pending on its members: without this,
+    # the rank whose own set ran slower failed now and then with "Horovod has been shut down".
+    hvd.barrier()
+
+
 def test_init_with_process_sets_registers_them_in_order():
     n = hvd.size()
     _need_two()
@@ -195,6 +202,7 @@ def test_init_with_process_sets_registers_them_in_order():
         mine = sets[0] if hvd.rank() == 0 else sets[1]
         got = hvd.allreduce(np.ones(1), op=hvd.Sum, process_set=mine)
         assert got.tolist() == [float(mine.size())]
+        _all_done_before_shutdown()
     finally:
         hvd.shutdown()
         start()
@@ -223,6 +231,7 @@ def test_init_with_communicator_process_sets():
         with pytest.raises(NotImplementedError, match="^Dynamically adding process sets "
                                                       "defined by an MPI communicator"):
             hvd.add_process_set(hvd.ProcessSet(sub))
+        _all_done_before_shutdown()
     finally:
         hvd.shutdown()
         sub.Free()
