@@ -37,7 +37,8 @@ from .certificate import RTOL
 # gk's pool of halves and its split LP serve the bounded columns as they do gk's own
 from .alphabeta import ENGINE_COSTS, SoftwareCosts
 from .gk import UNBOUNDED_BPS, _Pool, pack, pair_rates
-from .hostforest import has_hosts, pack_host_forest
+from .hierarchy import machines
+from .hostforest import has_hosts, host_tree_counts, pack_host_forests
 from .model import ArcModel, Packing
 
 __all__ = ["bounded_arborescence", "depth_bound_for", "pack_bounded", "choose_forest",
@@ -278,7 +279,10 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     allreduces across a WAN that it is there for); where machines hold several ranks
     (:func:`~.hostforest.has_hosts`), the *hosts* forest is :func:`~.hostforest.pack_host_forest`
     (rotated binary trees over hosts, one crossing of a WAN or rack cut each way; on sites and
-    fattree at 64 ranks, 64 MiB, 16-23% faster simulated than the deep forest). Their trees
+    fattree at 64 ranks, 64 MiB, 16-23% faster simulated than the deep forest), packed with
+    each count of host trees of :func:`~.hostforest.host_tree_counts` and predicted, the
+    fastest above the floor standing for it (``record["hosts"]["tried"]`` lists them all by
+    count). Their trees
     keep their shares, at the rate
     the network alone allows them (:func:`_at_network_rate`), and they carry the deep
     packing's certified bound, which bounds every packing. Another forest replaces the deep one only where its throughput is at
@@ -307,30 +311,31 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         return deep, record
     bound = max_depth or depth_bound_for(topology.n)
     packers = {} if hierarchical else {
-        "balanced": lambda: pack(receive_limited(topology), max_trees_per_root=max_trees_per_root),
-        "shallow": lambda: pack_bounded(topology, bound, max_trees_per_root=max_trees_per_root)}
+        "balanced": lambda: [pack(receive_limited(topology),
+                                  max_trees_per_root=max_trees_per_root)],
+        "shallow": lambda: [pack_bounded(topology, bound, max_trees_per_root=max_trees_per_root)]}
     if has_hosts(topology):
         # rotated binary trees over hosts (horotopo.packing.hostforest): one crossing of a
-        # WAN or rack uplink per tree each way, a few host hops deep
-        packers["hosts"] = lambda: pack_host_forest(topology)
+        # WAN or rack uplink per tree each way, a few host hops deep; a few counts of host
+        # trees (at most MAX_HOST_TREES), each predicted, the fastest kept
+        packers["hosts"] = lambda: pack_host_forests(
+            topology, host_tree_counts(len(set(machines(topology)))))
     pick = deep
     # a tie with the deep forest keeps it (FOREST_MARGIN); among the others the faster wins
     best = record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
     for kind, packer in packers.items():
         if forest not in ("auto", kind):
             continue
-        found = packer()
-        # the host forest is already at the flat model's rate (HostModel.max_rate), and
-        # rescaling it would build the n**2-arc flat model, which a plan over hosts avoids
-        scaled = found if kind == "hosts" else _at_network_rate(topology, found)
-        # the plan carries the deep packing's certificate, so its statistics too (a plan over
-        # hosts keeps its flat bound and machine count); the forest's own count of host trees
-        plan = build(replace(scaled, upper_bound=packing.upper_bound,
-                             bound_phase=packing.bound_phase, iterations=packing.iterations,
-                             columns=packing.columns, seconds=packing.seconds,
-                             extra=dict(packing.extra, **scaled.extra)))
-        record[kind] = dict(_summary(plan, size, network), seconds=round(found.seconds, 4),
-                            **({"depth_bound": bound} if kind == "shallow" else {}))
+        tried = [_candidate(topology, kind, found, packing, build, size, network, bound)
+                 for found in packer()]
+        # of one kind's candidates (host-tree counts) the fastest predicted above the floor
+        # (any, where the kind is forced) is the one weighed against the others
+        eligible = [c for c in tried if forest == kind or
+                    c[0].throughput_Bps >= floor_Bps * (1 - RTOL)]
+        plan, record[kind] = min(eligible or tried, key=lambda c: c[1]["predicted_s"])
+        if len(tried) > 1:
+            # by host-tree count (string keys: the record goes into the plan's JSON)
+            record[kind]["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
         above_floor = plan.throughput_Bps >= floor_Bps * (1 - RTOL)
         if forest == kind or (above_floor and record[kind]["predicted_s"] < best):
             pick, record["chosen"], best = plan, kind, record[kind]["predicted_s"]
@@ -340,6 +345,25 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                              for k in FORESTS[1:] if k in record)
                  + f"; shallow at depth <= {bound})")
     return pick, record
+
+
+def _candidate(topology: Topology, kind: str, found: Packing, packing: Packing,
+               build: Callable[[Packing], Any], size: int, network: Any, bound: int
+               ) -> Tuple[Any, Dict[str, Any]]:
+    """The plan of one forest ``found`` of ``kind`` and its record (:func:`choose_forest`)."""
+    # the host forest is already at the flat model's rate (HostModel.max_rate), and
+    # rescaling it would build the n**2-arc flat model, which a plan over hosts avoids
+    scaled = found if kind == "hosts" else _at_network_rate(topology, found)
+    # the plan carries the deep packing's certificate, so its statistics too (a plan over
+    # hosts keeps its flat bound and machine count); the forest's own count of host trees
+    plan = build(replace(scaled, upper_bound=packing.upper_bound,
+                         bound_phase=packing.bound_phase, iterations=packing.iterations,
+                         columns=packing.columns, seconds=packing.seconds,
+                         extra=dict(packing.extra, **scaled.extra)))
+    summary = dict(_summary(plan, size, network), seconds=round(found.seconds, 4),
+                   **({"depth_bound": bound} if kind == "shallow" else {}),
+                   **({"host_trees": found.extra["host_trees"]} if kind == "hosts" else {}))
+    return plan, summary
 
 
 def _at_network_rate(topology: Topology, found: Packing) -> Packing:

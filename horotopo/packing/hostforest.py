@@ -21,12 +21,21 @@ NICs carry equal loads, the condition for the hierarchical optimum ``H c / (2 (H
 the NICs are the bottleneck. Each host-level tree runs in ``K`` channels with the intra-host
 star (:meth:`~.hierarchy.HostModel.expand`), at one common rate: the most the network allows.
 
+A forest of all ``H`` rotations expands to ``H K`` rank-level trees: 4096 trees of 4096 ranks
+at 512 hosts of 8, each with a 16 KiB share of 64 MiB (the simulation of that plan ran out of
+23 GB). So a forest keeps a subset of the rotations (:func:`pick_rotations`): chosen one by one,
+each the rotation that most raises the common rate of those kept (the real loads, NICs,
+uplinks and WAN alike), which spreads the roots and the heads over the groups. A rotation by
+half a group swaps a heap's interior and leaf roles (NCCL's double binary tree), so a few trees
+balance well; whatever imbalance is left shows in the rate, which is computed from the kept
+trees' loads. :func:`~.depth.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`.
+
 It certifies nothing; :func:`~.depth.choose_forest` offers it beside the others and keeps it
 where it predicts less time by the margin.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,14 +46,28 @@ from .alphabeta import _entry
 from .hierarchy import HostModel, _route, machines
 from .model import Packing, TreeRate
 
-__all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "host_groups", "host_trees", "pack_host_forest",
-           "has_hosts"]
+__all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MAX_HOST_TREES",
+           "host_groups", "host_trees", "pick_rotations", "pack_host_forest",
+           "pack_host_forests", "host_tree_counts", "has_hosts"]
 
 #: Machines whose route latency is at most this multiple of the smallest one between two
 #: machines share a group. Within one switch a route has two NIC hops (plus local links);
 #: through a rack uplink it has two more (about 1.7x on the generators: racks split), and a
 #: WAN's milliseconds are thousands of times a data-centre hop.
 GROUP_LATENCY_FACTOR = 1.5
+
+#: The most host-level trees a planned host forest keeps (each is ``K`` rank-level trees): at
+#: 512 hosts of 8 ranks, 256 rank-level trees instead of 4096. Chosen so that a 64 MiB buffer
+#: still gives every rank-level tree 256 KiB at 4096 ranks, and so that the planner's and the
+#: simulator's cost stays a small multiple of the deep forest's (at most ``2 H`` host trees
+#: there).
+MAX_HOST_TREES = 32
+
+#: Host-tree counts that :func:`~.depth.choose_forest` predicts (each at most the machines'
+#: count ``H``, and :data:`MAX_HOST_TREES`): fewer trees mean fewer messages per rank and
+#: larger chunks, more trees better balanced loads and a shorter pipeline fill; the
+#: alpha-beta prediction for the planned size decides.
+HOST_TREE_COUNTS = (4, 8, 16, 32)
 
 #: A group of machines (:func:`host_groups`): its machines, or its subgroups (nested).
 Group = Union[List[int], List["Group"]]
@@ -130,23 +153,29 @@ def _flat(group: Group) -> List[int]:
     return [h for g in group for h in ([g] if isinstance(g, (int, np.integer)) else _flat(g))]
 
 
-def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2
-               ) -> List[Tuple[int, Tuple[int, ...]]]:
-    """``(root, parent)`` of the ``h_count`` rotated trees over machines (module docstring).
+def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2,
+               rotations: Optional[Sequence[int]] = None) -> List[Tuple[int, Tuple[int, ...]]]:
+    """``(root, parent)`` of the rotated trees over machines (module docstring): every one
+    of the ``h_count`` rotations, or those listed in ``rotations`` (in that order).
 
     ``groups`` is :func:`host_groups`' nesting: tree ``t`` is rooted at machine ``t``; at
     each level, every group but the one of the head (the machine where the tree enters the
     level's parent group: machine ``t`` at the top) takes its machine at position ``t`` mod
-    its size as its own head, which hangs from the parent group's head; a finest group is an
-    ``arity``-ary heap of its machines rotated to start at its head. A tree so crosses the
-    boundary of every group it enters once each way, and the rotation gives the machines
-    of a group each head position equally often.
+    its size as its own head, and the heads, in the groups' order rotated to start at the
+    head's group, form an ``arity``-ary heap (with two or three groups: the others' heads
+    hang from the head); a finest group is an ``arity``-ary heap of its machines rotated to
+    start at its head. A tree so crosses the boundary of every group it enters once each
+    way, and the rotation gives the machines of a group each head position equally often.
     """
     if arity < 1:
         raise ValueError(f"arity must be at least 1, got {arity}")
     flat = _flat(groups)
     if sorted(flat) != list(range(h_count)) or len(flat) != h_count:
         raise ValueError("groups must hold every machine 0..H-1 exactly once")
+    rotations = range(h_count) if rotations is None else [int(t) for t in rotations]
+    if any(not 0 <= t < h_count for t in rotations):
+        raise ValueError(f"rotations must lie in 0..{h_count - 1}, got {list(rotations)}")
+
     def grow(group: Group, head: int, t: int, parent: List[int]) -> None:
         if all(isinstance(g, (int, np.integer)) for g in group):
             s = list(group).index(head)
@@ -154,42 +183,180 @@ def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2
             for i in range(1, len(rot)):
                 parent[rot[i]] = rot[(i - 1) // arity]
             return
-        for sub in group:
-            inside = _flat([sub])
-            if head in inside:
-                grow(sub, head, t, parent)
-            else:
-                own = inside[t % len(inside)]
-                parent[own] = head
-                grow(sub, own, t, parent)
+        subs = list(group)
+        inside = [_flat([sub]) for sub in subs]
+        first = next(i for i, m in enumerate(inside) if head in m)
+        heads: List[int] = []
+        # the groups' heads form an arity-ary heap too, from the head's group on: a star of
+        # them under the head gave the root one child per group (65 on fattree at 4096
+        # ranks), a load that only every rotation together evens out
+        for k, i in enumerate(list(range(first, len(subs))) + list(range(first))):
+            own = head if k == 0 else inside[i][t % len(inside[i])]
+            if k:
+                parent[own] = heads[(k - 1) // arity]
+            heads.append(own)
+            grow(subs[i], own, t, parent)
 
     out = []
-    for t in range(h_count):
+    for t in rotations:
         parent = [-1] * h_count
         grow(list(groups), t, t, parent)
         out.append((t, tuple(parent)))
     return out
 
 
-def pack_host_forest(topology: Topology, arity: int = 2) -> Packing:
-    """The rotated host forest of ``topology`` as rank-level trees at one common rate (the
-    most every resource of the flat model allows; ``upper_bound`` None).
+def _score(util: np.ndarray) -> Tuple[float, float]:
+    """How well rotations with summed utilisations ``util`` (rows: alternatives) balance:
+    the highest utilisation (the common rate is its inverse), then the sum of squares (the
+    loads spread further), lower being better."""
+    return util.max(axis=-1), (util ** 2).sum(axis=-1)
+
+
+def _best(total: np.ndarray, util: np.ndarray, free: np.ndarray) -> Tuple[int, float, float]:
+    """The free rotation whose utilisations added to ``total`` score best (:func:`_score`;
+    the lowest rotation among equals) and its score."""
+    worst, spread = _score(total[None, :] + util)
+    worst = np.where(free, worst, np.inf)
+    tied = free & (worst <= worst.min() * (1 + 1e-9))
+    spread = np.where(tied, spread, np.inf)
+    t = int(np.argmin(spread))  # argmin takes the lowest rotation among equals
+    return t, float(worst[t]), float(spread[t])
+
+
+def pick_rotations(loads: np.ndarray, capacity: np.ndarray, count: int,
+                   max_passes: int = 8) -> List[int]:
+    """``count`` rotations whose trees together balance the loads best.
+
+    Kept one by one, each the rotation that most raises the common rate of those kept so far
+    (greedy); then each kept one is swapped for the free rotation that improves the whole
+    set most, while any does (at most ``max_passes`` passes over the set): the greedy
+    alone, blind to what later trees can make up, left 4 trees on 32 fattree hosts at 0.78
+    of every rotation's rate.
+
+    Parameters
+    ----------
+    loads : ndarray (H, R)
+        Row ``t``: rotation ``t``'s load at unit rate on every resource.
+    capacity : ndarray (R,)
+        The resources' capacities.
+    count : int
+        How many rotations to keep (1..H).
+    max_passes : int
+        Passes of swaps at most (each tries every kept rotation once).
+
+    Returns
+    -------
+    list of int
+        ``count`` distinct rotations, ascending. The score of a set is the highest
+        utilisation (the common rate of its trees is the inverse), then the sum of squared
+        utilisations; ties go to the lower rotation.
+    """
+    loads = np.asarray(loads, dtype=float)
+    h_count = loads.shape[0]
+    if not 1 <= count <= h_count:
+        raise ValueError(f"count must lie in 1..{h_count}, got {count}")
+    used = loads.any(axis=0)
+    if not used.any():
+        raise ValueError("rotations that load no resource have no rate to balance")
+    util = loads[:, used] / np.asarray(capacity, dtype=float)[used]
+    free = np.ones(h_count, dtype=bool)
+    total = np.zeros(util.shape[1])
+    kept: List[int] = []
+    for _ in range(count):
+        t, _, _ = _best(total, util, free)
+        kept.append(t)
+        free[t] = False
+        total = total + util[t]
+    score = tuple(float(x) for x in _score(total))
+    for _ in range(max_passes if count < h_count else 0):
+        changed = False
+        for i, old in enumerate(kept):
+            without = total - util[old]
+            t, worst, spread = _best(without, util, free)
+            # strictly better by more than rounding: a swap back and forth never repeats
+            if (worst < score[0] * (1 - 1e-9)
+                    or (worst <= score[0] * (1 + 1e-9) and spread < score[1] * (1 - 1e-9))):
+                free[old], free[t] = True, False
+                kept[i], total, score, changed = t, without + util[t], (worst, spread), True
+        if not changed:
+            break
+    return sorted(kept)
+
+
+def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS) -> List[int]:
+    """The host-tree counts to offer on ``h_count`` machines: ``counts`` at most ``H`` and
+    :data:`MAX_HOST_TREES`, and ``min(H, MAX_HOST_TREES)`` itself (every rotation on a small
+    job), distinct and ascending."""
+    if h_count < 1:
+        raise ValueError(f"a host forest needs machines, got {h_count}")
+    top = min(h_count, MAX_HOST_TREES)
+    return sorted({c for c in counts if 1 <= c <= top} | {top})
+
+
+def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
+                      ) -> List[Packing]:
+    """The rotated host forest of ``topology`` with each of ``counts`` host-level trees
+    (:func:`pick_rotations`' first ones), as rank-level trees at one common rate: the most
+    every resource allows for those trees' loads (``upper_bound`` None).
+
+    Parameters
+    ----------
+    topology : Topology
+        A network whose machines hold several ranks (:func:`has_hosts`).
+    counts : sequence of int
+        Host-level tree counts, each in ``1..H``.
+    arity : int
+        Children per machine in a finest group's heap.
+
+    Returns
+    -------
+    list of Packing
+        One per count, in the order given; ``extra["host_trees"]`` is the count and
+        ``extra["rotations"]`` the kept rotations (their roots).
 
     Raises
     ------
     ValueError
-        Fewer than two machines, or no machine with several ranks (:func:`has_hosts`).
+        Fewer than two machines, or no machine with several ranks (:func:`has_hosts`); a
+        count outside ``1..H``.
     """
     if not has_hosts(topology):
         raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
                          "with several ranks")
     model = HostModel(topology)
-    pairs = host_trees(host_groups(model), model.n, arity)
-    load = sum(model.load(r, p, p) for r, p in pairs)
-    rate = float(model.max_rate(np.asarray(load, dtype=float)))
-    if not np.isfinite(rate):
-        raise ValueError(f"{topology.name}: a host forest that loads no resource has no rate")
-    trees = model.expand([TreeRate(r, p, p, rate) for r, p in pairs])
-    total = float(sum(t.rate for t in trees))
-    return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total,
-                   bound_phase="", extra={"host_trees": len(pairs)})
+    counts = [int(c) for c in counts]
+    if not counts or any(not 1 <= c <= model.n for c in counts):
+        raise ValueError(f"host tree counts must lie in 1..{model.n}, got {counts}")
+    groups = host_groups(model)
+    every = host_trees(groups, model.n, arity)
+    loads = np.array([model.load(r, p, p) for r, p in every], dtype=float)
+    out = []
+    for count in counts:
+        kept = pick_rotations(loads, model.capacity, count)
+        # the rate from the kept trees' own loads: an unbalanced subset shows as a lower rate
+        rate = float(model.max_rate(loads[kept].sum(axis=0)))
+        if not np.isfinite(rate):
+            raise ValueError(f"{topology.name}: a host forest that loads no resource has no "
+                             "rate")
+        trees = model.expand([TreeRate(r, p, p, rate) for r, p in (every[t] for t in kept)])
+        total = float(sum(t.rate for t in trees))
+        out.append(Packing(trees=trees, throughput=total, upper_bound=None,
+                           full_throughput=total, bound_phase="",
+                           extra={"host_trees": count, "rotations": kept}))
+    return out
+
+
+def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = None
+                     ) -> Packing:
+    """The rotated host forest of ``topology`` with ``count`` host-level trees (default
+    ``min(H, MAX_HOST_TREES)``; see :func:`pack_host_forests`).
+
+    Raises
+    ------
+    ValueError
+        Fewer than two machines, or no machine with several ranks (:func:`has_hosts`); a
+        count outside ``1..H``.
+    """
+    if count is None:
+        count = min(len(set(machines(topology))), MAX_HOST_TREES)
+    return pack_host_forests(topology, [count], arity)[0]
