@@ -286,7 +286,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     keep their shares, at the rate
     the network alone allows them (:func:`_at_network_rate`), and they carry the deep
     packing's certified bound, which bounds every packing. Another forest replaces the deep one only where its throughput is at
-    least ``floor_Bps`` (ring's, the plan's floor) and its predicted time is lower by more than
+    least ``floor_Bps`` (ring's, the plan's floor; a host forest of fewer than ``H / 2`` trees
+    ``1 - 1 / H`` of it, the most such a forest can reach where ring reaches the NICs' bound:
+    :func:`_floor_factor`) and its predicted time is lower by more than
     :data:`FOREST_MARGIN` (``forest`` names one to force it). Returns the chosen plan and a
     record of the choice: the size, the margin, each forest's predicted time, throughput, tree
     count and deepest tree (reduce plus broadcast hops). ``network`` (a
@@ -330,13 +332,14 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                  for found in packer()]
         # of one kind's candidates (host-tree counts) the fastest predicted above the floor
         # (any, where the kind is forced) is the one weighed against the others
-        eligible = [c for c in tried if forest == kind or
-                    c[0].throughput_Bps >= floor_Bps * (1 - RTOL)]
+        floor = lambda c: floor_Bps * (1 - RTOL) * _floor_factor(topology, kind, c[1])
+        eligible = [c for c in tried if forest == kind or c[0].throughput_Bps >= floor(c)]
         plan, record[kind] = min(eligible or tried, key=lambda c: c[1]["predicted_s"])
         if len(tried) > 1:
             # by host-tree count (string keys: the record goes into the plan's JSON)
             record[kind]["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
-        above_floor = plan.throughput_Bps >= floor_Bps * (1 - RTOL)
+        above_floor = plan.throughput_Bps >= floor((plan, record[kind]))
+        record[kind]["floor_Bps"] = floor((plan, record[kind])) / (1 - RTOL)
         if forest == kind or (above_floor and record[kind]["predicted_s"] < best):
             pick, record["chosen"], best = plan, kind, record[kind]["predicted_s"]
     if progress is not None:
@@ -345,6 +348,24 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                              for k in FORESTS[1:] if k in record)
                  + f"; shallow at depth <= {bound})")
     return pick, record
+
+
+def _floor_factor(topology: Topology, kind: str, summary: Dict[str, Any]) -> float:
+    """The share of ring's throughput (the plan's floor) that a forest of ``kind`` must reach.
+
+    1 but for a host forest of ``m`` trees over ``H`` machines with ``2 m < H``: every tree
+    pair loads the NICs ``2 (H - 1)`` times in all, so ``m`` trees at one rate put at least
+    ``ceil(2 m (H - 1) / H) = 2 m`` on the busiest NIC, and reach at most ``c / 2`` where ring,
+    over all ``n`` roots, reaches ``H c / (2 (H - 1))``, the NICs' bound: ``1 - 1 / H`` of it
+    (0.992 at 128 machines, 0.998 at 512). Only ``H / 2`` trees or more can tie it, ``H K / 2``
+    rank-level trees, the count :data:`~.hostforest.MAX_HOST_TREES` bounds. So such a forest
+    is held to ``1 - 1 / H`` of the floor: what any ``m`` trees can reach where ring does,
+    and no lower (a forest below it for another reason, slow NICs inside, is still refused).
+    """
+    if kind != "hosts":
+        return 1.0
+    h_count = len(set(machines(topology)))
+    return 1.0 - 1.0 / h_count if 2 * summary["host_trees"] < h_count else 1.0
 
 
 def _candidate(topology: Topology, kind: str, found: Packing, packing: Packing,
