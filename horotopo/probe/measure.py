@@ -38,7 +38,8 @@ from .config import MODES, ProbeConfig, ProbeError
 from .flows import _Prober, as_probe_error
 from .hosts import probe_hosts
 from .infer import build_document, infer_all, infer_shared
-from .pairing import ExtensionResult, GroupResult, Pair, extension_tests, group_tests
+from .pairing import (SCAN_MAX_RANKS, ExtensionResult, GroupResult, Pair, bipartitions,
+                      extension_tests, group_tests)
 
 # _Prober stays importable from here (the MPI tests drive one directly).
 __all__ = ["ProbeConfig", "ProbeError", "probe", "measure_pairs", "MODES", "_Prober"]
@@ -118,12 +119,18 @@ def _probe(pr: _Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]
         bw = phases.pair_rates(pr)
         groups = cluster_ranks(bw, gap=cfg.gap)
         levels = cluster_levels(bw, gap=cfg.gap)
-        tests = group_tests(levels)
+        partitions = levels
+        if not levels and n <= SCAN_MAX_RANKS:
+            # No groups by rate: a shared link may still hide behind NICs no faster than it
+            # (pairing.bipartitions); a few ranks can afford to test every split.
+            partitions = bipartitions(n)
+        tests = group_tests(partitions)
         pr.budget(0, len(tests) + phases.fan_tests(n))
         if tests:
-            pr.note(f"groups by rate: {levels}", force=True)
+            pr.note(f"groups by rate: {levels}" if levels else
+                    f"no groups by rate: testing all {len(partitions)} splits in two", force=True)
             shared = phases.concurrent(pr, tests, bw)
-            ext = extension_tests(infer_shared(bw, shared, margin=cfg.margin), levels, n)
+            ext = extension_tests(infer_shared(bw, shared, margin=cfg.margin), partitions, n)
             pr.budget(0, len(ext) + phases.fan_tests(n))
             extended = phases.extensions(pr, ext, bw)
         if n > 2:

@@ -3,6 +3,8 @@
 - :func:`circle_rounds`: the round-robin schedule (circle method) of disjoint pairs, the order
   of the pairwise tests.
 - :func:`group_tests`: the concurrent cross-group tests, from the clustering's partitions.
+- :func:`bipartitions`: every split of a few ranks in two, the partitions to test when the
+  rates show no groups.
 - :func:`extension_tests`: whether a rank that no group holds (a slow NIC in a rack) sits
   behind a shared resource that the group tests found.
 
@@ -12,12 +14,13 @@ The probe (:mod:`horotopo.probe.phases`) runs these tests and hands their result
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Any, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["circle_rounds", "GroupTest", "group_tests", "ExtensionTest", "extension_tests",
-           "resource_ends", "Pair", "GroupResult", "ExtensionResult"]
+__all__ = ["circle_rounds", "GroupTest", "group_tests", "bipartitions", "SCAN_MAX_RANKS",
+           "ExtensionTest", "extension_tests", "resource_ends", "Pair", "GroupResult", "ExtensionResult"]
 
 Pair = Tuple[int, int]
 # What a concurrent test measured: (src ranks, dst ranks, the flows that ran at once, their
@@ -45,6 +48,38 @@ def circle_rounds(n: int) -> List[List[Pair]]:
         pairs = [(order[0], m - 1)] + [(order[k], order[m - 1 - k]) for k in range(1, m // 2)]
         rounds.append(sorted((min(a, b), max(a, b)) for a, b in pairs if a < n and b < n))
     return rounds
+
+
+#: Most ranks for which :func:`bipartitions` are all tested when the pair rates show no groups:
+#: ``2 (2^(n-1) - 1 - n)`` tests, 6 at 4 ranks and 20 at 5, then 50 at 6 (too many for the
+#: quick probe's budget).
+SCAN_MAX_RANKS = 5
+
+
+def bipartitions(n: int) -> List[List[List[int]]]:
+    """Every split of ranks ``0..n-1`` into two groups of at least two ranks each, once.
+
+    Shared links hide from the rate clustering when they are no slower than the NICs behind
+    them: on ``random_declared(4, 12)`` a rack's 0.285 gbps uplink sits behind NICs of 0.29 and
+    0.89 gbps, so every pair reads 0.28-0.38 gbps, one level, and no group test ran; the plan
+    then sent three flows through that uplink at once and ran 1.45x slower than the declared
+    topology's plan. In a tree network two flows that share a link have their sources on one
+    side of it and their destinations on the other, so a link crossed by two disjoint pairs
+    shows up in the group test of some split: its sources on one side, destinations on the
+    other.
+
+    Returns
+    -------
+    list of partitions
+        Each ``[group with rank 0, the other group]``, groups sorted; ordered by the first
+        group. Empty for ``n < 4``.
+    """
+    out: List[List[List[int]]] = []
+    for k in range(1, n - 2):               # rank 0 and k others, at least two left over
+        for others in combinations(range(1, n), k):
+            first = [0, *others]
+            out.append([first, [r for r in range(1, n) if r not in others]])
+    return sorted(out)
 
 
 @dataclass(frozen=True)
