@@ -154,12 +154,14 @@ def test_plan_over_hosts_offers_the_host_forest_and_keeps_it_where_predicted_fas
     assert plan.throughput_Bps >= plan.ring_Bps
     assert plan.planner["model"] == "hierarchical" and plan.planner["machines"] == 16
     # the host forest is predicted at every count of host trees offered (4, 8, 16 of the 16
-    # rotations) and the fastest stands for it; 16 trees, every rotation, before
+    # rotations) and the fastest stands for it (16 trees, every rotation, before)
     hosts = record["hosts"]
     assert sorted(map(int, hosts["tried"])) == host_tree_counts(16) == [4, 8, 16]
-    assert hosts["predicted_s"] == min(hosts["tried"].values())
-    assert plan.planner["host_trees"] == hosts["host_trees"] == 8  # 16 predicts the same
-    assert len(plan.trees) == 8 * 8 and plan.upper_bound_Bps is not None
+    assert hosts["predicted_s"] == pytest.approx(min(hosts["tried"].values()), rel=1e-9)
+    # 8 and 16 predict the same but for rounding: the tie goes to more trees
+    assert hosts["tried"]["8"] == pytest.approx(hosts["tried"]["16"], rel=1e-9)
+    assert plan.planner["host_trees"] == hosts["host_trees"] == 16
+    assert len(plan.trees) == 16 * 8 and plan.upper_bound_Bps is not None
     racks = make_plan(from_dict(generate("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
                                          128)), hierarchy="on", size=64 * MiB)
     assert racks.planner["forest"]["chosen"] == "deep"
