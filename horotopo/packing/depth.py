@@ -285,8 +285,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     count). Their trees
     keep their shares, at the rate
     the network alone allows them (:func:`_at_network_rate`), and they carry the deep
-    packing's certified bound, which bounds every packing. Another forest replaces the deep one only where its throughput is at
-    least ``floor_Bps`` (ring's, the plan's floor; a host forest of fewer than ``H / 2`` trees
+    packing's certified bound, which bounds every packing. Another forest replaces the deep
+    one only where its throughput is at least ``floor_Bps`` (ring's, the plan's floor; a host forest of fewer than ``H / 2`` trees
     ``1 - 1 / H`` of it, the most such a forest can reach where ring reaches the NICs' bound:
     :func:`_floor_factor`) and its predicted time is lower by more than
     :data:`FOREST_MARGIN` (``forest`` names one to force it). Returns the chosen plan and a

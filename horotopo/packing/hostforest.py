@@ -15,7 +15,8 @@ the machines, in the network's depth-first order rotated by ``t``, form a binary
 each level the heads of the groups (the machine where the tree enters each) form a binary heap
 too, from the group the tree enters the level by: a reduce tree crosses the WAN once and has
 one arc per rack it enters (at 128 ranks on sites, one level of 4 rack groups crossed the WAN
-twice and fell to 625 MB/s from 666.7), about ``log2`` of the machines hops deep. The broadcast tree is the same tree reversed. Rotating
+twice and fell to 625 MB/s from 666.7), about ``log2`` of the machines hops deep. The
+broadcast tree is the same tree reversed. Rotating
 the roles over the ``H`` trees gives every machine each position once per group size, so the
 NICs carry equal loads, the condition for the hierarchical optimum ``H c / (2 (H - 1))`` when
 the NICs are the bottleneck. Each host-level tree runs in ``K`` channels with the intra-host
@@ -30,7 +31,11 @@ groups (rotations evenly spread, ``t = i H / m``, share their heads' positions i
 0.48-0.55 of every rotation's rate at 4 trees on 32 hosts, against 0.86-0.97). A rotation by
 half a group swaps a heap's interior and leaf roles (NCCL's double binary tree), so a few trees
 balance well; whatever imbalance is left shows in the rate, which is computed from the kept
-trees' loads. :func:`~.depth.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`.
+trees' loads. :func:`~.depth.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`
+(at most :data:`MAX_HOST_TREES`; 32 host trees, 256 rank-level trees, planned 4096 ranks in
+about 30 s of CPU where every rotation took 48). Fewer than ``H / 2`` trees at one rate cannot
+reach the NICs' bound (they miss it by ``1 / H``: 625 against 629.9 MB/s at 128 hosts), which
+the forest choice allows for (:func:`~.depth._floor_factor`).
 
 It certifies nothing; :func:`~.depth.choose_forest` offers it beside the others and keeps it
 where it predicts less time by the margin.
