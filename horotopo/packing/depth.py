@@ -280,8 +280,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     (:func:`~.hostforest.has_hosts`), the *hosts* forest is :func:`~.hostforest.pack_host_forest`
     (rotated binary trees over hosts, one crossing of a WAN or rack cut each way; on sites and
     fattree at 64 ranks, 64 MiB, 16-23% faster simulated than the deep forest), packed with
-    each count of host trees of :func:`~.hostforest.host_tree_counts` and predicted, the
-    fastest above the floor standing for it (``record["hosts"]["tried"]`` lists them all by
+    each count of host trees of :func:`~.hostforest.host_tree_counts` and predicted; of those
+    above the floor the largest count stands for it unless a smaller one is predicted faster
+    by more than :data:`FOREST_MARGIN` (``record["hosts"]["tried"]`` lists them all by
     count). Their trees
     keep their shares, at the rate
     the network alone allows them (:func:`_at_network_rate`), and they carry the deep
@@ -334,14 +335,16 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         # (any, where the kind is forced) is the one weighed against the others
         floor = lambda c: floor_Bps * (1 - RTOL) * _floor_factor(topology, kind, c[1])
         eligible = [c for c in tried if forest == kind or c[0].throughput_Bps >= floor(c)]
-        pool = eligible or tried
-        fastest = min(c[1]["predicted_s"] for c in pool)
-        # predictions equal but for rounding (the model charges every count of host trees
-        # the same fill once their chunks are chosen) go to more trees: loads closer to every
-        # rotation's, and a shorter fill where the chunk is larger than a tree's share (sites
-        # at 256 ranks, 64 MiB, --chunk 4M simulated: 220.2 ms at 32 trees, 273.0 at 16)
-        plan, record[kind] = max((c for c in pool if c[1]["predicted_s"] <= fastest * (1 + 1e-9)),
-                                 key=lambda c: c[1].get("host_trees", 0))
+        # the most host trees, unless fewer are predicted faster by more than the margin:
+        # the model charges every count the same fill once the chunks are chosen (a tie but
+        # for rounding from 16 trees up on 32 hosts), and it missed what fewer trees cost
+        # across a WAN (simulated at 64 MiB: sites-64 245.4 ms at 4 trees, predicted 1% faster
+        # than 8, which ran 188.6; sites-256 at --chunk 4M 273.0 ms at 16 trees, 220.2 at 32)
+        pool = sorted(eligible or tried, key=lambda c: -c[1].get("host_trees", 0))
+        plan, record[kind] = pool[0]
+        for c in pool[1:]:
+            if c[1]["predicted_s"] < record[kind]["predicted_s"] * (1 - FOREST_MARGIN):
+                plan, record[kind] = c
         if len(tried) > 1:
             # by host-tree count (string keys: the record goes into the plan's JSON)
             record[kind]["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
