@@ -6,7 +6,7 @@ import pytest
 
 from horotopo.generate import generate
 from horotopo.packing.hierarchy import HostModel, machines
-from horotopo.packing.hostforest import (MAX_HOST_TREES, has_hosts, host_groups,
+from horotopo.packing.hostforest import (MAX_HOST_TREES, _flat, has_hosts, host_groups,
                                          host_tree_counts, host_trees, pack_host_forest,
                                          pack_host_forests, pick_rotations)
 from horotopo.packing.depth import FOREST_MARGIN, _floor_factor
@@ -256,6 +256,12 @@ def test_kept_rotations_balance_the_loads_on_the_generators(spec):
             sends = _sends([trees[t] for t in kept], model.n)
             assert sends.max() / (count * 2 * (model.n - 1) / model.n) <= 1.17, count
             assert ratio >= (0.999 if count >= 16 else 0.85), (count, ratio)
+            # the roots spread evenly over the top groups (2 sites; fattree's 4 leaf
+            # switches): before, every root of 4-16 trees was in site A on sites
+            top = host_groups(model)
+            side = {h: k for k, g in enumerate(top) for h in (g if spec != SITES else _flat(g))}
+            per = np.bincount([side[t] for t in kept], minlength=len(top))
+            assert (per == count // len(top)).all(), (count, per)
 
 
 @pytest.mark.parametrize("spec,ranks", [(SITES, 128), (GENERATORS[0], 128), (GENERATORS[2], 64)])
