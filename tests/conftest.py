@@ -4,6 +4,9 @@ tests/mpi/ holds multi-rank tests. They are not collected in the plain run: test
 launches them under mpiexec at several sizes (HOROTOPO_MPI_TIER=1 marks such a launch).
 """
 import os
+import sys
+
+import pytest
 
 collect_ignore_glob = [] if os.environ.get("HOROTOPO_MPI_TIER") == "1" else ["mpi/*"]
 
@@ -42,3 +45,28 @@ def pytest_collection_modifyitems(session, config, items):
     # every rank (a stable sort of the collected order), as collective tests need.
     if os.environ.get("HOROTOPO_MPI_TIER") == "1":
         items.sort(key=lambda item: item.path.name in RUNTIME_MODULES)
+
+
+_SESSION_FAILED = pytest.StashKey[bool]()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[_SESSION_FAILED] = exitstatus not in (0,
+                                                               pytest.ExitCode.NO_TESTS_COLLECTED)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    # A rank whose tests failed ends the whole MPI-tier launch once it has reported: its peers
+    # would otherwise wait in a collective that this rank no longer reaches (-x stops it early;
+    # a failure can also skip a collective), and the outer test would see a 600 s timeout
+    # instead of the failure.
+    if os.environ.get("HOROTOPO_MPI_TIER") != "1" or not config.stash.get(_SESSION_FAILED, False):
+        return
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    if mpi.COMM_WORLD.Get_size() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        mpi.COMM_WORLD.Abort(1)
