@@ -287,9 +287,10 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     keep their shares, at the rate
     the network alone allows them (:func:`_at_network_rate`), and they carry the deep
     packing's certified bound, which bounds every packing. Another forest replaces the deep
-    one only where its throughput is at least ``floor_Bps`` (ring's, the plan's floor; a host forest of fewer than ``H / 2`` trees
-    ``1 - 1 / H`` of it, the most such a forest can reach where ring reaches the NICs' bound:
-    :func:`_floor_factor`) and its predicted time is lower by more than
+    one only where its throughput is at least ``floor_Bps`` (ring's, the plan's floor; a host
+    forest of fewer than ``H / 2`` trees ``1 - 1 / H`` of it, the most such a forest can reach
+    where ring reaches the NICs' bound: :func:`_floor_factor`) and its predicted time is lower
+    by more than
     :data:`FOREST_MARGIN` (``forest`` names one to force it). Returns the chosen plan and a
     record of the choice: the size, the margin, each forest's predicted time, throughput, tree
     count and deepest tree (reduce plus broadcast hops). ``network`` (a
@@ -317,12 +318,13 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         "balanced": lambda: [pack(receive_limited(topology),
                                   max_trees_per_root=max_trees_per_root)],
         "shallow": lambda: [pack_bounded(topology, bound, max_trees_per_root=max_trees_per_root)]}
+    h_count = 0
     if has_hosts(topology):
         # rotated binary trees over hosts (horotopo.packing.hostforest): one crossing of a
         # WAN or rack uplink per tree each way, a few host hops deep; a few counts of host
         # trees (at most MAX_HOST_TREES), each predicted, the fastest kept
-        packers["hosts"] = lambda: pack_host_forests(
-            topology, host_tree_counts(len(set(machines(topology)))))
+        h_count = len(set(machines(topology)))
+        packers["hosts"] = lambda: pack_host_forests(topology, host_tree_counts(h_count))
     pick = deep
     # a tie with the deep forest keeps it (FOREST_MARGIN); among the others the faster wins
     best = record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
@@ -331,9 +333,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
             continue
         tried = [_candidate(topology, kind, found, packing, build, size, network, bound)
                  for found in packer()]
-        # of one kind's candidates (host-tree counts) the fastest predicted above the floor
-        # (any, where the kind is forced) is the one weighed against the others
-        floor = lambda c: floor_Bps * (1 - RTOL) * _floor_factor(topology, kind, c[1])
+        # of one kind's candidates (host-tree counts) those above the floor (any, where the
+        # kind is forced) are eligible to be weighed against the others
+        floor = lambda c: floor_Bps * (1 - RTOL) * _floor_factor(h_count, kind, c[1])
         eligible = [c for c in tried if forest == kind or c[0].throughput_Bps >= floor(c)]
         # the most host trees, unless fewer are predicted faster by more than the margin:
         # the model charges every count the same fill once the chunks are chosen (a tie but
@@ -348,8 +350,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         if len(tried) > 1:
             # by host-tree count (string keys: the record goes into the plan's JSON)
             record[kind]["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
-        above_floor = plan.throughput_Bps >= floor((plan, record[kind]))
-        record[kind]["floor_Bps"] = floor((plan, record[kind])) / (1 - RTOL)
+        plan_floor = floor((plan, record[kind]))
+        above_floor = plan.throughput_Bps >= plan_floor
+        record[kind]["floor_Bps"] = plan_floor / (1 - RTOL)
         if forest == kind or (above_floor and record[kind]["predicted_s"] < best):
             pick, record["chosen"], best = plan, kind, record[kind]["predicted_s"]
     if progress is not None:
@@ -360,8 +363,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     return pick, record
 
 
-def _floor_factor(topology: Topology, kind: str, summary: Dict[str, Any]) -> float:
-    """The share of ring's throughput (the plan's floor) that a forest of ``kind`` must reach.
+def _floor_factor(h_count: int, kind: str, summary: Dict[str, Any]) -> float:
+    """The share of ring's throughput (the plan's floor) that a forest of ``kind`` must reach
+    on a network of ``h_count`` machines.
 
     1 but for a host forest of ``m`` trees over ``H`` machines with ``2 m < H``: every tree
     pair loads the NICs ``2 (H - 1)`` times in all, so ``m`` trees at one rate put at least
@@ -374,7 +378,6 @@ def _floor_factor(topology: Topology, kind: str, summary: Dict[str, Any]) -> flo
     """
     if kind != "hosts":
         return 1.0
-    h_count = len(set(machines(topology)))
     return 1.0 - 1.0 / h_count if 2 * summary["host_trees"] < h_count else 1.0
 
 

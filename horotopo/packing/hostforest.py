@@ -160,10 +160,14 @@ def _flat(group: Group) -> List[int]:
     return [h for g in group for h in ([g] if isinstance(g, (int, np.integer)) else _flat(g))]
 
 
-def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2,
-               rotations: Optional[Sequence[int]] = None) -> List[Tuple[int, Tuple[int, ...]]]:
-    """``(root, parent)`` of the rotated trees over machines (module docstring): every one
-    of the ``h_count`` rotations, or those listed in ``rotations`` (in that order).
+def _is_finest(group: Group) -> bool:
+    """Whether ``group`` holds machines (a finest group) rather than subgroups."""
+    return all(isinstance(g, (int, np.integer)) for g in group)
+
+
+def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2
+               ) -> List[Tuple[int, Tuple[int, ...]]]:
+    """``(root, parent)`` of the ``h_count`` rotated trees over machines (module docstring).
 
     ``groups`` is :func:`host_groups`' nesting: tree ``t`` is rooted at machine ``t``; at
     each level, every group but the one of the head (the machine where the tree enters the
@@ -179,12 +183,9 @@ def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2,
     flat = _flat(groups)
     if sorted(flat) != list(range(h_count)) or len(flat) != h_count:
         raise ValueError("groups must hold every machine 0..H-1 exactly once")
-    rotations = range(h_count) if rotations is None else [int(t) for t in rotations]
-    if any(not 0 <= t < h_count for t in rotations):
-        raise ValueError(f"rotations must lie in 0..{h_count - 1}, got {list(rotations)}")
 
     def grow(group: Group, head: int, t: int, parent: List[int]) -> None:
-        if all(isinstance(g, (int, np.integer)) for g in group):
+        if _is_finest(group):
             s = list(group).index(head)
             rot = list(group[s:]) + list(group[:s])
             for i in range(1, len(rot)):
@@ -205,7 +206,7 @@ def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2,
             grow(subs[i], own, t, parent)
 
     out = []
-    for t in rotations:
+    for t in range(h_count):
         parent = [-1] * h_count
         grow(list(groups), t, t, parent)
         out.append((t, tuple(parent)))
@@ -356,8 +357,7 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
     loads = np.array([model.load(r, p, p) for r, p in every], dtype=float)
     # the top level's groups (the sites across a WAN; the racks where there is one level)
     top = np.zeros(model.n, dtype=np.int64)
-    for k, group in enumerate(groups if not all(isinstance(g, (int, np.integer))
-                                                for g in groups) else [groups]):
+    for k, group in enumerate([groups] if _is_finest(groups) else groups):
         top[_flat([group])] = k
     out = []
     for count in counts:

@@ -20,7 +20,8 @@ from typing import Any, List, Mapping, Sequence, Tuple
 import numpy as np
 
 __all__ = ["circle_rounds", "GroupTest", "group_tests", "bipartitions", "SCAN_MAX_RANKS",
-           "ExtensionTest", "extension_tests", "resource_ends", "Pair", "GroupResult", "ExtensionResult"]
+           "ExtensionTest", "extension_tests", "resource_ends", "Pair", "GroupResult",
+           "ExtensionResult"]
 
 Pair = Tuple[int, int]
 # What a concurrent test measured: (src ranks, dst ranks, the flows that ran at once, their
