@@ -34,8 +34,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "(each rank's receive CPU packed as a resource), shallow "
                         "(depth-bounded) or hosts (rotated binary trees over machines, offered "
                         "where machines hold several ranks) one where it predicts less time "
-                        "for --size by more than 5%%; deep, balanced, shallow or hosts force "
-                        "one (default auto)")
+                        "for --size by more than 5%%, or, on a measured topology, the leveled "
+                        "one (packed with rates within 10%% of each other taken as equal) "
+                        "where it has fewer trees and is predicted at most 10%% slower; deep, "
+                        "balanced, shallow, hosts or leveled force one (default auto)")
     p.add_argument("--max-depth", type=int, default=None, metavar="D",
                    help="depth bound of the shallow forest's trees (default ceil(log2 ranks))")
     p.add_argument("--json", action="store_true",

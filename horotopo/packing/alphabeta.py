@@ -465,12 +465,15 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
 
 def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
     """Lines saying which forest a plan kept and both predictions (``planner["forest"]``)."""
-    kinds = ("deep", "balanced", "shallow", "hosts")
+    kinds = ("deep", "balanced", "shallow", "hosts", "leveled")
     alone = not any(k in record for k in kinds[1:])
     fastest = min((k for k in kinds if k in record),
                   key=lambda k: record[k]["predicted_s"])
     how = ("forced" if record.get("forced") else
            "predicted fastest" if fastest == record["chosen"] else
+           f"fewer trees: {fastest} is predicted faster by at most the "
+           f"{record.get('level_tolerance', 0) * 100:g}% that the probe's noise allows"
+           if record["chosen"] == "leveled" else
            f"kept: {fastest} is predicted faster by less than the "
            f"{record.get('margin', 0) * 100:g}% margin")
     out = [f"  forest: {record['chosen']}, {how} for {size_text(record['size'])}"

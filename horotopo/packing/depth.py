@@ -39,13 +39,14 @@ from .alphabeta import ENGINE_COSTS, SoftwareCosts
 from .gk import UNBOUNDED_BPS, _Pool, pack, pair_rates
 from .hierarchy import machines
 from .hostforest import has_hosts, host_tree_counts, pack_host_forests
+from .leveled import LEVEL_TOLERANCE, leveled
 from .model import ArcModel, Packing
 
 __all__ = ["bounded_arborescence", "depth_bound_for", "pack_bounded", "choose_forest",
            "check_forest", "receive_limited", "FORESTS", "FOREST_MARGIN", "RECEIVE_CHUNK"]
 
 #: ``make_plan(forest=...)``: choose on the prediction, or force one forest.
-FORESTS = ("auto", "deep", "balanced", "shallow", "hosts")
+FORESTS = ("auto", "deep", "balanced", "shallow", "hosts", "leveled")
 
 #: How much faster (predicted) another forest must be to replace the deep one. The model's
 #: error is a few percent on the bundled topologies (``benchmarks/predict_check.py``: within
@@ -255,7 +256,7 @@ def check_forest(forest: str, hierarchical: bool = False) -> None:
     hosts, one it offers: balanced and shallow are packed over ranks, ``n**2`` arcs)."""
     if forest not in FORESTS:
         raise ValueError(f"forest must be one of {', '.join(FORESTS)}, got {forest!r}")
-    if hierarchical and forest in ("balanced", "shallow"):
+    if hierarchical and forest in ("balanced", "shallow", "leveled"):
         raise ValueError(f"forest {forest!r} is packed over ranks; a plan over hosts "
                          "(hierarchy on, or auto above 64 ranks) offers deep and hosts only: "
                          "pass hierarchy='off' to force it")
@@ -291,7 +292,11 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     forest of fewer than ``H / 2`` trees ``1 - 1 / H`` of it, the most such a forest can reach
     where ring reaches the NICs' bound: :func:`_floor_factor`) and its predicted time is lower
     by more than
-    :data:`FOREST_MARGIN` (``forest`` names one to force it). Returns the chosen plan and a
+    :data:`FOREST_MARGIN` (``forest`` names one to force it). On a measured topology whose
+    capacities :func:`~.leveled.leveled` changes (rates within the probe's noise of each
+    other), the *leveled* forest, packed on the leveled network, replaces the pick where it
+    has fewer trees, reaches the floor and is predicted at most
+    :data:`~.leveled.LEVEL_TOLERANCE` slower. Returns the chosen plan and a
     record of the choice: the size, the margin, each forest's predicted time, throughput, tree
     count and deepest tree (reduce plus broadcast hops). ``network`` (a
     :class:`~horotopo.packing.alphabeta.NetworkModel`, default the links as declared) is what
@@ -325,6 +330,13 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         # trees (at most MAX_HOST_TREES), each predicted, the fastest kept
         h_count = len(set(machines(topology)))
         packers["hosts"] = lambda: pack_host_forests(topology, host_tree_counts(h_count))
+    flat = leveled(topology)
+    if not hierarchical and (forest == "leveled" or (
+            topology.kind == "measured" and flat.capacity_Bps != topology.capacity_Bps)):
+        # a measured network's rates within the probe's noise of each other, leveled: the
+        # certified packing spends that noise on extra trees (horotopo.packing.leveled)
+        packers["leveled"] = lambda: [pack(flat, max_trees_per_root=max_trees_per_root)]
+        record["level_tolerance"] = LEVEL_TOLERANCE
     pick = deep
     # a tie with the deep forest keeps it (FOREST_MARGIN); among the others the faster wins
     best = record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
@@ -353,7 +365,15 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         plan_floor = floor((plan, record[kind]))
         above_floor = plan.throughput_Bps >= plan_floor
         record[kind]["floor_Bps"] = plan_floor / (1 - RTOL)
-        if forest == kind or (above_floor and record[kind]["predicted_s"] < best):
+        if kind == "leveled":
+            # fewer trees within the noise: kept unless the pick is predicted faster by more
+            # than the levels' width
+            faster = record[kind]["predicted_s"] <= (
+                record[record["chosen"]]["predicted_s"] * (1 + LEVEL_TOLERANCE))
+            faster = faster and len(plan.trees) < len(pick.trees)
+        else:
+            faster = record[kind]["predicted_s"] < best
+        if forest == kind or (above_floor and faster):
             pick, record["chosen"], best = plan, kind, record[kind]["predicted_s"]
     if progress is not None:
         progress(f"forest for {size} bytes: {record['chosen']} (predicted "
