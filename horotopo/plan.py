@@ -437,7 +437,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
         max_trees_per_root=max_trees_per_root, progress=progress, network=network,
-        hierarchical=hierarchical)
+        hierarchical=hierarchical, ring=ring)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 

@@ -129,3 +129,45 @@ def test_declared_topologies_are_not_leveled_unless_asked():
     assert forced.planner["forest"]["chosen"] == "leveled"
     with pytest.raises(ValueError, match="packed over ranks"):
         check_forest("leveled", hierarchical=True)
+
+
+def _noisy_star(n, seed, noise):
+    """A probe's figures of a uniform 0.4 gbps star, each off by up to ``noise``."""
+    rng = np.random.default_rng(seed)
+    jitter = lambda: float(0.4 * (1 + rng.uniform(-noise, noise)))  # noqa: E731
+    return {"name": "noisy", "ranks": [f"h{i}" for i in range(n)],
+            "bandwidth_gbps": [[None if i == j else jitter() for j in range(n)]
+                               for i in range(n)],
+            "egress_gbps": [jitter() for _ in range(n)],
+            "ingress_gbps": [jitter() for _ in range(n)]}
+
+
+def test_fair_rates_below_ring_give_ring_chains():
+    """Found by the property below: on this 3-rank probe the deep trees' max-min fair rates
+    sum to 0.998 of ring's throughput (their LP rates to 1.001): ring's chains run instead."""
+    topo = from_dict(_noisy_star(3, 198, 0.01))
+    deep = make_plan(topo, size=16 * MiB, forest="deep")
+    assert deep.throughput_Bps < deep.ring_Bps * 0.999
+    plan = make_plan(topo, size=16 * MiB)
+    below = plan.planner["forest"]["below_ring"]
+    assert below["throughput_Bps"] == pytest.approx(deep.throughput_Bps)
+    assert plan.throughput_Bps >= plan.ring_Bps * (1 - 1e-9)
+    assert len(plan.trees) == 3 and all(t.depth == 4 for t in plan.trees)  # chains
+    assert "ring's chains instead of the deep forest" in plan.describe()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(3, 6), st.integers(0, 2 ** 16), st.sampled_from([0.01, 0.03, 0.06]))
+def test_the_choice_keeps_its_promises_on_noisy_probes(n, seed, noise):
+    """On random noisy figures of a uniform star: the plan never drops below ring's
+    throughput, and a leveled pick has fewer trees than every forest predicted faster and is
+    at most LEVEL_TOLERANCE slower than the fastest."""
+    plan = make_plan(from_dict(_noisy_star(n, seed, noise)), size=16 * MiB)
+    record = plan.planner["forest"]
+    assert plan.throughput_Bps >= plan.ring_Bps * (1 - 1e-6)
+    assert "leveled" in record  # noise below 10% always levels something
+    if record["chosen"] == "leveled":
+        fastest = min(v["predicted_s"] for k, v in record.items()
+                      if isinstance(v, dict) and "predicted_s" in v)
+        assert record["leveled"]["predicted_s"] <= fastest * (1 + LEVEL_TOLERANCE) * (1 + 1e-9)
+        assert record["leveled"]["trees"] < record["deep"]["trees"]

@@ -478,6 +478,10 @@ def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
            f"{record.get('margin', 0) * 100:g}% margin")
     out = [f"  forest: {record['chosen']}, {how} for {size_text(record['size'])}"
            f"{' (the only candidate)' if alone else ''}"]
+    below = record.get("below_ring")
+    if below:
+        out.append(f"    ring's chains instead of the {below['forest']} forest, whose max-min "
+                   f"fair rates came to {below['throughput_Bps'] / 1e6:.3f} MB/s, below ring's")
     for kind in kinds:
         got = record.get(kind)
         if got:

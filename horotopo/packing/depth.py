@@ -266,8 +266,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                   size: int, *, floor_Bps: float, forest: str = "auto",
                   max_depth: Optional[int] = None, max_trees_per_root: int = 4,
                   progress: Optional[Callable[[str], None]] = None,
-                  network: Any = None, hierarchical: bool = False
-                  ) -> Tuple[Any, Dict[str, Any]]:
+                  network: Any = None, hierarchical: bool = False,
+                  ring: Optional[Packing] = None) -> Tuple[Any, Dict[str, Any]]:
     """The deep forest (``packing``), a balanced, a shallow or a host one: the fastest
     predicted.
 
@@ -303,6 +303,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     the predictions are made on. ``hierarchical`` (``packing`` is over hosts,
     :func:`~.hierarchy.pack_hierarchical`) offers the host forest alone beside the deep one:
     balanced and shallow are packed over ranks (``n**2`` arcs), and forcing either raises.
+    ``ring`` (ring's chains, :func:`~.model.ring_packing`) replaces the chosen trees where
+    their max-min fair rates sum below the floor (``record["below_ring"]`` says which forest
+    and its throughput; the deep entry is then ring's chains).
     """
     check_forest(forest, hierarchical)
     if forest == "hosts" and not has_hosts(topology):
@@ -375,6 +378,17 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
             faster = record[kind]["predicted_s"] < best
         if forest == kind or (above_floor and faster):
             pick, record["chosen"], best = plan, kind, record[kind]["predicted_s"]
+    if (forest == "auto" and ring is not None and ring.trees
+            and pick.throughput_Bps < floor_Bps * (1 - RTOL) * _floor_factor(
+                h_count, record["chosen"], record[record["chosen"]])):
+        # the pick's max-min fair rates (what its flows get when they compete) fell below
+        # ring's throughput, which its LP rates were not: ring's chains stand in, as their fair
+        # rates are never below their common rate (a noisy 3-rank probe: 0.998x ring)
+        record["below_ring"] = {"forest": record["chosen"], "throughput_Bps":
+                                pick.throughput_Bps}
+        pick = build(replace(packing, trees=ring.trees, throughput=ring.throughput))
+        record["chosen"] = "deep"
+        record["deep"] = _summary(pick, size, network)
     if progress is not None:
         progress(f"forest for {size} bytes: {record['chosen']} (predicted "
                  + ", ".join(f"{k} {record[k]['predicted_s'] * 1e3:.3f} ms"
