@@ -336,7 +336,7 @@ class _Prober:
         return elapsed
 
     def measure(self, flows: Sequence[Pair], subsets: Sequence[Sequence[int]], label: str,
-                start: int, weights: Optional[Sequence[float]] = None
+                start: int, weights: Optional[Sequence[float]] = None, paired: bool = False
                 ) -> Tuple[np.ndarray, np.ndarray, float]:
         """Adaptive test: per-flow rates and per-subset aggregates in bytes/s, and the scale.
 
@@ -348,6 +348,12 @@ class _Prober:
 
         Every rank calls this with the same arguments; ranks in no flow only join the
         max-allreduce that ends each attempt.
+
+        ``paired`` (tests without subsets, whose ``start`` is usually right, such as the
+        leaders' rounds): the first two attempts run back to back and one allreduce ends both.
+        Over a WAN each allreduce costs a one-way latency and waits for the slowest pair, so
+        this saves one of the two a test needs at least. An aggregate needs the common start
+        that only an allreduce gives, so ``paired`` with subsets is refused.
         """
         cfg = self.cfg
         self.tests += 1
@@ -362,42 +368,37 @@ class _Prober:
         # bucket's burst to matter little.
         target = self.target * (SUBSET_FACTOR if subsets else 1)
         self.spent += PAIR_COST * target
-        m = len(flows)
-        for _ in range(attempts):
+        if paired and subsets:
+            raise ValueError(f"{label}: paired attempts cannot measure aggregates")
+        for attempt in range(attempts):
             sizes = [max(cfg.min_bytes, int(scale * wf)) for wf in w]
-            timings = self._sync(self._run_flows(flows, sizes), label)
-            window, finished, acked = timings[:m], timings[m:2 * m], timings[2 * m:]
-            whole = np.array([self._warm(v) + v for v in sizes], dtype=float)
-            # The sender's figure, scaled to the timed bytes, bounds the window from below
-            # (it includes the warm-up, at the same rate, and one round trip).
-            sender = (acked - rtt) * np.asarray(sizes, dtype=float) / whole
-            elapsed = np.maximum(window, sender)
-            # The window is void when the timed train overtook the warm-up (they travel on
-            # different tags) and the sender's figure can vanish into the round trip on shared
-            # memory; the receiver's whole transfer, scaled to the timed bytes, still measures
-            # the flow then (it includes the warm-up, at the same rate).
-            receiver = finished * np.asarray(sizes, dtype=float) / whole
-            elapsed = np.where(elapsed > 0, elapsed, receiver)
-            if np.any(elapsed <= 0):
-                f = int(np.argmin(elapsed))
-                raise ProbeError(f"{self._who(flows[f][0])} -> {self._who(flows[f][1])}: a "
-                                 f"transfer measured zero time ({label})")
-            # An aggregate runs from the common start, so each flow's first byte arrives one
-            # latency late (a WAN's tens of ms would dwarf the transfer): take it off.
-            arrived = np.maximum(finished - rtt / 2, 1e-9)
-            span = float(arrived.max() if subsets else elapsed.max())
+            # Past the budget a test takes one sample, paired or not.
+            runs = 2 if (paired and attempt == 0 and cfg.min_samples >= 2
+                         and self.clock <= cfg.budget_s) else 1
+            # Each run allocates its tags on every rank, so the blocks stay in step.
+            local = np.concatenate([self._run_flows(flows, sizes) for _ in range(runs)])
+            synced = self._sync(local, label)
+            span = 0.0
+            for timings in np.split(synced, runs):
+                sample = self._sample(flows, sizes, timings, rtt, subsets, label)
+                span = sample[0]
+                if span < target / 2 and scale < cfg.max_bytes:
+                    break  # too short: the paired run is too (same sizes), both go
+                figures.add(sample[1], sample[2])
             if span < target / 2 and scale < cfg.max_bytes:
                 grow = max(2.0, min(64.0, target / span))
                 scale = float(pow2(scale * grow, cfg.min_bytes, cfg.max_bytes))
                 continue
-            nb = np.asarray(sizes, dtype=float)
-            subset_rates = [float(whole[sub].sum()) / float(arrived[sub].max())
-                            for sub in subsets]
-            figures.add(nb / elapsed, subset_rates)
             _, _, stable = figures.estimates(cfg.tolerance)
             have = len(figures.flow_samples)
             if have >= cfg.max_samples or (have >= cfg.min_samples and stable) \
                     or self.clock > cfg.budget_s:
+                if paired:
+                    # The scale handed on is the next round's start: sized to the target from
+                    # the last sample. Handed on as used, a round past the budget (one sample)
+                    # passes on an overshoot, and every later round's attempts last several
+                    # targets (4x at 1024 ranks on two sites).
+                    scale = float(pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
                 break
             # keep each attempt near target_s: the first size may have overshot on a slow path
             scale = float(pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
@@ -405,6 +406,34 @@ class _Prober:
             raise ProbeError(f"{label}: no usable sample within {attempts} attempts")
         rates, subs, _ = figures.estimates(cfg.tolerance)
         return rates, subs, scale
+
+    def _sample(self, flows: Sequence[Pair], sizes: Sequence[int], timings: np.ndarray,
+                rtt: np.ndarray, subsets: Sequence[Sequence[int]], label: str
+                ) -> Tuple[float, np.ndarray, List[float]]:
+        """One attempt's (span, per-flow rates, per-subset rates) from its synced timings."""
+        m = len(flows)
+        window, finished, acked = timings[:m], timings[m:2 * m], timings[2 * m:]
+        whole = np.array([self._warm(v) + v for v in sizes], dtype=float)
+        # The sender's figure, scaled to the timed bytes, bounds the window from below
+        # (it includes the warm-up, at the same rate, and one round trip).
+        sender = (acked - rtt) * np.asarray(sizes, dtype=float) / whole
+        elapsed = np.maximum(window, sender)
+        # The window is void when the timed train overtook the warm-up (they travel on
+        # different tags) and the sender's figure can vanish into the round trip on shared
+        # memory; the receiver's whole transfer, scaled to the timed bytes, still measures
+        # the flow then (it includes the warm-up, at the same rate).
+        receiver = finished * np.asarray(sizes, dtype=float) / whole
+        elapsed = np.where(elapsed > 0, elapsed, receiver)
+        if np.any(elapsed <= 0):
+            f = int(np.argmin(elapsed))
+            raise ProbeError(f"{self._who(flows[f][0])} -> {self._who(flows[f][1])}: a "
+                             f"transfer measured zero time ({label})")
+        # An aggregate runs from the common start, so each flow's first byte arrives one
+        # latency late (a WAN's tens of ms would dwarf the transfer): take it off.
+        arrived = np.maximum(finished - rtt / 2, 1e-9)
+        span = float(arrived.max() if subsets else elapsed.max())
+        subset_rates = [float(whole[sub].sum()) / float(arrived[sub].max()) for sub in subsets]
+        return span, np.asarray(sizes, dtype=float) / elapsed, subset_rates
 
     def budget(self, pair_tests: int, subset_tests: int) -> None:
         """Shorten the transfers so that the tests left fit in what remains of ``budget_s``.

@@ -68,7 +68,9 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
         for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
             # The last round's size first: rounds mix the same kinds of pairs, so it usually
             # fits, and a size that is wrong costs one attempt.
-            rates, _, scale = pr.measure(flows, [], f"{label} round {k}", int(scale))
+            # Paired: the first two attempts share one allreduce (see measure).
+            rates, _, scale = pr.measure(flows, [], f"{label} round {k}", int(scale),
+                                         paired=True)
             for (s, d), r in zip(flows, rates):
                 bw[s, d] = r
         pr.budget(2 * (len(rounds) - k - 1), later_tests)
