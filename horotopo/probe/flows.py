@@ -350,10 +350,12 @@ class _Prober:
         max-allreduce that ends each attempt.
 
         ``paired`` (tests without subsets, whose ``start`` is usually right, such as the
-        leaders' rounds): the first two attempts run back to back and one allreduce ends both.
-        Over a WAN each allreduce costs a one-way latency and waits for the slowest pair, so
-        this saves one of the two a test needs at least. An aggregate needs the common start
-        that only an allreduce gives, so ``paired`` with subsets is refused.
+        leaders' rounds): where the flows' round trip is at least the target, the first two
+        attempts run back to back and one allreduce ends both. Over a WAN each allreduce
+        costs a one-way latency and waits for the slowest pair's acknowledgement, so this
+        saves one of the two a test needs at least. The scale returned is then fitted to the
+        target from the last sample (the next round's start). An aggregate needs the common
+        start that only an allreduce gives, so ``paired`` with subsets is refused.
         """
         cfg = self.cfg
         self.tests += 1
@@ -372,9 +374,13 @@ class _Prober:
             raise ValueError(f"{label}: paired attempts cannot measure aggregates")
         for attempt in range(attempts):
             sizes = [max(cfg.min_bytes, int(scale * wf)) for wf in w]
-            # Past the budget a test takes one sample, paired or not.
+            # Past the budget a test takes one sample, paired or not. Paired only where an
+            # allreduce costs more than a transfer: the flows' round trip (it waits for the
+            # slowest acknowledgement) at least the target. On a LAN it saves nothing, and
+            # the second run, whose flows start as each pair is done, reads less together
+            # (racks with slow NICs at 256 ranks: 62 more attempts for unstable samples).
             runs = 2 if (paired and attempt == 0 and cfg.min_samples >= 2
-                         and self.clock <= cfg.budget_s) else 1
+                         and self.clock <= cfg.budget_s and rtt.max() >= target) else 1
             # Each run allocates its tags on every rank, so the blocks stay in step.
             local = np.concatenate([self._run_flows(flows, sizes) for _ in range(runs)])
             synced = self._sync(local, label)
