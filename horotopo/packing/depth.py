@@ -333,8 +333,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         # trees (at most MAX_HOST_TREES), each predicted, the fastest kept
         h_count = len(set(machines(topology)))
         packers["hosts"] = lambda: pack_host_forests(topology, host_tree_counts(h_count))
-    flat = leveled(topology)
-    if not hierarchical and (forest == "leveled" or (
+    # leveled only where it may be offered: a plan over hosts never packs over ranks
+    flat = None if hierarchical else leveled(topology)
+    if flat is not None and (forest == "leveled" or (
             topology.kind == "measured" and flat.capacity_Bps != topology.capacity_Bps)):
         # a measured network's rates within the probe's noise of each other, leveled: the
         # certified packing spends that noise on extra trees (horotopo.packing.leveled)

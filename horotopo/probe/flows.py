@@ -397,6 +397,8 @@ class _Prober:
                 continue
             _, _, stable = figures.estimates(cfg.tolerance)
             have = len(figures.flow_samples)
+            # keep each attempt near target_s: the first size may have overshot on a slow path
+            fitted = float(pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
             if have >= cfg.max_samples or (have >= cfg.min_samples and stable) \
                     or self.clock > cfg.budget_s:
                 if paired:
@@ -404,10 +406,9 @@ class _Prober:
                     # the last sample. Handed on as used, a round past the budget (one sample)
                     # passes on an overshoot, and every later round's attempts last several
                     # targets (4x at 1024 ranks on two sites).
-                    scale = float(pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
+                    scale = fitted
                 break
-            # keep each attempt near target_s: the first size may have overshot on a slow path
-            scale = float(pow2(scale * target / span, cfg.min_bytes, cfg.max_bytes))
+            scale = fitted
         if not figures.flow_samples:
             raise ProbeError(f"{label}: no usable sample within {attempts} attempts")
         rates, subs, _ = figures.estimates(cfg.tolerance)
