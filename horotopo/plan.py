@@ -20,6 +20,7 @@ from .packing import (ArcModel, Packing, check_certificate, format_percent, pack
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
 from .packing.profiles import forest_depths
+from .packing.profiles import fill_crowding
 from .packing.sharing import share_fairly, sharing_note
 from .packing.profiles import plan_latency as _plan_latency
 from .packing import alphabeta as _ab
@@ -154,8 +155,9 @@ class Plan:
                      costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS,
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
         """Modelled seconds for an allreduce of ``nbytes``: the slowest tree's pipeline (its
-        first chunk over its critical paths at the hops' *link* rates, the rest at the tree's
-        rate), or the busiest rank's software time plus the shortest tree's fill
+        first chunk over its critical paths at the hops' link rates shared among the flows
+        that reach them with it, :class:`~horotopo.packing.profiles.Crowding`; the rest at
+        the tree's rate), or the busiest rank's software time plus the shortest tree's fill
         (:func:`horotopo.packing.alphabeta.plan_time`).
 
         Parameters
@@ -375,8 +377,10 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
     shares[-1] = 1.0 - sum(shares[:-1])
     cols = [(t.root, t.reduce_parent, t.bcast_parent, t.rate) for t in kept]
     k = 1 if same_shape else len(cols)
+    # every tree counts: a first chunk shares each link with the flows that reach it with it
+    crowding = fill_crowding(topology, [(t.reduce_parent, t.bcast_parent) for t in kept])
     profiles, chunks = _ab.plan_chunks(topology, cols[:k], shares[:k], size, MIN_CHUNK,
-                                       MAX_CHUNK)
+                                       MAX_CHUNK, crowding=crowding)
     profiles, chunks = profiles * (len(cols) // k), chunks * (len(cols) // k)
     top = int(chunk_bytes) if chunk_bytes else max(chunks)
     trees = tuple(Tree(root=t.root, reduce_parent=tuple(t.reduce_parent),

@@ -81,10 +81,14 @@ def test_chosen_on_sites_and_fattree_not_on_racks_with_slow_nics():
         assert record["chosen"] == "hosts", spec
         assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"] * 0.95
         assert record["hosts"]["max_hops"] <= 8
-        # every rotation, 8 trees: 4 are predicted about 1% faster, within the margin (on sites
-        # they ran 245.4 ms simulated against 188.6)
-        assert record["hosts"]["host_trees"] == 8
-        assert record["hosts"]["tried"]["4"] > record["hosts"]["predicted_s"] * (1 - FOREST_MARGIN)
+        # 4 or 8 host trees (every rotation): with the fill's crowding 8 are predicted about
+        # 5% slower than 4, their channels crowding more NICs at once; simulated, the two are
+        # within 3% (sites 202.4 ms with 4 against 196.0 with 8, fattree 142.1 against 143.6;
+        # `horotopo simulate SPEC --ranks 64 --algorithms tree --plan P`)
+        tried = record["hosts"]["tried"]
+        assert sorted(map(int, tried)) == [4, 8]
+        assert record["hosts"]["predicted_s"] == min(tried.values())
+        assert max(tried.values()) < min(tried.values()) * 1.10
     racks = make_plan(from_dict(generate("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
                                          64)), size=64 * MiB)
     assert racks.planner["forest"]["chosen"] == "deep"
@@ -163,10 +167,12 @@ def test_plan_over_hosts_offers_the_host_forest_and_keeps_it_where_predicted_fas
     hosts = record["hosts"]
     assert sorted(map(int, hosts["tried"])) == host_tree_counts(16) == [4, 8, 16]
     assert hosts["predicted_s"] == pytest.approx(min(hosts["tried"].values()), rel=1e-9)
-    # 8 and 16 predict the same but for rounding: the larger count is kept
-    assert hosts["tried"]["8"] == pytest.approx(hosts["tried"]["16"], rel=1e-9)
-    assert plan.planner["host_trees"] == hosts["host_trees"] == 16
-    assert len(plan.trees) == 16 * 8 and plan.upper_bound_Bps is not None
+    # with the fill's crowding, 16 host trees (every rotation) are predicted 6% slower than 8:
+    # more channels cross each NIC at once. Simulated, 8 ran 210.8 ms and 16 220.3
+    # (`horotopo simulate sites:gpus=8,wan_gbps=10 --ranks 128 --algorithms tree --plan P`)
+    assert hosts["tried"]["16"] > hosts["tried"]["8"] * 1.03
+    assert plan.planner["host_trees"] == hosts["host_trees"] == 8
+    assert len(plan.trees) == 8 * 8 and plan.upper_bound_Bps is not None
     racks = make_plan(from_dict(generate("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
                                          128)), hierarchy="on", size=64 * MiB)
     assert racks.planner["forest"]["chosen"] == "deep"

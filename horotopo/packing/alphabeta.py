@@ -8,15 +8,14 @@ path (the *fill*), and the rest follow at the tree's steady rate::
     T(P, c) = fill(c) + (P - c) / rate + c (1 / rate - 1 / b_slowest)
     fill(c) = sum over the hops h of the critical paths of (L_h + c / b_h + 2 alpha + beta c)
 
-``L_h`` is the hop's route latency and ``b_h`` the rate of the *route's bottleneck link*, not
-the tree's planned rate: a tree with a small share has a small planned rate, but its chunks
-cross the other links at their speed. Only on its slowest hop does a chunk move at the tree's
-rate (the last term), since every tree shares that link from the start; so ``T >= P / rate``.
-``alpha`` is the engine's software cost per message posted (a hop costs a send and a receive)
-and ``beta`` its cost per received byte. ``rate`` is the tree's planned rate, lowered where the
-engine's window (chunks in flight per arc) cannot cover a hop's round of latency. The busiest
-rank's software time, over all trees, bounds the allreduce from below too (its CPU is shared
-by every tree).
+``L_h`` is the hop's route latency and ``b_h`` the rate a first chunk gets on it: the route's
+bottleneck link rate where the tree is alone, and in a plan each link's rate shared among the
+flows of the plan's trees that cross it at the same depth, but never below the tree's planned
+rate (:class:`~horotopo.packing.profiles.Crowding`). A tree with a small share has a small
+planned rate, but its chunks cross links it does not share at their speed; the 8 channels of
+a host tree cross each NIC together, each at an eighth of it. On its slowest hop a chunk moves
+at the tree's rate (the last term), since every tree shares that link from the start; so
+``T >= P / rate``.
 
 Hop figures are kept per tree as a *profile*: the multiset ``(latency, 1 / rate, count)`` of
 the hops of its critical paths, so that a Plan can predict its time without the topology. A
@@ -34,7 +33,7 @@ import numpy as np
 
 from .. import config
 from ..topology import Topology
-from .profiles import tree_profiles
+from .profiles import Crowding, tree_profiles
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
@@ -43,7 +42,8 @@ __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_N
            "plan_time", "PLAN_SCALES", "describe_choice", "target_size"]
 
 #: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
-#: inverse of the hop's bottleneck link rate (0 between ranks that share memory); the order of
+#: inverse of the rate a first chunk gets on the hop (its bottleneck link's, or in a plan that
+#: link's share, see the module docstring; 0 between ranks that share memory); the order of
 #: the groups does not matter.
 Profile = Tuple[Tuple[float, float, int], ...]
 
@@ -423,7 +423,8 @@ PLAN_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Sequence[int],
                                                           float]],
                 shares: Sequence[float], size: int, lo: int, hi: int,
-                costs: SoftwareCosts = ENGINE_COSTS) -> Tuple[List[Profile], List[int]]:
+                costs: SoftwareCosts = ENGINE_COSTS,
+                crowding: Optional[Crowding] = None) -> Tuple[List[Profile], List[int]]:
     """Each tree's critical-path profile and chunk size for an allreduce of ``size`` bytes.
 
     ``trees`` holds ``(root, reduce_parent, bcast_parent, rate_Bps)``. Chunks are first chosen
@@ -434,15 +435,24 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     the tree-by-tree choice sees only its own tree's messages, while a rank's CPU serves every
     tree (fattree at 64 ranks, 15 trees: 64 KiB chunks each, the busiest rank's software time
     47 ms against 39 ms at 256 KiB).
+
+    ``crowding`` (:func:`~horotopo.packing.profiles.fill_crowding` of every tree of the plan)
+    charges each hop at its links' rates shared among the flows that cross them at the same
+    depth, at least at the tree's rate; None charges the bottleneck link's rate.
     """
     msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
     busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
     # profiles of the whole batch at once (identical to tree_profile, tree by tree)
     pairs = [(a, b) for _, a, b, _ in trees]
-    profiles = tree_profiles(topology, pairs, [lo] * len(pairs), costs)
+    rates = [t[3] for t in trees] if crowding is not None else None
+
+    def profiles_at(chunks: Sequence[float]) -> List[Profile]:
+        return tree_profiles(topology, pairs, chunks, costs, rates, crowding)
+
+    profiles = profiles_at([lo] * len(pairs))
     first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs)
              for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
-    profiles = tree_profiles(topology, pairs, first, costs)
+    profiles = profiles_at(first)
     top = max(first)
     window = window_for(top)
     chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)
@@ -459,7 +469,7 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
                                                      (msgs, recvs), costs), abs(math.log(f))))
     if best != 1.0:
         chunks = scaled(best)
-        profiles = tree_profiles(topology, pairs, chunks, costs)
+        profiles = profiles_at(chunks)
     return profiles, chunks
 
 

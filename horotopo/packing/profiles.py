@@ -14,14 +14,15 @@ the same profiles, bit for bit, with array operations over a batch of trees:
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..topology import HostRoutes, Topology
 from .model import hops_to_root
 
-__all__ = ["tree_profiles", "arc_figures_batch", "forest_depths", "plan_latency"]
+__all__ = ["tree_profiles", "arc_figures_batch", "forest_depths", "plan_latency", "Crowding",
+           "fill_crowding"]
 
 #: Rank entries (trees x ranks) handled per batch: bounds the arrays at some tens of MB.
 BATCH_ENTRIES = 1 << 20
@@ -88,6 +89,105 @@ def arc_figures_batch(topology: Topology, tails: np.ndarray, heads: np.ndarray
     return _figures_generic(topology, tails, heads)
 
 
+def _arcs_by_depth(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]]
+                   ) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Every arc of the trees, a batch at a time: ``(tails, heads, half, depth)``, half 0 for
+    reduce arcs (child -> parent) and 1 for broadcast arcs, depth the child's hops from the
+    root."""
+    n = topology.n
+    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
+    for lo in range(0, len(pairs), per):
+        parent = np.array([p for a, b in pairs[lo:lo + per] for p in (a, b)], dtype=np.int64)
+        t = len(parent)
+        has = parent >= 0
+        flat = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
+        depth = np.zeros(t * n, dtype=np.int64)
+        for d, at in enumerate(_levels(flat), start=1):
+            depth[at] = d
+        v = np.broadcast_to(np.arange(n), parent.shape)
+        p = np.maximum(parent, 0)
+        inward = (np.arange(t) % 2 == 0)[:, None]
+        tails, heads = np.where(inward, v, p)[has], np.where(inward, p, v)[has]
+        half = np.broadcast_to(~inward, parent.shape)[has].astype(np.int64)
+        yield tails, heads, half, depth.reshape(t, n)[has]
+
+
+def _arc_keys(n: int, tails: np.ndarray, heads: np.ndarray, half: np.ndarray,
+              depth: np.ndarray) -> np.ndarray:
+    """One key per ``(arc, half, depth)``: ``((tail * n + head) * 2 + half) * n + depth``."""
+    return ((tails * n + heads) * 2 + half) * n + depth
+
+
+class Crowding:
+    """How fast a plan's first chunks cross each arc, the links shared among the flows that
+    reach them together.
+
+    A plan's trees start together, and a chunk's first crossing of a link is shared with the
+    flows that reach that link at the same moment. Chunks that are the same number of hops
+    from their roots move in step: the channels of one host tree (a host forest's or a
+    hierarchical plan's 8 rank-level copies of each host tree) cross every NIC together, so
+    each first chunk gets an eighth of it (racks at 256 ranks, 8 such trees, 64 MiB in 4 MiB
+    chunks: simulated 964.3 ms, predicted 277.7 at the links' rates, 883.8 with this).
+    Trees of different shapes reach a link at different depths and mostly do not crowd it
+    (fattree at 16 ranks, 16 balanced trees, 16 MiB in 1 MiB chunks: simulated 34.5 ms;
+    charged at the trees' steady rates, as if every flow were always there, 69.7 ms were
+    predicted, 50.3 with this). A flow of a reduce (half 0) or broadcast (half 1) arc whose
+    child end is ``depth`` hops from its root crowds the others of that half and depth on
+    every resource of its route; an arc's *shared rate* is the least over its route of the
+    resource's capacity over its crowd.
+    """
+
+    def __init__(self, n: int, keys: np.ndarray, shared: np.ndarray):
+        self.n, self.keys, self.shared = n, keys, shared
+
+    def inverse_rates(self, tails: np.ndarray, heads: np.ndarray, half: np.ndarray,
+                      depth: np.ndarray, inv: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """Seconds per byte of a first chunk on each arc of a tree at ``rate``: its shared
+        rate, at least ``rate`` and at most the bottleneck's ``1 / inv`` (``inv`` 0: within
+        a node, unchanged)."""
+        keys = _arc_keys(self.n, tails, heads, half.astype(np.int64), depth)
+        at = np.minimum(np.searchsorted(self.keys, keys), max(0, len(self.keys) - 1))
+        crossing = inv > 0
+        if crossing.any() and not np.array_equal(self.keys[at[crossing]], keys[crossing]):
+            raise ValueError("fill_crowding must count every tree of the plan")
+        shared = np.where(crossing, self.shared[at] if len(self.keys) else np.inf, np.inf)
+        with np.errstate(divide="ignore"):
+            slow = 1.0 / np.maximum(shared, np.where(np.isfinite(rate), rate, 0.0))
+        return np.where(crossing, np.maximum(inv, slow), inv)
+
+
+def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]]
+                  ) -> Crowding:
+    """:class:`Crowding` of every ``(reduce_parent, bcast_parent)`` of a plan: the flows
+    counted per resource, half and depth, then each distinct arc's shared rate."""
+    from .sharing import route_table  # sharing imports model only; on use, to keep it light
+    n = topology.n
+    # the distinct (arc, half, depth) and their flows: channels and rotations repeat most
+    found, flows_found = [], []
+    for arcs in _arcs_by_depth(topology, pairs):
+        keys, flows = np.unique(_arc_keys(n, *arcs), return_counts=True)
+        found.append(keys)
+        flows_found.append(flows)
+    if not found:
+        return Crowding(n, np.zeros(0, np.int64), np.zeros(0))
+    keys, which = np.unique(np.concatenate(found), return_inverse=True)
+    flows = np.bincount(which.ravel(), weights=np.concatenate(flows_found),
+                        minlength=len(keys))
+    depth, rest = keys % n, keys // n
+    half, arcs = rest % 2, rest // 2
+    ptr, res = route_table(topology, arcs)
+    lengths = np.diff(ptr)
+    owner = np.repeat(np.arange(len(keys)), lengths)
+    # the crowd of each (resource, half, depth): every flow that crosses it there
+    crowd_keys, at = np.unique((res * 2 + half[owner]) * n + depth[owner], return_inverse=True)
+    crowd = np.bincount(at.ravel(), weights=flows[owner], minlength=len(crowd_keys))
+    rates = np.asarray(topology.capacity_Bps, dtype=float)[res] / crowd[at.ravel()]
+    crossing = lengths > 0
+    if not crossing.any():
+        return Crowding(n, np.zeros(0, np.int64), np.zeros(0))
+    return Crowding(n, keys[crossing], np.minimum.reduceat(rates, ptr[:-1][crossing]))
+
+
 def _levels(parent: np.ndarray) -> List[np.ndarray]:
     """The entries of a flat forest (``parent`` flat indices, -1 at roots) level by level
     below the roots, breadth first; every entry comes after its parent."""
@@ -113,9 +213,9 @@ def _levels(parent: np.ndarray) -> List[np.ndarray]:
             raise ValueError("parent arrays with a cycle have no critical path")
 
 
-def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], costs: Any
-           ) -> List[Dict[Tuple[float, float], int]]:
-    """Grouped hops of the critical path of each ``(parent, inward, chunk)`` half."""
+def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float, float]], costs: Any,
+           crowding: Optional[Crowding] = None) -> List[Dict[Tuple[float, float], int]]:
+    """Grouped hops of the critical path of each ``(parent, inward, chunk, rate)`` half."""
     n = topology.n
     t = len(halves)
     parent = np.stack([h[0] for h in halves])                       # (t, n)
@@ -129,14 +229,24 @@ def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], cos
     lat = np.zeros(parent.shape)
     inv = np.zeros(parent.shape)
     lat[has], inv[has] = figures
+    flat_parent = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
+    levels = _levels(flat_parent)
+    if crowding is not None:
+        depth = np.zeros(t * n, dtype=np.int64)
+        for d, at in enumerate(levels, start=1):
+            depth[at] = d
+        rate = np.broadcast_to(np.array([h[3] for h in halves], dtype=float)[:, None],
+                               parent.shape)[has]
+        half = np.broadcast_to(~inward, parent.shape)[has]
+        inv[has] = crowding.inverse_rates(tails, heads, half, depth.reshape(t, n)[has],
+                                          inv[has], rate)
     # alphabeta._hop_time, term by term in its order: latency + chunk * s_per_byte
     # + chunk * per_byte + 2 * per_message
     hop = np.where(has, lat + chunk * inv + chunk * costs.per_byte_s
                    + 2 * costs.per_message_s, 0.0).ravel()
-    flat_parent = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
     total = np.zeros(t * n)
     # root first, a level at a time: total[w] = total[parent[w]] + hop[w] as in the walk
-    for at in _levels(flat_parent):
+    for at in levels:
         total[at] = total[flat_parent[at]] + hop[at]
     worst = np.argmax(total.reshape(t, n), axis=1) + np.arange(t) * n  # first max: lowest v
     # walk every slowest rank up to its root, all trees at once, collecting its hops
@@ -166,7 +276,8 @@ def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float]], cos
 
 
 def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]],
-                  chunks: Sequence[float], costs: Any) -> List[Profile]:
+                  chunks: Sequence[float], costs: Any, rates: Optional[Sequence[float]] = None,
+                  crowding: Optional["Crowding"] = None) -> List[Profile]:
     """:func:`~horotopo.packing.alphabeta.tree_profile` of every ``(reduce_parent,
     bcast_parent)`` in ``pairs`` at its chunk in ``chunks``, on the declared network.
 
@@ -180,21 +291,31 @@ def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
         Chunk size of each pair, in bytes (it decides which path is the slowest).
     costs : SoftwareCosts
         The engine's software costs (``per_byte_s``, ``per_message_s``).
+    rates, crowding : optional
+        Each pair's rate, and :func:`fill_crowding` of every tree of the plan: a hop is then
+        charged at its links' rates shared among the flows that cross them at the same depth
+        (:class:`Crowding`), at least at the tree's rate. Without them a hop is charged at its
+        bottleneck link's rate, as a tree alone on the network sees it.
 
     Returns
     -------
     list of Profile
         Per pair, its critical reduce and broadcast paths' hops ``(latency_s, s_per_byte,
-        count)`` merged and sorted, identical to what ``tree_profile`` returns.
+        count)`` merged and sorted; without ``crowding``, identical to what ``tree_profile``
+        returns.
     """
     n = topology.n
+    if (rates is None) != (crowding is None):
+        raise ValueError("tree_profiles: rates and crowding go together")
+    rates = [math.inf] * len(pairs) if rates is None else rates
     per = max(1, BATCH_ENTRIES // max(1, 2 * n))
     out: List[Profile] = []
     for lo in range(0, len(pairs), per):
-        halves = [(np.asarray(parent, dtype=np.int64), inward, float(c))
-                  for (a, b), c in zip(pairs[lo:lo + per], chunks[lo:lo + per])
+        halves = [(np.asarray(parent, dtype=np.int64), inward, float(c), float(x))
+                  for (a, b), c, x in zip(pairs[lo:lo + per], chunks[lo:lo + per],
+                                          rates[lo:lo + per])
                   for parent, inward in ((a, True), (b, False))]
-        groups = _batch(topology, halves, costs)
+        groups = _batch(topology, halves, costs, crowding)
         for up, down in zip(groups[0::2], groups[1::2]):
             for key, count in down.items():
                 up[key] = up.get(key, 0) + count

@@ -51,7 +51,7 @@ GREEDY_ROUNDS = 8
 TREE_TIE = 0.02
 
 
-def _route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """CSR of the routes of the arcs ``keys`` (``i * n + j``): ``(ptr, resources)``.
 
     A declared topology's :class:`~horotopo.topology.HostRoutes` is read in closed form (leaf
@@ -156,7 +156,7 @@ def usage_of(topology: Topology, trees: Sequence[Any]) -> Usage:
     # trees share most arcs (a hierarchical plan's channels share their intra-host stars), so
     # routes are looked up per distinct arc
     distinct, which = _distinct(keys, n * n)
-    ptr, res = _route_table(topology, distinct)
+    ptr, res = route_table(topology, distinct)
     arcs = sp.csr_matrix((np.ones(len(keys)), which, starts),
                          shape=(k, len(distinct)))
     return Usage(arcs, sp.csr_matrix((np.ones(len(res)), res, ptr),
