@@ -146,7 +146,11 @@ class Crowding:
         rate, at least ``rate`` and at most the bottleneck's ``1 / inv`` (``inv`` 0: within
         a node, unchanged)."""
         keys = _arc_keys(self.n, tails, heads, half.astype(np.int64), depth)
-        at = np.minimum(np.searchsorted(self.keys, keys), max(0, len(self.keys) - 1))
+        # looked up once per distinct key, in order: channels repeat most keys, and sorted
+        # queries run about 10x faster than scattered ones at 4096 ranks (a million per batch)
+        distinct, which = np.unique(keys, return_inverse=True)
+        at = np.minimum(np.searchsorted(self.keys, distinct),
+                        max(0, len(self.keys) - 1))[which.ravel()]
         crossing = inv > 0
         if crossing.any() and not np.array_equal(self.keys[at[crossing]], keys[crossing]):
             raise ValueError("fill_crowding must count every tree of the plan")
@@ -175,9 +179,15 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
                         minlength=len(keys))
     depth, rest = keys % n, keys // n
     half, arcs = rest % 2, rest // 2
-    ptr, res = route_table(topology, arcs)
-    lengths = np.diff(ptr)
+    # each arc's route once (an arc recurs at several depths and in both halves)
+    distinct, arc_of = np.unique(arcs, return_inverse=True)
+    arc_of = arc_of.ravel()
+    arc_ptr, arc_res = route_table(topology, distinct)
+    lengths = np.diff(arc_ptr)[arc_of]
+    ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ptr[1:])
     owner = np.repeat(np.arange(len(keys)), lengths)
+    res = arc_res[arc_ptr[arc_of[owner]] + np.arange(len(owner)) - ptr[owner]]
     # the crowd of each (resource, half, depth): every flow that crosses it there
     crowd_keys, at = np.unique((res * 2 + half[owner]) * n + depth[owner], return_inverse=True)
     crowd = np.bincount(at.ravel(), weights=flows[owner], minlength=len(crowd_keys))
