@@ -39,7 +39,7 @@ __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_N
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
            "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time",
-           "plan_time", "PLAN_SCALES", "describe_choice", "target_size"]
+           "plan_time", "PLAN_SCALES", "describe_choice", "target_size", "FOREST_KINDS"]
 
 #: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
 #: inverse of the rate a first chunk gets on the hop (its bottleneck link's, or in a plan that
@@ -473,9 +473,14 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     return profiles, chunks
 
 
+#: The forests a plan may be made of, in the order a plan's description lists them (the
+#: planner's choice among them is :func:`horotopo.packing.depth.choose_forest`'s).
+FOREST_KINDS = ("deep", "balanced", "shallow", "hosts", "leveled")
+
+
 def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
     """Lines saying which forest a plan kept and both predictions (``planner["forest"]``)."""
-    kinds = ("deep", "balanced", "shallow", "hosts", "leveled")
+    kinds = FOREST_KINDS
     alone = not any(k in record for k in kinds[1:])
     fastest = min((k for k in kinds if k in record),
                   key=lambda k: record[k]["predicted_s"])

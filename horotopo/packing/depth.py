@@ -35,7 +35,7 @@ import numpy as np
 from ..topology import Topology
 from .certificate import RTOL
 # gk's pool of halves and its split LP serve the bounded columns as they do gk's own
-from .alphabeta import ENGINE_COSTS, SoftwareCosts
+from .alphabeta import ENGINE_COSTS, FOREST_KINDS, SoftwareCosts
 from .gk import UNBOUNDED_BPS, _Pool, pack, pair_rates
 from .hierarchy import machines
 from .hostforest import has_hosts, host_tree_counts, pack_host_forests
@@ -46,7 +46,7 @@ __all__ = ["bounded_arborescence", "depth_bound_for", "pack_bounded", "choose_fo
            "check_forest", "receive_limited", "FORESTS", "FOREST_MARGIN", "RECEIVE_CHUNK"]
 
 #: ``make_plan(forest=...)``: choose on the prediction, or force one forest.
-FORESTS = ("auto", "deep", "balanced", "shallow", "hosts", "leveled")
+FORESTS = ("auto",) + FOREST_KINDS
 
 #: How much faster (predicted) another forest must be to replace the deep one. The model's
 #: error is a few percent on the bundled topologies (``benchmarks/predict_check.py``: within
