@@ -19,10 +19,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from .packing import (ArcModel, Packing, check_certificate, format_percent, pack,
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
-from .packing.profiles import forest_depths
-from .packing.profiles import fill_crowding
-from .packing.sharing import share_fairly, sharing_note
+from .packing.profiles import fill_crowding, forest_depths
 from .packing.profiles import plan_latency as _plan_latency
+from .packing.sharing import share_fairly, sharing_note
 from .packing import alphabeta as _ab
 from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL

@@ -98,18 +98,33 @@ def _arcs_by_depth(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequ
     per = max(1, BATCH_ENTRIES // max(1, 2 * n))
     for lo in range(0, len(pairs), per):
         parent = np.array([p for a, b in pairs[lo:lo + per] for p in (a, b)], dtype=np.int64)
-        t = len(parent)
-        has = parent >= 0
-        flat = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
-        depth = np.zeros(t * n, dtype=np.int64)
-        for d, at in enumerate(_levels(flat), start=1):
-            depth[at] = d
-        v = np.broadcast_to(np.arange(n), parent.shape)
-        p = np.maximum(parent, 0)
-        inward = (np.arange(t) % 2 == 0)[:, None]
-        tails, heads = np.where(inward, v, p)[has], np.where(inward, p, v)[has]
+        inward = (np.arange(len(parent)) % 2 == 0)[:, None]
+        has, tails, heads, flat = _half_arcs(parent, inward)
+        depth = _depths(_levels(flat), parent.shape)
         half = np.broadcast_to(~inward, parent.shape)[has].astype(np.int64)
-        yield tails, heads, half, depth.reshape(t, n)[has]
+        yield tails, heads, half, depth[has]
+
+
+def _half_arcs(parent: np.ndarray, inward: np.ndarray
+               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The arcs of a stack of parent arrays (trees x ranks; ``inward`` per row: reduce arcs
+    run child -> parent, broadcast arcs parent -> child): ``(has, tails, heads, flat)``, the
+    entries with a parent, their arcs' ends, and the parents as flat indices (-1 at roots)."""
+    t, n = parent.shape
+    has = parent >= 0
+    v = np.broadcast_to(np.arange(n), parent.shape)
+    p = np.maximum(parent, 0)
+    tails, heads = np.where(inward, v, p)[has], np.where(inward, p, v)[has]
+    flat = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
+    return has, tails, heads, flat
+
+
+def _depths(levels: List[np.ndarray], shape: Tuple[int, int]) -> np.ndarray:
+    """Every entry's hops from its root, from :func:`_levels`, in ``shape``."""
+    depth = np.zeros(shape[0] * shape[1], dtype=np.int64)
+    for d, at in enumerate(levels, start=1):
+        depth[at] = d
+    return depth.reshape(shape)
 
 
 def _arc_keys(n: int, tails: np.ndarray, heads: np.ndarray, half: np.ndarray,
@@ -231,25 +246,18 @@ def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float, float
     parent = np.stack([h[0] for h in halves])                       # (t, n)
     inward = np.array([h[1] for h in halves])[:, None]
     chunk = np.array([h[2] for h in halves], dtype=float)[:, None]
-    has = parent >= 0
-    v = np.broadcast_to(np.arange(n), parent.shape)
-    p = np.maximum(parent, 0)
-    tails, heads = np.where(inward, v, p)[has], np.where(inward, p, v)[has]
+    has, tails, heads, flat_parent = _half_arcs(parent, inward)
     figures = arc_figures_batch(topology, tails, heads)
     lat = np.zeros(parent.shape)
     inv = np.zeros(parent.shape)
     lat[has], inv[has] = figures
-    flat_parent = np.where(has, parent + (np.arange(t) * n)[:, None], -1).ravel()
     levels = _levels(flat_parent)
     if crowding is not None:
-        depth = np.zeros(t * n, dtype=np.int64)
-        for d, at in enumerate(levels, start=1):
-            depth[at] = d
         rate = np.broadcast_to(np.array([h[3] for h in halves], dtype=float)[:, None],
                                parent.shape)[has]
         half = np.broadcast_to(~inward, parent.shape)[has]
-        inv[has] = crowding.inverse_rates(tails, heads, half, depth.reshape(t, n)[has],
-                                          inv[has], rate)
+        inv[has] = crowding.inverse_rates(tails, heads, half,
+                                          _depths(levels, parent.shape)[has], inv[has], rate)
     # alphabeta._hop_time, term by term in its order: latency + chunk * s_per_byte
     # + chunk * per_byte + 2 * per_message
     hop = np.where(has, lat + chunk * inv + chunk * costs.per_byte_s
