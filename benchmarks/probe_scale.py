@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any, Dict, List, Set, Tuple
@@ -108,7 +109,7 @@ def _matches(shared: List[Dict[str, Any]], hosts: Set[int], out: bool, gbps: flo
     return bool(np.isfinite(best) and abs(best - gbps) <= WITHIN * gbps), best
 
 
-def run(spec: str, n: int, recv_cost: bool, timeout_s: float) -> Dict[str, Any]:
+def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "") -> Dict[str, Any]:
     doc = generate(spec, n)
     topo = from_dict(doc)
     hosts = generated_hosts(doc)
@@ -124,6 +125,10 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float) -> Dict[str, Any]:
     sim = run_simulated(topo, body, costs=costs, timeout_s=timeout_s)
     wall = time.perf_counter() - w0
     meta = sim.results[0]
+    if save:
+        os.makedirs(save, exist_ok=True)
+        with open(os.path.join(save, f"{doc['name']}.json"), "w") as f:
+            json.dump(meta, f)
     members = meta["members"]
     measured = np.array([[np.nan if v is None else v for v in row] for row in meta["host_gbps"]])
     h = len(members)
@@ -163,13 +168,16 @@ def main(argv: Any = None) -> int:
                     help="charge the simulator's per-byte receive cost to the probe too")
     ap.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per run")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", default="", metavar="DIR",
+                    help="write each run's probe record (the document's 'probe' part: host "
+                         "figures, group tests, shared links) to DIR/NAME.json")
     args = ap.parse_args(argv)
     clusters = args.cluster or ["racks:hosts_per_rack=4,gpus=8,oversub=4",
                                 "sites:gpus=8,wan_gbps=10"]
     rows = []
     for spec in clusters:
         for n in (int(x) for x in args.ranks.split(",")):
-            row = run(spec, n, args.recv_cost, args.timeout)
+            row = run(spec, n, args.recv_cost, args.timeout, args.save)
             rows.append(row)
             print(f"# {row['name']}: {row['probe_s']:.2f} s simulated, pairs "
                   f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"

@@ -155,6 +155,9 @@ class _Prober:
         self.spent = 0.0  # modelled transfer seconds of the tests so far (PAIR_COST * target)
         self.tests = 0
         self._last_say = self.t0
+        # Where set, a pair whose first round trip (the connection's) took at least this long
+        # is pinged once more, not ``ping_reps`` times (see the hosts scheme's rounds).
+        self.long_rtt_s: Optional[float] = None
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -213,19 +216,28 @@ class _Prober:
             if self.rank not in (a, b):
                 continue
             other = b if self.rank == a else a
-            samples = []
+            samples: List[float] = []
+            last = False
             for rep in range(cfg.ping_reps + 1):
                 deadline = t.now() + cfg.timeout_s
                 what = (f"{self._who(self.rank)} cannot reach {self._who(other)}: no "
                         f"{'reply' if self.rank == a else 'ping'} within {cfg.timeout_s:g} s")
                 if self.rank == a:
+                    # The pinger decides when to stop and says so in the ping, which the
+                    # ponger reads before it answers.
+                    last = rep == cfg.ping_reps or (rep == 1 and self.long_rtt_s is not None
+                                                    and samples[0] >= self.long_rtt_s)
+                    ping[0] = last
                     start = t.now()
                     reqs = [t.irecv(pong, b, tags + TAG_PONG), t.isend(ping, b, tags + TAG_PING)]
                     self._wait(reqs, deadline, what, peers=[b, b])
                     samples.append(t.now() - start)
                 else:
                     self._wait([t.irecv(ping, a, tags + TAG_PING)], deadline, what, peers=[a])
+                    last = bool(ping[0])
                     self._wait([t.isend(pong, a, tags + TAG_PONG)], deadline, what, peers=[a])
+                if last:
+                    break
             if self.rank == a:
                 # The first round trip opens the connection; it is not a latency. The fastest
                 # of the rest is the link's: slower ones waited for a descheduled rank, which

@@ -50,30 +50,69 @@ INTRA_SHARE = 0.15
 LOCAL_MAX_BYTES = 1 << 20
 #: Ping-pongs per pair in a round (the first opens the connection and does not count).
 ROUND_PINGS = 2
+#: A leaders' pair whose first round trip took this long (a WAN's) is pinged once more, not
+#: ``ROUND_PINGS`` times: what a descheduled rank adds is small beside such a round trip, and
+#: each sample costs it again (10 ms a round over a 5 ms WAN, 1.3 s of the 127 rounds of 1024
+#: ranks on two sites). Only the leaders' rounds: the emulated cluster's pairwise probe keeps
+#: its samples.
+LONG_RTT_S = 0.002
 #: How long ranks wait for the leaders' phase, in time budgets (plus one timeout).
 WAIT_BUDGETS = 20.0
 
 
 def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
     """Rates (bytes/s) of every ordered pair of ``pr``'s ranks, each round of the circle
-    method at once, one direction at a time; ``pr.rtt`` gets the round trips. ``later_tests``
-    is what the caller runs afterwards (the budget keeps time for it)."""
+    method at once; ``pr.rtt`` gets the round trips. ``later_tests`` is what the caller runs
+    afterwards (the budget keeps time for it).
+
+    A round runs one direction at a time, unless some of its pairs are *far*: a round trip of
+    at least the target (a WAN). A far pair's test is mostly waiting (the data's latency, the
+    acknowledgement's, the allreduce's), so such a round runs both directions of every pair
+    at once (the links are full duplex): one wait instead of two. Each flow is then sized by
+    what its kind moved in the target last time, so that near flows last about as long as
+    far ones: sized alike, a near flow moved a few hundred kilobytes in a hundred
+    microseconds, and the posting of its receiver's own sends read as a fifth of it (two sites
+    at 1024 ranks: 10% of the host pairs 20% low).
+    """
     n = pr.n
     bw = np.full((n, n), np.nan)
     rounds = circle_rounds(n)
     scale = float(pr.cfg.start_bytes)
-    pr.budget(2 * len(rounds), later_tests)
+    # Far or not -> the bytes a flow of that kind moved in the target, in the last test that
+    # had it (the far flows' slowest: they share what they cross, and sized by a typical
+    # share some outlast the target and hold the round up).
+    size: Dict[bool, float] = {}
+    per_round = 2
+    pr.budget(per_round * len(rounds), later_tests)
     for k, pairs in enumerate(rounds):
-        pr.latency(pairs)
-        for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
+        pr.latency(pairs)  # synced: every rank sees the same round trips and splits alike
+        far = [bool(pr.rtt[a, b] >= pr.target) for a, b in pairs]
+        there, back = [(a, b) for a, b in pairs], [(b, a) for a, b in pairs]
+        tests = [(there + back, far + far)] if any(far) else [(there, far), (back, far)]
+        for flows, kinds in tests:
+            weights = None
+            if any(kinds):
+                # Not yet seen: a far flow starts where every test does; a near one at the
+                # most a test moves, which lasts the least on its short round trip (sized
+                # like the far flows, the first mixed round read 7.1 of 10 gbps inside a
+                # site over a 0.25 gbps WAN).
+                unseen = {True: float(pr.cfg.start_bytes), False: float(pr.cfg.max_bytes)}
+                want = [size.get(x, unseen[x]) for x in kinds]
+                scale = max(want)
+                weights = want if min(want) < scale else None
             # The last round's size first: rounds mix the same kinds of pairs, so it usually
             # fits, and a size that is wrong costs one attempt.
             # Paired: the first two attempts share one allreduce (see measure).
             rates, _, scale = pr.measure(flows, [], f"{label} round {k}", int(scale),
-                                         paired=True)
+                                         weights=weights, paired=True)
             for (s, d), r in zip(flows, rates):
                 bw[s, d] = r
-        pr.budget(2 * (len(rounds) - k - 1), later_tests)
+            for kind in set(kinds) if any(kinds) else ():
+                got = [r for r, x in zip(rates, kinds) if x == kind]
+                size[kind] = float(np.clip((np.min if kind else np.median)(got) * pr.target,
+                                           pr.cfg.min_bytes, pr.cfg.max_bytes))
+        per_round = len(tests)
+        pr.budget(per_round * (len(rounds) - k - 1), later_tests)
         pr.note(f"{label}: {k + 1}/{len(rounds)} rounds")
     return bw
 
@@ -199,6 +238,7 @@ def probe_hosts(transport: Transport, cfg: ProbeConfig, say: Callable[[str], Non
                      say if me == 0 else quiet)
         pr.hosts = [f"leader of {layout.names[h]}, world rank {r}"
                     for h, r in enumerate(layout.leaders)]
+        pr.long_rtt_s = LONG_RTT_S
         leaders = _leaders(pr, cfg)
     with as_probe_error():
         got = t.gather_object((local, local_clock) if me in layout.leaders else None, 0,
