@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from horotopo.adapt import AdaptiveEngine
+from horotopo.packing import hostforest
 from horotopo.cli.simulate_cmd import SMALL_ELEMS, TOTAL_ELEMS, resolve
 from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.planning_protocol import share_plan
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace,
     sim = run_simulated(topo, body, scale=scale, timeout_s=args.max_wall)
     res = sim.results[0]
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
-                "chunk": chunk, "links": links, "factor": args.factor,
+                "chunk": chunk, "max_host_trees": hostforest.MAX_HOST_TREES, "links": links, "factor": args.factor,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
                 "flat_reference_model_Bps": flat.throughput_Bps if flat else None,
                 "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
@@ -318,6 +319,12 @@ def parser() -> argparse.ArgumentParser:
                     help="recovered time may exceed the fresh plan's by this fraction (default 0.15)")
     ap.add_argument("--max-wall", type=float, default=3600.0,
                     help="wall-clock limit of the simulation, seconds")
+    ap.add_argument("--max-host-trees", type=int, default=None, metavar="K",
+                    help="plan host forests of at most K host-level trees (each K times the "
+                         "ranks per host rank-level trees) in every plan of the run: the "
+                         "planner's own bound is hostforest.MAX_HOST_TREES (32); at 1024 ranks "
+                         "its 256 rank-level trees are about 524,000 messages a call, too many "
+                         "to simulate a dozen calls here")
     ap.add_argument("--json", action="store_true", help="print the JSON document only")
     ap.add_argument("--dump", metavar="PATH",
                     help="also write the JSON document, with the first, final and fresh plans "
@@ -330,6 +337,11 @@ def main(argv: Any = None) -> int:
     args = ap.parse_args(argv)
     if not 0 < args.factor <= 1 or not 0 < args.degrade_at < args.calls:
         ap.error("need 0 < --factor <= 1 and 0 < --degrade-at < --calls")
+    if args.max_host_trees is not None:
+        if args.max_host_trees < 1:
+            ap.error("--max-host-trees: need at least 1")
+        # Every plan of the run is made in this process or its forked simulation.
+        hostforest.MAX_HOST_TREES = args.max_host_trees
     res = run(args)
     summary = summarize(res, args.tolerance)
     kept = {key: res.pop(key) for key in ("plans", "models")}  # large: --dump only
