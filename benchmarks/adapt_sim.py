@@ -94,14 +94,19 @@ def run(args: argparse.Namespace,
     engine_kw = {"chunk_bytes": max(4, int(chunk / scale) // 4 * 4),
                  "window": window_for(chunk)}
     w0, c0 = time.perf_counter(), time.process_time()
-    declared = make_plan(topo, chunk_bytes=chunk, hierarchy="on")
+    # Every plan of the run for the size it is timed at (the forest and chunks are chosen for
+    # it), with the forest asked for.
+    plan_kw: Dict[str, Any] = {"chunk_bytes": chunk, "size": size, "forest": args.forest}
+    declared = make_plan(topo, hierarchy="on", **plan_kw)
     planner_s = (time.perf_counter() - w0, time.process_time() - c0)
     _log(f"{topo.name}: {n} ranks, plan over hosts in {planner_s[0]:.1f} s "
          f"({len(declared.trees)} trees, model {declared.throughput_Bps * 8e-9:.2f} gbps)")
     links = [s for s in args.links.split(",") if s]
     truth = slowed(topo, links, args.factor)
-    reference = make_plan(truth, chunk_bytes=chunk, hierarchy="on") if args.reference else None
-    flat = make_plan(truth, chunk_bytes=chunk, hierarchy="off") if args.flat_reference else None
+    reference = make_plan(truth, hierarchy="on", **plan_kw) if args.reference else None
+    flat = make_plan(
+        truth, hierarchy="off", **dict(plan_kw, forest="auto" if args.forest == "hosts"
+                                       else args.forest)) if args.flat_reference else None
     hosts = generated_hosts(topo.to_json())
     want = np.float32(n * (n - 1) / 2)
 
@@ -123,7 +128,7 @@ def run(args: argparse.Namespace,
 
         def build() -> Any:
             measured = from_dict(doc)
-            return make_plan(measured, chunk_bytes=chunk, hierarchy="on"), measured
+            return make_plan(measured, hierarchy="on", **plan_kw), measured
 
         plan, model = share_plan(t, build, what=f"the {label} plan")
         return plan, model, probe_s
@@ -202,7 +207,8 @@ def run(args: argparse.Namespace,
     sim = run_simulated(topo, body, scale=scale, timeout_s=args.max_wall)
     res = sim.results[0]
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
-                "chunk": chunk, "max_host_trees": hostforest.MAX_HOST_TREES, "links": links, "factor": args.factor,
+                "chunk": chunk, "forest": args.forest,
+                "max_host_trees": hostforest.MAX_HOST_TREES, "links": links, "factor": args.factor,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
                 "flat_reference_model_Bps": flat.throughput_Bps if flat else None,
                 "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
@@ -319,6 +325,9 @@ def parser() -> argparse.ArgumentParser:
                     help="recovered time may exceed the fresh plan's by this fraction (default 0.15)")
     ap.add_argument("--max-wall", type=float, default=3600.0,
                     help="wall-clock limit of the simulation, seconds")
+    ap.add_argument("--forest", default="auto", choices=("auto", "deep", "hosts"),
+                    help="the forest of every plan of the run (make_plan's forest; a forced "
+                         "forest is forced again in the engine's re-plan; default auto)")
     ap.add_argument("--max-host-trees", type=int, default=None, metavar="K",
                     help="plan host forests of at most K host-level trees (each K times the "
                          "ranks per host rank-level trees) in every plan of the run: the "

@@ -67,8 +67,11 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
     bench = _bench()
     args = bench.parser().parse_args(
         ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
-         "--size", "8M", "--chunk", "1M", "--calls", "10", "--degrade-at", "4",
+         "--size", "8M", "--chunk", "256K", "--calls", "10", "--degrade-at", "4",
          "--fresh-calls", "2", "--no-fresh", "--init", "declared", "--max-wall", "300"])
+    # 256 KiB chunks: the plans are made for the 8 MiB they are timed at, and at 1 MiB chunks
+    # the first plan runs the slowed network as fast as its re-plan (117.2 against 119.0 ms;
+    # the trial drops it); at 256 KiB the re-plan takes 97.8 ms to 76.1.
     res = bench.run(args)
     s = bench.summarize(res, args.tolerance)
     assert s["wrong"] == 0
@@ -102,6 +105,26 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
     assert event["kept"] is True and event["decided_step"] == event["step"] + 3, event
     assert event["trial_new"] < event["trial_old"], event
     assert s["ok"], s
+
+
+def test_the_replan_keeps_the_plans_size_and_forced_forest():
+    # The engine's re-plan once used the planner's defaults: the fusion threshold's size
+    # (128 MiB) and the auto forest, so a plan made for 64 MiB over a forced host forest came
+    # back as another forest (at 1024 ranks with 4 MiB chunks, 512 trees instead of 32).
+    bench = _bench()
+    args = bench.parser().parse_args(
+        ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
+         "--size", "8M", "--chunk", "1M", "--calls", "8", "--degrade-at", "3",
+         "--fresh-calls", "1", "--no-fresh", "--no-reference", "--init", "declared",
+         "--forest", "hosts", "--trial", "0", "--max-wall", "300"])
+    res = bench.run(args)
+    [event] = res["events"]
+    assert event["switched"], event
+    for which in ("first", "final"):
+        record = res["plans"][which]["planner"]["forest"]
+        assert (record["chosen"], record.get("forced"), record["size"]) == \
+            ("hosts", True, 8 << 20), (which, record)
+    assert res["plans"]["final"]["digest"] != res["plans"]["first"]["digest"]
 
 
 class _Plan:

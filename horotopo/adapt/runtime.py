@@ -326,7 +326,16 @@ class AdaptiveEngine:
         """Plan ``topo`` (given on rank 0 only) there, give every rank the Plan; collective."""
         # A plan made over hosts is re-made over hosts (else the default setting decides).
         over_hosts = "on" if self.plan.planner.get("model") == "hierarchical" else None
+        # ... and for the size the plan was made for: the forest and its chunks are chosen for
+        # it, and the planner's default (the fusion threshold) can pick another forest (at
+        # 1024 ranks with 4 MiB chunks, 512 trees for 128 MiB where 64 MiB keeps 32).
+        # A forest that was forced is forced again.
+        record = self.plan.planner.get("forest")
+        record = record if isinstance(record, dict) else {}
+        size = record.get("size")
+        forest = str(record["chosen"]) if record.get("forced") else "auto"
         planner = self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes,
+                                                       size=size, forest=forest,
                                                        hierarchy=over_hosts))
 
         def build() -> Tuple[Plan, Optional[Topology]]:
