@@ -8,7 +8,8 @@
    host's ranks, each round at once, one direction at a time (a host's ranks sit on links of
    their own to the host's fabric, so disjoint pairs do not meet).
 3. The leaders measure the network between hosts: every round of the circle method over the
-   leaders at once (``H - 1`` rounds for ``H`` hosts, each direction in turn), so every host
+   leaders at once (``H - 1`` rounds for ``H`` hosts, each direction in turn, or both at once
+   where some pair's round trip is at least the target: :func:`round_rates`), so every host
    pair gets a *concurrent* figure.
 4. The trust test: the pairs whose concurrent figures fell furthest below what their hosts
    reach at best, and a spread of others, are measured again alone. If none reads clearly
