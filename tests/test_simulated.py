@@ -375,6 +375,26 @@ def test_simulate_command_takes_a_generated_cluster(capsys):
     assert "algorithms must be a non-empty subset" in capsys.readouterr().err
 
 
+def test_simulate_without_software_costs_times_the_network_alone(capsys):
+    from horotopo.cli import main
+    from horotopo.simulation import DEFAULT_COSTS
+    args = ["simulate", "racks:hosts_per_rack=2,gpus=2,oversub=2", "--ranks", "8", "--size",
+            "1M", "--algorithms", "tree,ring", "--json"]
+    times = {}
+    for extra in ([], ["--no-software-costs"]):
+        assert main(args + extra) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert [r["wrong"] for r in res["rows"]] == [0, 0]
+        times[bool(extra)] = {r["algorithm"]: r["time_s"] for r in res["rows"]}
+        costs = res["software_costs"]
+        assert costs == ({"per_message_s": 0.0, "recv_s_per_byte": 0.0} if extra else
+                         {"per_message_s": DEFAULT_COSTS.per_message_s,
+                          "recv_s_per_byte": DEFAULT_COSTS.recv_s_per_byte})
+    # the same plan and messages, less the CPU each rank spends on them
+    for alg in ("tree", "ring"):
+        assert times[True][alg] < times[False][alg], times
+
+
 def test_the_simulated_probe_recovers_the_declared_network_and_its_plan():
     """`--probe quick` runs horotopo's probe in the simulation: on racks-2x3 (1 gbps NICs, a
     0.25 gbps uplink between two interleaved racks) it finds every pair's rate and the uplink

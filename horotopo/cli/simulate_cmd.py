@@ -74,6 +74,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p.add_argument("--plan", default=None,
                    help="plan JSON to share instead of planning (python -m horotopo plan ... "
                         "--json, or a previous simulation's 'plan'); needs --probe declared")
+    p.add_argument("--no-software-costs", dest="software_costs", action="store_false",
+                   help="charge no software cost (the per-message and per-byte receive CPU "
+                        "measured on this machine, charged as simulated time by default): the "
+                        "network alone, to tell what the costs take from a result")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(func=run)
     return p
@@ -123,8 +127,12 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
 def simulate(topology: Topology, size: int, probe: str = "declared",
              progress: Any = None, timeout_s: Optional[float] = None,
              algorithms: Sequence[str] = ALGORITHMS, plan: Optional[Plan] = None,
-             chunk_bytes: Optional[int] = None) -> Dict[str, Any]:
+             chunk_bytes: Optional[int] = None, software_costs: bool = True
+             ) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
+
+    ``software_costs`` False charges no per-message or per-byte receive cost (the network
+    alone); by default :data:`~horotopo.transport.simulated.DEFAULT_COSTS`.
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
@@ -146,7 +154,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
     from ..schedule import window_for
-    from ..simulation import run_simulated
+    from ..simulation import DEFAULT_COSTS, SimCosts, run_simulated
 
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")
@@ -208,7 +216,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         return out
 
     t0 = time.perf_counter()
-    sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s)
+    costs = DEFAULT_COSTS if software_costs else SimCosts(0.0, 0.0)
+    sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s, costs=costs)
     first = sim.results[0]
     doc = first["plan"]
     made = Plan.from_json(doc)
@@ -232,7 +241,9 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         "throughput_Bps": doc.get("throughput_Bps"), "upper_bound_Bps": bound,
         "optimum_s": size / bound if bound else None, "rows": rows,
         "wall_s": time.perf_counter() - t0, "simulation_wall_s": sim.wall_s,
-        "simulation_cpu_s": sim.cpu_s, "messages": sim.messages, "plan": doc}
+        "simulation_cpu_s": sim.cpu_s, "messages": sim.messages, "plan": doc,
+        "software_costs": {"per_message_s": costs.per_message_s,
+                           "recv_s_per_byte": costs.recv_s_per_byte}}
     if first["probed"] is not None:
         out["probed_topology"] = first["probed"]
     return out
@@ -258,7 +269,8 @@ def run(args: argparse.Namespace) -> int:
             doc = json.loads(Path(args.plan).read_text())
             given = Plan.from_json(doc["plan"] if "rows" in doc else doc)  # a --json result
         res = simulate(topology, args.size, args.probe, progress=_say,
-                       algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk)
+                       algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
+                       software_costs=args.software_costs)
     except (SimulatorMissing, OSError, ValueError) as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
@@ -272,6 +284,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{probe}init (simulated): {res['init_simulated_s'] * 1e3:.2f} ms; planner (this "
           f"machine): {planner}; simulation took {res['wall_s']:.1f} s wall "
           f"({res['simulation_cpu_s']:.1f} s CPU), {res['messages']} messages")
+    if not args.software_costs:
+        print("software costs: none (--no-software-costs: the network alone)")
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")
