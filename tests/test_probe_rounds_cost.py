@@ -132,3 +132,42 @@ def test_near_pairs_in_a_round_over_the_wan_move_their_own_size() -> None:
             if a != b and names[a][0] == names[b][0]]
     assert len(near) == 24
     assert all(abs(got - 10.0) <= 0.15 * 10.0 for got in near), sorted(near)
+
+
+def test_measure_pairs_runs_over_the_pairs_ranks_only(monkeypatch) -> None:
+    # An adaptive re-plan re-probes a few pairs; each attempt's control allreduce once took
+    # every rank of the job (1024 at scale). Only the pairs' ranks take part now, and the
+    # rest get the figures by one broadcast.
+    from horotopo.probe import measure_pairs
+    import threading
+    made: List[Any] = []  # (world rank, the prober's ranks): the actors share this process
+    world: Dict[int, int] = {}
+    init = _Prober.__init__
+
+    def recorded(self: _Prober, transport: Any, *args: Any, **kw: Any) -> None:
+        made.append((world[threading.get_ident()], transport.size))
+        init(self, transport, *args, **kw)
+
+    monkeypatch.setattr(_Prober, "__init__", recorded)
+    spec = "racks:hosts_per_rack=2,oversub=2"
+    pairs = [(1, 6), (6, 1), (2, 1)]
+
+    def body(t: Any) -> Any:
+        world[threading.get_ident()] = t.rank
+        with t.true_size():
+            got = measure_pairs(t, pairs, "quick")
+            again = measure_pairs(t, [], "quick")
+        t.barrier()
+        return got, again, sorted(made)
+
+    results = _run(spec, 8, body)
+    for got, again, _ in results:
+        assert got == results[0][0] and again == {}
+    # ranks 1, 2 and 6 each made one prober, over a group of the three; no other rank did
+    assert results[0][2] == [(1, 3), (2, 3), (6, 3)], results[0][2]
+    rates = results[0][0]
+    assert sorted(rates) == sorted(pairs)
+    topo = from_dict(generate(spec, 8))
+    for (a, b), v in rates.items():
+        want = topo.pair_capacity_Bps(a, b)
+        assert abs(v - want) <= 0.15 * want, ((a, b), v, want)

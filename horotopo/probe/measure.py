@@ -36,7 +36,8 @@ from . import phases
 from .cluster import cluster_levels, cluster_ranks
 from .config import MODES, ProbeConfig, ProbeError
 from .flows import _Prober, as_probe_error
-from .hosts import probe_hosts
+from .group import TAG_BLOCK, GroupTransport
+from .hosts import WAIT_BUDGETS, probe_hosts
 from .infer import build_document, infer_all, infer_shared
 from .pairing import (SCAN_MAX_RANKS, ExtensionResult, GroupResult, Pair, bipartitions,
                       extension_tests, group_tests)
@@ -178,11 +179,32 @@ def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quic
         if a == b or not (0 <= a < size and 0 <= b < size):
             raise ValueError(f"a pair needs two different ranks in 0..{size - 1}, "
                              f"got ({a}, {b})")
-    pr = _Prober(link, cfg, lambda msg: None)
-    out: Dict[Pair, float] = {}
-    for a, b in pairs:
-        pr.latency([(min(a, b), max(a, b))])
-        rates, _, _ = pr.measure([(int(a), int(b))], [], f"bandwidth [{a}, {b}]",
-                                 cfg.start_bytes)
-        out[(int(a), int(b))] = float(rates[0])
-    return out
+    if not pairs:
+        return {}
+    # Only the pairs' ranks take part: each test ends with a control allreduce, and over the
+    # world that made every rank of a 1024-rank job join every attempt of every pair (an
+    # adaptive re-plan's re-probe of a few pairs did not end within 13 minutes of simulation).
+    # Every rank reserves the group's tags, so the world's stay in step.
+    members = sorted({int(r) for pair in pairs for r in pair})
+    tag = link.alloc_tags(TAG_BLOCK)
+    out: Optional[Dict[Pair, float]] = None
+    if link.rank in members:
+        group: Transport = link if len(members) == size else GroupTransport(link, members, tag)
+        index = {r: k for k, r in enumerate(members)}
+        pr = _Prober(group, cfg, lambda msg: None)
+        if len(members) < size:
+            pr.hosts = [f"world rank {r}" for r in members]
+        out = {}
+        for a, b in pairs:
+            s, d = index[int(a)], index[int(b)]
+            pr.latency([(min(s, d), max(s, d))])
+            rates, _, _ = pr.measure([(s, d)], [], f"bandwidth [{a}, {b}]", cfg.start_bytes)
+            out[(int(a), int(b))] = float(rates[0])
+    if len(members) == size:
+        assert out is not None
+        return out
+    with as_probe_error():
+        # the others wait without a bound of their own making: the pairs' tests end within
+        # their timeouts and budget, or raise there (and the broadcast times out here)
+        wait_s = cfg.timeout_s * (2 + len(pairs)) + WAIT_BUDGETS * cfg.budget_s
+        return link.broadcast_object(out, members[0], wait_s, "probe: the pairs' rates")
