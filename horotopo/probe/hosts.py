@@ -108,10 +108,12 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
                                          weights=weights, paired=True)
             for (s, d), r in zip(flows, rates):
                 bw[s, d] = r
-            for kind in set(kinds) if any(kinds) else ():
-                got = [r for r, x in zip(rates, kinds) if x == kind]
-                size[kind] = float(np.clip((np.min if kind else np.median)(got) * pr.target,
-                                           pr.cfg.min_bytes, pr.cfg.max_bytes))
+            if any(kinds):
+                for kind in set(kinds):
+                    got = [r for r, x in zip(rates, kinds) if x == kind]
+                    pick = np.min if kind else np.median
+                    size[kind] = float(np.clip(pick(got) * pr.target, pr.cfg.min_bytes,
+                                               pr.cfg.max_bytes))
         per_round = len(tests)
         pr.budget(per_round * (len(rounds) - k - 1), later_tests)
         pr.note(f"{label}: {k + 1}/{len(rounds)} rounds")

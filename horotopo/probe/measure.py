@@ -186,13 +186,16 @@ def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quic
     # adaptive re-plan's re-probe of a few pairs did not end within 13 minutes of simulation).
     # Every rank reserves the group's tags, so the world's stay in step.
     members = sorted({int(r) for pair in pairs for r in pair})
-    tag = link.alloc_tags(TAG_BLOCK)
+    whole = len(members) == size
+    tag = None if whole else link.alloc_tags(TAG_BLOCK)  # the same choice on every rank
     out: Optional[Dict[Pair, float]] = None
     if link.rank in members:
-        group: Transport = link if len(members) == size else GroupTransport(link, members, tag)
         index = {r: k for k, r in enumerate(members)}
-        pr = _Prober(group, cfg, lambda msg: None)
-        if len(members) < size:
+        if whole:
+            pr = _Prober(link, cfg, lambda msg: None)
+        else:
+            assert tag is not None
+            pr = _Prober(GroupTransport(link, members, tag), cfg, lambda msg: None)
             pr.hosts = [f"world rank {r}" for r in members]
         out = {}
         for a, b in pairs:
@@ -200,7 +203,7 @@ def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quic
             pr.latency([(min(s, d), max(s, d))])
             rates, _, _ = pr.measure([(s, d)], [], f"bandwidth [{a}, {b}]", cfg.start_bytes)
             out[(int(a), int(b))] = float(rates[0])
-    if len(members) == size:
+    if whole:
         assert out is not None
         return out
     with as_probe_error():
