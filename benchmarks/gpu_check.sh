@@ -4,7 +4,8 @@
 #   2. single-process GPU tests (native kernels and fallback against the host, bit for bit);
 #   3. multi-rank GPU tests with 2, 3 and 4 ranks sharing the GPU (engine allreduce of CuPy
 #      buffers, staged and, when MPI is CUDA-aware, direct; the hvd API on CuPy arrays and,
-#      where torch has CUDA, CUDA tensors, with no host copies);
+#      where torch has CUDA, CUDA tensors, with no host copies); the torch.distributed
+#      backend's tests at 2 and 3 ranks (CUDA tensors against gloo);
 #   4. the kernel micro-benchmark: GB/s per dtype/op against the device copy bandwidth;
 #   5. an allreduce of CuPy buffers through the engine, checked against MPI on host copies.
 # HOROTOPO_TEST_GPU=1 is set throughout: a test that would skip for lack of a device fails.
@@ -130,6 +131,12 @@ else
     for n in 2 3 4; do
         step "mpi_n$n" 120 "$MPIEXEC" -n "$n" "$PY" -m pytest -q -p no:cacheprovider -x \
             tests/mpi/test_gpu_mpi.py tests/mpi/test_gpu_staging_mpi.py tests/mpi/test_gpu_api_mpi.py
+    done
+    # the torch.distributed backend's CUDA path (collectives and send/recv of CUDA tensors),
+    # against gloo in the same job, as the MPI tier runs it
+    for n in 2 3; do
+        step "torch_dist_n$n" 150 env HOROTOPO_MPI_TIER=1 "$MPIEXEC" -n "$n" "$PY" -m pytest -q \
+            -p no:cacheprovider -x tests/mpi/test_torch_distributed.py
     done
 fi
 
