@@ -99,7 +99,11 @@ def test_gpu_check_script_fails_without_a_device(tmp_path):
     if device_status()[0]:
         pytest.skip("a CUDA device is present: gpu_check.sh is run for real by its own step")
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.sh"
-    env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)
+    # HOROTOPO_WHEELS at an empty folder: a developer's .whl/ (wheels for the GPU machine's
+    # Python) must not decide this test
+    (tmp_path / "no-wheels").mkdir()
+    env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable,
+               HOROTOPO_WHEELS=str(tmp_path / "no-wheels"))
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=180,
                           env=env)
     assert proc.returncode == 1, proc.stderr[-2000:]
