@@ -95,8 +95,10 @@ def run(args: argparse.Namespace,
                  "window": window_for(chunk)}
     w0, c0 = time.perf_counter(), time.process_time()
     # Every plan of the run for the size it is timed at (the forest and chunks are chosen for
-    # it), with the forest asked for.
-    plan_kw: Dict[str, Any] = {"chunk_bytes": chunk, "size": size, "forest": args.forest}
+    # it), with the forest and the bound on host trees asked for (recorded in each plan, so the
+    # engine's re-plans keep them).
+    plan_kw: Dict[str, Any] = {"chunk_bytes": chunk, "size": size, "forest": args.forest,
+                               "max_host_trees": args.max_host_trees}
     declared = make_plan(topo, hierarchy="on", **plan_kw)
     planner_s = (time.perf_counter() - w0, time.process_time() - c0)
     _log(f"{topo.name}: {n} ranks, plan over hosts in {planner_s[0]:.1f} s "
@@ -208,7 +210,7 @@ def run(args: argparse.Namespace,
     res = sim.results[0]
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
                 "chunk": chunk, "forest": args.forest,
-                "max_host_trees": hostforest.MAX_HOST_TREES, "links": links, "factor": args.factor,
+                "max_host_trees": args.max_host_trees or hostforest.MAX_HOST_TREES, "links": links, "factor": args.factor,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
                 "flat_reference_model_Bps": flat.throughput_Bps if flat else None,
                 "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
@@ -346,11 +348,8 @@ def main(argv: Any = None) -> int:
     args = ap.parse_args(argv)
     if not 0 < args.factor <= 1 or not 0 < args.degrade_at < args.calls:
         ap.error("need 0 < --factor <= 1 and 0 < --degrade-at < --calls")
-    if args.max_host_trees is not None:
-        if args.max_host_trees < 1:
-            ap.error("--max-host-trees: need at least 1")
-        # Every plan of the run is made in this process or its forked simulation.
-        hostforest.MAX_HOST_TREES = args.max_host_trees
+    if args.max_host_trees is not None and args.max_host_trees < 1:
+        ap.error("--max-host-trees: need at least 1")
     res = run(args)
     summary = summarize(res, args.tolerance)
     kept = {key: res.pop(key) for key in ("plans", "models")}  # large: --dump only

@@ -402,7 +402,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               progress: Optional[Any] = None, size: Optional[int] = None,
               forest: str = "auto", max_depth: Optional[int] = None,
               network: Optional[_ab.NetworkModel] = None,
-              hierarchy: Optional[str] = None) -> Plan:
+              hierarchy: Optional[str] = None,
+              max_host_trees: Optional[int] = None) -> Plan:
     """Plan ``topology``: certified packing, pruned, at least ring's modelled throughput.
 
     One exception, bounded: a host forest of ``m`` host trees over ``H`` machines with
@@ -423,6 +424,11 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     the lower predicted time for it is kept (``forest="auto"``; ``"deep"`` or ``"shallow"``
     force one), predicted on ``network`` (default: the links as declared).
     ``plan.planner["forest"]`` records the choice and both predictions.
+
+    ``max_host_trees`` bounds the host forest's host-level trees (default
+    :data:`~horotopo.packing.hostforest.MAX_HOST_TREES`; each is as many rank-level trees as a
+    host has ranks): fewer trees, fewer messages. A bound given is recorded in
+    ``plan.planner["forest"]`` and kept by the adaptive engine's re-plans.
     """
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
@@ -440,7 +446,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
         max_trees_per_root=max_trees_per_root, progress=progress, network=network,
-        hierarchical=hierarchical, ring=ring)
+        hierarchical=hierarchical, ring=ring, max_host_trees=max_host_trees)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 

@@ -107,23 +107,25 @@ def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
     assert s["ok"], s
 
 
-def test_the_replan_keeps_the_plans_size_and_forced_forest():
+def test_the_replan_keeps_the_plans_size_forced_forest_and_host_tree_bound():
     # The engine's re-plan once used the planner's defaults: the fusion threshold's size
     # (128 MiB) and the auto forest, so a plan made for 64 MiB over a forced host forest came
-    # back as another forest (at 1024 ranks with 4 MiB chunks, 512 trees instead of 32).
+    # back as another forest (at 1024 ranks with 4 MiB chunks, 512 trees instead of 32). A
+    # bound on host trees (4 hosts here: 4 host trees unbounded) must come back too.
     bench = _bench()
     args = bench.parser().parse_args(
         ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
          "--size", "8M", "--chunk", "1M", "--calls", "8", "--degrade-at", "3",
          "--fresh-calls", "1", "--no-fresh", "--no-reference", "--init", "declared",
-         "--forest", "hosts", "--trial", "0", "--max-wall", "300"])
+         "--forest", "hosts", "--trial", "0", "--max-wall", "300", "--max-host-trees", "2"])
     res = bench.run(args)
     [event] = res["events"]
     assert event["switched"], event
     for which in ("first", "final"):
         record = res["plans"][which]["planner"]["forest"]
-        assert (record["chosen"], record.get("forced"), record["size"]) == \
-            ("hosts", True, 8 << 20), (which, record)
+        assert (record["chosen"], record.get("forced"), record["size"],
+                record.get("max_host_trees")) == ("hosts", True, 8 << 20, 2), (which, record)
+        assert len(res["plans"][which]["trees"]) == 2 * 4, which
     assert res["plans"]["final"]["digest"] != res["plans"]["first"]["digest"]
 
 

@@ -221,6 +221,23 @@ def test_the_host_tree_count_is_capped_at_1024_ranks():
         pack_host_forest(topo, count=129)
 
 
+def test_make_plan_bounds_the_host_trees_and_records_the_bound():
+    """A plan's bound on host trees is make_plan's parameter, recorded in the plan (the
+    engine's re-plan reads it there), not the module constant that a benchmark once set."""
+    assert host_tree_counts(512, limit=8) == [4, 8] and host_tree_counts(8, limit=2) == [2]
+    with pytest.raises(ValueError, match="at most 0 host trees"):
+        host_tree_counts(8, limit=0)
+    topo = from_dict(generate(SITES, 64))  # 8 hosts of 8 ranks: 4 or 8 host trees offered
+    bounded = make_plan(topo, size=64 * MiB, forest="hosts", max_host_trees=2)
+    assert bounded.planner["forest"]["max_host_trees"] == 2
+    assert bounded.planner["host_trees"] == 2 and len(bounded.trees) == 2 * 8
+    free = make_plan(topo, size=64 * MiB, forest="hosts")
+    assert "max_host_trees" not in free.planner["forest"] and free.planner["host_trees"] >= 4
+    with pytest.raises(ValueError, match="at most 0 host trees"):
+        make_plan(topo, size=64 * MiB, max_host_trees=0)
+    assert MAX_HOST_TREES == 32  # the parameter leaves the default alone
+
+
 def test_picked_rotations_pair_interior_and_leaf_roles():
     """One group of 8 machines, a binary heap per rotation: a machine sends 2 as the root, 3
     at positions 1 and 2, 2 at 3, 1 as a leaf. Two trees are best half a group apart (a

@@ -172,3 +172,15 @@ def test_cli_text_and_errors(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "links[0].gbps: must be positive" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_max_host_trees():
+    # a bound below one is refused before any planning; a bound given is in the plan's record
+    out = subprocess.run([sys.executable, "-m", "horotopo", "plan", "racks-2x3",
+                          "--max-host-trees", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--max-host-trees must be at least 1" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "horotopo", "plan", "racks-2x3", "--json", "-q",
+                          "--size", "1M", "--max-host-trees", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["planner"]["forest"]["max_host_trees"] == 3

@@ -329,14 +329,14 @@ class AdaptiveEngine:
         # ... and for the size the plan was made for: the forest and its chunks are chosen for
         # it, and the planner's default (the fusion threshold) can pick another forest (at
         # 1024 ranks with 4 MiB chunks, 512 trees for 128 MiB where 64 MiB keeps 32).
-        # A forest that was forced is forced again.
+        # A forest that was forced is forced again, and a bound on host trees kept.
         record = self.plan.planner.get("forest")
         record = record if isinstance(record, dict) else {}
         size = record.get("size")
         forest = str(record["chosen"]) if record.get("forced") else "auto"
-        planner = self.planner or (lambda t: make_plan(t, chunk_bytes=self.plan.chunk_bytes,
-                                                       size=size, forest=forest,
-                                                       hierarchy=over_hosts))
+        planner = self.planner or (lambda t: make_plan(
+            t, chunk_bytes=self.plan.chunk_bytes, size=size, forest=forest,
+            hierarchy=over_hosts, max_host_trees=record.get("max_host_trees")))
 
         def build() -> Tuple[Plan, Optional[Topology]]:
             assert topo is not None  # share_plan calls build on rank 0, which has the model

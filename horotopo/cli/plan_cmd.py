@@ -40,6 +40,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "balanced, shallow, hosts or leveled force one (default auto)")
     p.add_argument("--max-depth", type=int, default=None, metavar="D",
                    help="depth bound of the shallow forest's trees (default ceil(log2 ranks))")
+    p.add_argument("--max-host-trees", type=int, default=None, metavar="K",
+                   help="a host forest keeps at most K host-level trees, each as many "
+                        "rank-level trees as a host has ranks (default 32): fewer trees, fewer "
+                        "and larger messages; recorded in the plan")
     p.add_argument("--json", action="store_true",
                    help="print only the plan's JSON on stdout (progress goes to stderr)")
     p.add_argument("-o", "--output", help="also write the plan's JSON to this file")
@@ -82,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_depth is not None and args.max_depth < 1:
         print("horotopo plan: --max-depth must be at least 1", file=sys.stderr)
         return 2
+    if args.max_host_trees is not None and args.max_host_trees < 1:
+        print("horotopo plan: --max-host-trees must be at least 1", file=sys.stderr)
+        return 2
     if not 0 < args.target_gap < 1:
         print("horotopo plan: --target-gap must be between 0 and 1", file=sys.stderr)
         return 2
@@ -100,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     size = target_size(args.size)
     plan = make_plan(topology, chunk_bytes=args.chunk, max_trees_per_root=args.max_trees_per_root,
                      target_gap=args.target_gap, progress=progress, size=size,
-                     forest=args.forest, max_depth=args.max_depth)
+                     forest=args.forest, max_depth=args.max_depth,
+                     max_host_trees=args.max_host_trees)
     progress(f"planned in {time.perf_counter() - start:.2f} s")
     doc = plan.to_json()
     doc["predicted_time_s"] = plan.predict_time(size)

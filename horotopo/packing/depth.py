@@ -267,7 +267,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                   max_depth: Optional[int] = None, max_trees_per_root: int = 4,
                   progress: Optional[Callable[[str], None]] = None,
                   network: Any = None, hierarchical: bool = False,
-                  ring: Optional[Packing] = None) -> Tuple[Any, Dict[str, Any]]:
+                  ring: Optional[Packing] = None,
+                  max_host_trees: Optional[int] = None) -> Tuple[Any, Dict[str, Any]]:
     """The deep forest (``packing``), a balanced, a shallow or a host one: the fastest
     predicted.
 
@@ -303,6 +304,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     the predictions are made on. ``hierarchical`` (``packing`` is over hosts,
     :func:`~.hierarchy.pack_hierarchical`) offers the host forest alone beside the deep one:
     balanced and shallow are packed over ranks (``n**2`` arcs), and forcing either raises.
+    ``max_host_trees`` bounds the host forest's counts (default
+    :data:`~.hostforest.MAX_HOST_TREES`); a bound given is recorded
+    (``record["max_host_trees"]``), so that a re-plan keeps it.
     ``ring`` (ring's chains, :func:`~.model.ring_packing`) replaces the chosen trees where
     their max-min fair rates sum below the floor (``record["below_ring"]`` says which forest
     and its throughput; the deep entry is then ring's chains).
@@ -317,6 +321,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                               "deep": _summary(deep, size, network)}
     if forest != "auto":
         record["forced"] = True
+    if max_host_trees is not None:
+        host_tree_counts(1, limit=max_host_trees)  # a bad bound fails here, not after packing
+        record["max_host_trees"] = int(max_host_trees)
     constrained = (packing.upper_bound is not None and len(topology.capacity_Bps) > 0
                    and packing.throughput < UNBOUNDED_BPS)
     if forest == "deep" or topology.n < 3 or not constrained:
@@ -332,7 +339,8 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         # WAN or rack uplink per tree each way, a few host hops deep; a few counts of host
         # trees (at most MAX_HOST_TREES), each predicted, the fastest kept
         h_count = len(set(machines(topology)))
-        packers["hosts"] = lambda: pack_host_forests(topology, host_tree_counts(h_count))
+        packers["hosts"] = lambda: pack_host_forests(
+            topology, host_tree_counts(h_count, limit=max_host_trees))
     # leveled only where it may be offered: a plan over hosts never packs over ranks
     flat = None if hierarchical else leveled(topology)
     if flat is not None and (forest == "leveled" or (

@@ -308,13 +308,17 @@ def pick_rotations(loads: np.ndarray, capacity: np.ndarray, count: int,
     return sorted(kept)
 
 
-def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS) -> List[int]:
+def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS,
+                     limit: Optional[int] = None) -> List[int]:
     """The host-tree counts to offer on ``h_count`` machines: ``counts`` at most ``H`` and
-    :data:`MAX_HOST_TREES`, and ``min(H, MAX_HOST_TREES)`` itself (every rotation on a small
-    job), distinct and ascending."""
+    ``limit`` (default :data:`MAX_HOST_TREES`), and ``min(H, limit)`` itself (every rotation
+    on a small job), distinct and ascending."""
     if h_count < 1:
         raise ValueError(f"a host forest needs machines, got {h_count}")
-    top = min(h_count, MAX_HOST_TREES)
+    limit = MAX_HOST_TREES if limit is None else int(limit)
+    if limit < 1:
+        raise ValueError(f"at most {limit} host trees: need at least 1")
+    top = min(h_count, limit)
     return sorted({c for c in counts if 1 <= c <= top} | {top})
 
 
