@@ -78,9 +78,26 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="charge no software cost (the per-message and per-byte receive CPU "
                         "measured on this machine, charged as simulated time by default): the "
                         "network alone, to tell what the costs take from a result")
+    p.add_argument("--simgrid-cfg", action="append", default=[], metavar="NAME:VALUE",
+                   type=_simgrid_setting,
+                   help="a SimGrid setting over the simulator's network model (LV08 without "
+                        "its latency factor), repeatable: what-if runs that tell what one of "
+                        "the model's effects costs, e.g. network/crosstraffic:0 (no reverse "
+                        "traffic for acknowledgements) or network/bandwidth-factor:1 (no "
+                        "0.97 for TCP/IP headers); recorded in the JSON")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(func=run)
     return p
+
+
+def _simgrid_setting(text: str) -> str:
+    """``NAME:VALUE`` as SimGrid's ``--cfg`` takes it (whether SimGrid knows the name and takes
+    the value, the simulation says)."""
+    name, sep, value = text.partition(":")
+    if not (sep and name.strip() and value.strip()) or " " in text:
+        raise argparse.ArgumentTypeError(f"expected NAME:VALUE (network/crosstraffic:0), "
+                                         f"got {text!r}")
+    return text
 
 
 def parse_algorithms(text: str) -> Tuple[str, ...]:
@@ -127,12 +144,14 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
 def simulate(topology: Topology, size: int, probe: str = "declared",
              progress: Any = None, timeout_s: Optional[float] = None,
              algorithms: Sequence[str] = ALGORITHMS, plan: Optional[Plan] = None,
-             chunk_bytes: Optional[int] = None, software_costs: bool = True
-             ) -> Dict[str, Any]:
+             chunk_bytes: Optional[int] = None, software_costs: bool = True,
+             simgrid_config: Sequence[str] = ()) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``software_costs`` False charges no per-message or per-byte receive cost (the network
     alone); by default :data:`~horotopo.transport.simulated.DEFAULT_COSTS`.
+    ``simgrid_config``: SimGrid settings ``NAME:VALUE`` over the simulator's network model
+    (``network/crosstraffic:0``, ``network/bandwidth-factor:1``...), recorded in the result.
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
@@ -217,7 +236,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
 
     t0 = time.perf_counter()
     costs = DEFAULT_COSTS if software_costs else SimCosts(0.0, 0.0)
-    sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s, costs=costs)
+    sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s, costs=costs,
+                        network_config=simgrid_config)
     first = sim.results[0]
     doc = first["plan"]
     made = Plan.from_json(doc)
@@ -243,7 +263,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         "wall_s": time.perf_counter() - t0, "simulation_wall_s": sim.wall_s,
         "simulation_cpu_s": sim.cpu_s, "messages": sim.messages, "plan": doc,
         "software_costs": {"per_message_s": costs.per_message_s,
-                           "recv_s_per_byte": costs.recv_s_per_byte}}
+                           "recv_s_per_byte": costs.recv_s_per_byte},
+        "simgrid_config": list(simgrid_config)}
     if first["probed"] is not None:
         out["probed_topology"] = first["probed"]
     return out
@@ -270,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
             given = Plan.from_json(doc["plan"] if "rows" in doc else doc)  # a --json result
         res = simulate(topology, args.size, args.probe, progress=_say,
                        algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
-                       software_costs=args.software_costs)
+                       software_costs=args.software_costs, simgrid_config=args.simgrid_cfg)
     except (SimulatorMissing, OSError, ValueError) as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
@@ -286,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
           f"({res['simulation_cpu_s']:.1f} s CPU), {res['messages']} messages")
     if not args.software_costs:
         print("software costs: none (--no-software-costs: the network alone)")
+    if args.simgrid_cfg:
+        print(f"SimGrid settings over the network model: {' '.join(args.simgrid_cfg)}")
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")

@@ -5,9 +5,9 @@ Needs SimGrid's Python bindings (Debian's ``python3-simgrid``); importing this p
 running a simulation does (:class:`~horotopo.transport.simulated.SimulatorMissing` says how to
 install it).
 """
-from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, SimulationError,
-                                   SimulatorMissing, load_simgrid)
+from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, SimulationConfigError,
+                                   SimulationError, SimulatorMissing, load_simgrid)
 from .runner import run_here, run_simulated
 
 __all__ = ["run_simulated", "run_here", "SimCosts", "DEFAULT_COSTS", "SimRun",
-           "SimulationError", "SimulatorMissing", "load_simgrid"]
+           "SimulationError", "SimulationConfigError", "SimulatorMissing", "load_simgrid"]

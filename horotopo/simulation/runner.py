@@ -9,10 +9,11 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..topology import Topology
 from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, Simulation,
+                                   SimulationConfigError,
                                    SimulatedTransport, SimulationError, load_simgrid)
 from .platform import build_platform
 
@@ -20,18 +21,22 @@ __all__ = ["run_simulated", "run_here"]
 
 
 def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
-             scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS) -> SimRun:
+             scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
+             network_config: Sequence[str] = ()) -> SimRun:
     """Build ``topology`` and run ``fn(transport)`` on every rank, in this process (which can
     hold only this one simulation; see :func:`run_simulated`)."""
-    sim = Simulation(costs)
+    sim = Simulation(costs, network_config)
     platform = build_platform(sim, topology)
     return sim.run(platform.hosts, fn, scale=scale, names=platform.names)
 
 
 def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any],
-           scale: float, costs: SimCosts) -> None:
+           scale: float, costs: SimCosts, network_config: Sequence[str]) -> None:
     try:
-        out: Any = ("ok", run_here(topology, fn, scale=scale, costs=costs))
+        out: Any = ("ok", run_here(topology, fn, scale=scale, costs=costs,
+                                   network_config=network_config))
+    except SimulationConfigError as exc:  # the caller's input, not a failure of the run
+        out = ("config", f"{exc}", "")
     except BaseException as exc:  # noqa: BLE001 - sent to the parent, which raises
         cause = exc.__cause__ if isinstance(exc, SimulationError) and exc.__cause__ else exc
         out = ("error", f"{exc}", "".join(traceback.format_exception(cause)))
@@ -44,7 +49,8 @@ def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any
 
 def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
                   scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
-                  timeout_s: Optional[float] = None) -> SimRun:
+                  timeout_s: Optional[float] = None,
+                  network_config: Sequence[str] = ()) -> SimRun:
     """Run ``fn(transport)`` on every rank of ``topology``, simulated, in a child process.
 
     Parameters
@@ -61,6 +67,9 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
         Software costs charged as simulated time.
     timeout_s : float, optional
         Wall-clock limit for the child.
+    network_config : sequence of str
+        SimGrid settings ``NAME:VALUE`` applied after the simulator's own network model
+        (:class:`~horotopo.transport.simulated.Simulation`).
 
     Returns
     -------
@@ -76,7 +85,8 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
     load_simgrid()  # a missing simulator is said here, in the caller's process
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, topology, fn, scale, costs), daemon=True)
+    proc = ctx.Process(target=_child, args=(send, topology, fn, scale, costs,
+                                                   tuple(network_config)), daemon=True)
     proc.start()
     send.close()
     try:
@@ -96,4 +106,6 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
         recv.close()
     if out[0] == "ok":
         return out[1]
+    if out[0] == "config":
+        raise SimulationConfigError(out[1])
     raise SimulationError(f"{out[1]}\n--- in the simulation:\n{out[2]}".rstrip())

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .simgrid_support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationError,
-                              load_simgrid)
+from .simgrid_support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationConfigError,
+                              SimulationError, load_simgrid)
 
 if TYPE_CHECKING:
     from .simulated import SimulatedTransport
@@ -52,8 +52,10 @@ class SimRun:
 _USED = False
 
 
-def _engine(sg: ModuleType) -> Any:
-    """SimGrid's engine, for the one simulation this process may hold.
+def _engine(sg: ModuleType, extra_config: Sequence[str] = ()) -> Any:
+    """SimGrid's engine, for the one simulation this process may hold, configured with
+    :data:`NETWORK_CONFIG` and then ``extra_config`` (``NAME:VALUE`` settings, later ones
+    winning).
 
     SimGrid keeps one engine and one platform per process, sealed by the first run: a second
     platform cannot join it. :func:`horotopo.simulation.run_simulated` therefore runs each
@@ -65,7 +67,14 @@ def _engine(sg: ModuleType) -> Any:
                               "process); use horotopo.simulation.run_simulated, which runs each "
                               "in a child process")
     _USED = True
-    return sg.Engine(["horotopo", "--log=root.thres:critical", *NETWORK_CONFIG])
+    settings = [f"--cfg={item}" for item in extra_config]
+    try:
+        return sg.Engine(["horotopo", "--log=root.thres:critical", *NETWORK_CONFIG, *settings])
+    except (IndexError, ValueError) as exc:
+        # SimGrid lists every key it knows after a bad one: the first line says which
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SimulationConfigError(f"SimGrid refused the configuration {list(extra_config)}: "
+                              f"{first}") from None
 
 
 class Simulation:
@@ -79,11 +88,16 @@ class Simulation:
     ----------
     costs : SimCosts
         The software costs charged as simulated time.
+    network_config : sequence of str
+        SimGrid settings ``NAME:VALUE`` after :data:`NETWORK_CONFIG` (``network/crosstraffic:0``
+        to leave out the acknowledgements' reverse traffic, say): what-if runs that tell what
+        each of the model's effects costs.
     """
 
-    def __init__(self, costs: SimCosts = DEFAULT_COSTS) -> None:
+    def __init__(self, costs: SimCosts = DEFAULT_COSTS,
+                 network_config: Sequence[str] = ()) -> None:
         self.sg = load_simgrid()
-        self.engine = _engine(self.sg)
+        self.engine = _engine(self.sg, network_config)
         self.costs = costs
         # The first zone is the platform's root; routes are listed pair by pair (full zone).
         self.zone = self.sg.NetZone.create_full_zone("horotopo")

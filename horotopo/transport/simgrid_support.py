@@ -12,8 +12,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
 
-__all__ = ["INSTALL_HINT", "SimulatorMissing", "SimulationError", "load_simgrid", "SimCosts",
-           "DEFAULT_COSTS", "NETWORK_CONFIG"]
+__all__ = ["INSTALL_HINT", "SimulatorMissing", "SimulationError", "SimulationConfigError",
+           "load_simgrid", "SimCosts", "DEFAULT_COSTS", "NETWORK_CONFIG"]
 
 INSTALL_HINT = ("the simulator needs SimGrid's Python bindings: on Debian or Ubuntu, "
                 "`sudo apt-get install -y python3-simgrid` (3.32, a CPython 3.11 extension; "
@@ -38,6 +38,10 @@ class SimulatorMissing(ImportError):
 
 class SimulationError(RuntimeError):
     """A simulated run failed: a rank raised (the first error is the cause) or deadlocked."""
+
+
+class SimulationConfigError(SimulationError, ValueError):
+    """SimGrid refused a setting given to it (an unknown key, a value of the wrong type)."""
 
 
 def load_simgrid() -> ModuleType:

@@ -38,12 +38,13 @@ from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .p2p import Describe
 from .simgrid_collectives import SimCollectives, _Rounds
 from .simgrid_pending import CompletionQueue
-from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationError,
-                              SimulatorMissing, load_simgrid)
+from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationConfigError,
+                              SimulationError, SimulatorMissing, load_simgrid)
 from .simgrid_run import SimRun, Simulation
 
 __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
-           "SimulatedTransport", "SimRun", "SimulationError", "INSTALL_HINT"]
+           "SimulatedTransport", "SimRun", "SimulationError", "SimulationConfigError",
+           "INSTALL_HINT"]
 
 class _Request:
     """One posted message. Posting is deferred to the rank's next wait or test (see
