@@ -483,3 +483,24 @@ def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_p
                        "--max-wall", "1e-6", "--json"]) == 0
     (limit,) = json.loads(capsys.readouterr().out)["rows"]
     assert limit["ranks"] == 4 and "did not finish within" in limit["limit"]
+
+
+def test_gap_benchmark_takes_the_simulators_effects_away_one_at_a_time(capsys):
+    """benchmarks/gap_sim.py: one plan, four settings; each removes an effect that only
+    slows the network or the ranks, so the plan's time falls at every step but the
+    acknowledgements' (which a tiny cluster may not feel), and every result is exact."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gap_sim.py"
+    spec = importlib.util.spec_from_file_location("gap_sim", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--clusters", "racks:hosts_per_rack=2,gpus=2,oversub=2", "--ranks", "8",
+                       "--size", "4M", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["setting"] for r in rows] == ["full", "no costs", "no acks", "no headers"]
+    assert all(r["wrong"] == 0 and r["optimum_s"] > 0 for r in rows)
+    tree = [r["tree_s"] for r in rows]
+    assert tree[1] < tree[0] and tree[2] <= tree[1] * (1 + 1e-9) and tree[3] < tree[2], tree
+    assert rows[3]["simgrid_config"] == ["network/crosstraffic:0", "network/bandwidth-factor:1"]
+    assert len({r["predicted_s"] for r in rows}) == 1  # the same plan throughout
