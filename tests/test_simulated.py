@@ -504,3 +504,20 @@ def test_gap_benchmark_takes_the_simulators_effects_away_one_at_a_time(capsys):
     assert tree[1] < tree[0] and tree[2] <= tree[1] * (1 + 1e-9) and tree[3] < tree[2], tree
     assert rows[3]["simgrid_config"] == ["network/crosstraffic:0", "network/bandwidth-factor:1"]
     assert len({r["predicted_s"] for r in rows}) == 1  # the same plan throughout
+
+
+def test_simgrid_floor_benchmark_times_bare_actors(capsys):
+    """benchmarks/simgrid_floor.py: SimGrid's own cost per message (no horotopo code), per
+    batch size; messages rounded down to whole batches."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "simgrid_floor.py"
+    spec = importlib.util.spec_from_file_location("simgrid_floor", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--pairs", "2", "--messages", "18", "--batch", "1,4", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["batch"], r["messages"]) for r in rows] == [(1, 36), (4, 32)]
+    assert all(r["wall_s"] > 0 and r["wall_us_per_message"] > 0 for r in rows)
+    with pytest.raises(SystemExit):
+        bench.main(["--batch", "0"])
