@@ -433,6 +433,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
     check_forest(forest, hierarchical)  # before the packing: a forced forest is never replaced
+    if max_host_trees is not None and max_host_trees < 1:
+        raise ValueError(f"at most {max_host_trees} host trees: need at least 1")
     if hierarchical:
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
         ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)

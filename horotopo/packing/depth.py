@@ -322,7 +322,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     if forest != "auto":
         record["forced"] = True
     if max_host_trees is not None:
-        host_tree_counts(1, limit=max_host_trees)  # a bad bound fails here, not after packing
+        host_tree_counts(1, limit=max_host_trees)  # a bound below one fails before any packing
         record["max_host_trees"] = int(max_host_trees)
     constrained = (packing.upper_bound is not None and len(topology.capacity_Bps) > 0
                    and packing.throughput < UNBOUNDED_BPS)
