@@ -17,8 +17,10 @@ chunk) under four settings, each removing one more effect:
    the latency-weighted sharing, which SimGrid's flow models cannot turn off).
 
 Each row gives the simulated times and their share of the optimum (optimum / time), so the
-drop from one setting to the next is what that effect costs. Simulated times do not depend on
-the machine's load.
+drop from one setting to the next is what that effect costs, where the effects are
+independent. They are not always: at racks-256 the plan ran slower without the software costs
+(369.2 ms against 359.9), which pace the sends. Simulated times do not depend on the machine's
+load.
 
     python benchmarks/gap_sim.py --ranks 64 --chunk 256K [--json]
 
