@@ -485,6 +485,20 @@ def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_p
     assert limit["ranks"] == 4 and "did not finish within" in limit["limit"]
 
 
+def test_simulate_bounds_the_host_forest_it_plans(capsys):
+    from horotopo.cli import main
+    args = ["simulate", "sites:gpus=4,hosts_per_rack=2", "--ranks", "32", "--size", "1M",
+            "--algorithms", "tree", "--json"]
+    assert main(args + ["--max-host-trees", "2"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    forest = res["plan"]["planner"]["forest"]
+    # 8 hosts: 4 and 8 host trees unbounded; the host forest offered has 2
+    assert forest["max_host_trees"] == 2 and forest["hosts"]["host_trees"] == 2
+    assert res["rows"][0]["wrong"] == 0
+    assert main(args + ["--max-host-trees", "0"]) == 2
+    assert "--max-host-trees 0: needs at least 1" in capsys.readouterr().err
+
+
 def test_gap_benchmark_takes_the_simulators_effects_away_one_at_a_time(capsys):
     """benchmarks/gap_sim.py: one plan, four settings, every result exact. On this small
     cluster each removal speeds the plan up (the acknowledgements' may not show). Not a law:

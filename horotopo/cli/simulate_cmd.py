@@ -78,6 +78,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="charge no software cost (the per-message and per-byte receive CPU "
                         "measured on this machine, charged as simulated time by default): the "
                         "network alone, to tell what the costs take from a result")
+    p.add_argument("--max-host-trees", type=int, default=None, metavar="K",
+                   help="plan host forests of at most K host-level trees (make_plan's bound, "
+                        "default 32; each is as many trees as a host has ranks): fewer, larger "
+                        "messages, a faster simulation of another plan")
     p.add_argument("--simgrid-cfg", action="append", default=[], metavar="NAME:VALUE",
                    type=_simgrid_setting,
                    help="a SimGrid setting over the simulator's network model (LV08 without "
@@ -145,13 +149,15 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
              progress: Any = None, timeout_s: Optional[float] = None,
              algorithms: Sequence[str] = ALGORITHMS, plan: Optional[Plan] = None,
              chunk_bytes: Optional[int] = None, software_costs: bool = True,
-             simgrid_config: Sequence[str] = ()) -> Dict[str, Any]:
+             simgrid_config: Sequence[str] = (),
+             max_host_trees: Optional[int] = None) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``software_costs`` False charges no per-message or per-byte receive cost (the network
     alone); by default :data:`~horotopo.transport.simulated.DEFAULT_COSTS`.
     ``simgrid_config``: SimGrid settings ``NAME:VALUE`` over the simulator's network model
     (``network/crosstraffic:0``, ``network/bandwidth-factor:1``...), recorded in the result.
+    ``max_host_trees``: the planner's bound on a host forest's trees (``make_plan``'s).
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
@@ -181,6 +187,9 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     if plan is not None and (probe != "declared" or plan.n != topology.n):
         raise ValueError(f"a given plan needs --probe declared and {topology.n} ranks (it has "
                          f"{plan.n}; probe {probe!r})")
+    if max_host_trees is not None and (max_host_trees < 1 or plan is not None):
+        raise ValueError(f"--max-host-trees {max_host_trees}: needs at least 1, and a plan to "
+                         "make (not --plan)")
     n = topology.n
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
@@ -205,7 +214,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             w0 = time.perf_counter()
             model = from_dict(doc) if doc is not None else topology
             # planned for this run's size, as `horotopo plan --size` (chunks and forest)
-            made = ring_plan(model, size=size) if probe == "off" else make_plan(model, size=size)
+            made = (ring_plan(model, size=size) if probe == "off"
+                    else make_plan(model, size=size, max_host_trees=max_host_trees))
             planner["s"] = time.perf_counter() - w0
             return made, model
 
@@ -291,7 +301,8 @@ def run(args: argparse.Namespace) -> int:
             given = Plan.from_json(doc["plan"] if "rows" in doc else doc)  # a --json result
         res = simulate(topology, args.size, args.probe, progress=_say,
                        algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
-                       software_costs=args.software_costs, simgrid_config=args.simgrid_cfg)
+                       software_costs=args.software_costs, simgrid_config=args.simgrid_cfg,
+                       max_host_trees=args.max_host_trees)
     except (SimulatorMissing, OSError, ValueError) as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
