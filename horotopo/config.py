@@ -219,6 +219,10 @@ SETTINGS: Dict[str, Setting] = _registry(
        choices=("auto", "native", "fallback")),
     _S("HOROTOPO_NATIVE_DIR", "str", None, "Directory holding native/reduce.cu.",
        default_doc="unset: the repository's native/, else the installed copy"),
+    _S("HOROTOPO_SIM_CPU", "int", None, "The CPU a simulation's process is pinned to "
+       "(horotopo simulate and the benchmarks over SimGrid): SimGrid runs one actor thread at "
+       "a time, and its hand-offs cost about 2.5x as much spread over cores; -1 leaves the "
+       "process unpinned.", lo=-1, default_doc="unset: the CPU the simulation starts on"),
     # -- the launcher (horotopo-run) ---------------------------------------------------------
     _S("HOROTOPO_MPIEXEC", "str", None, "The mpiexec horotopo-run uses.",
        default_doc="unset: the installed wheel's, else PATH's"),

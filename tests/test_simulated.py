@@ -10,6 +10,7 @@ with every dtype, the op rotating so that each dtype meets every op and each cou
 cores). Skipped, with the install command, where SimGrid is missing; .ci/run installs it.
 """
 import hashlib
+import os
 import json
 
 import numpy as np
@@ -536,3 +537,28 @@ def test_simgrid_floor_benchmark_times_bare_actors(capsys):
     assert all(r["wall_s"] > 0 and r["wall_us_per_message"] > 0 for r in rows)
     with pytest.raises(SystemExit):
         bench.main(["--batch", "0"])
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity here")
+def test_the_simulation_process_is_pinned_to_one_cpu(monkeypatch):
+    """SimGrid runs one actor thread at a time: the simulation's child process is pinned to
+    one CPU (HOROTOPO_SIM_CPU, default the one it starts on), the caller's process is not;
+    -1 leaves the child unpinned, and a CPU outside the allowed set is refused."""
+    from horotopo.simulation import SimulationConfigError
+    allowed = os.sched_getaffinity(0)
+
+    def body(t):
+        return sorted(os.sched_getaffinity(0))
+
+    monkeypatch.delenv("HOROTOPO_SIM_CPU", raising=False)
+    [mine, _] = run_simulated(star(2), body).results
+    assert len(mine) == 1 and mine[0] in allowed
+    assert os.sched_getaffinity(0) == allowed  # the caller keeps its CPUs
+    chosen = max(allowed)
+    monkeypatch.setenv("HOROTOPO_SIM_CPU", str(chosen))
+    assert run_simulated(star(2), body).results[0] == [chosen]
+    monkeypatch.setenv("HOROTOPO_SIM_CPU", "-1")
+    assert run_simulated(star(2), body).results[0] == sorted(allowed)
+    monkeypatch.setenv("HOROTOPO_SIM_CPU", str(max(allowed) + 1000))
+    with pytest.raises(SimulationConfigError, match="not one of the CPUs"):
+        run_simulated(star(2), body)
