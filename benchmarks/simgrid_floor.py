@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The floor of a simulation's wall time: SimGrid's own cost per message, without horotopo.
 
-SimGrid's Python bindings run every actor as an OS thread (``contexts/factory:thread``; the
+The simulation runs pinned to one CPU, as horotopo's are (``HOROTOPO_SIM_CPU``; ``-1`` to
+compare unpinned). SimGrid's Python bindings run every actor as an OS thread (``contexts/factory:thread``; the
 bindings set it at import, since swapped contexts break pybind11, and asking for ``ucontext``
 or ``raw`` aborts the first actor with pybind11's "loader_life_support: internal error"). Each
 simcall (a post, a wait) hands control from the actor's thread to SimGrid's maestro and back,
@@ -29,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from horotopo.simulation.runner import pin_to_one_cpu  # noqa: E402
 from horotopo.transport.simulated import load_simgrid  # noqa: E402
 
 #: Messages of a 64 MiB allreduce at 1024 ranks in 64 KiB chunks over trees: 2 (n - 1) arcs
@@ -37,7 +39,9 @@ MESSAGES_AT_1024 = 2 * 1023 * 1024
 
 
 def _run(pairs: int, messages: int, batch: int, conn: Any) -> None:
-    """One simulation (SimGrid holds one engine per process: run in a child)."""
+    """One simulation (SimGrid holds one engine per process: run in a child), pinned to one
+    CPU as horotopo's simulations are (``HOROTOPO_SIM_CPU=-1``: not pinned)."""
+    cpu = pin_to_one_cpu()
     sg = load_simgrid()
     engine = sg.Engine(["floor", "--log=root.thres:critical"])
     zone = sg.NetZone.create_full_zone("floor")
@@ -64,7 +68,7 @@ def _run(pairs: int, messages: int, batch: int, conn: Any) -> None:
         sg.Actor.create(f"r{k}", hosts[2 * k + 1], receiver, k)
     w0, c0 = time.perf_counter(), time.process_time()
     engine.run()
-    conn.send((time.perf_counter() - w0, time.process_time() - c0))
+    conn.send((time.perf_counter() - w0, time.process_time() - c0, cpu))
     conn.close()
 
 
@@ -80,13 +84,14 @@ def measure(pairs: int, messages: int, batch: int) -> Dict[str, Any]:
     proc.start()
     send.close()
     try:
-        wall, cpu = recv.recv()
+        wall, cpu, pinned = recv.recv()
     except EOFError:
         proc.join()
         raise RuntimeError(f"the simulation died (exit code {proc.exitcode})") from None
     proc.join()
     total = pairs * messages
     return {"pairs": pairs, "batch": batch, "messages": total, "wall_s": wall, "cpu_s": cpu,
+            "pinned_cpu": pinned,
             "wall_us_per_message": wall / total * 1e6, "cpu_us_per_message": cpu / total * 1e6,
             "floor_s_at_1024": wall / total * MESSAGES_AT_1024}
 
@@ -110,11 +115,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.json:
         print(json.dumps({"rows": rows}))
         return 0
-    print("| pairs | batch | messages | wall us/msg | CPU us/msg | floor of 2.1 M messages (s) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| pairs | batch | pinned to | messages | wall us/msg | CPU us/msg | floor of 2.1 M "
+          "messages (s) |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['pairs']} | {r['batch']} | {r['messages']} | {r['wall_us_per_message']:.1f}"
-              f" | {r['cpu_us_per_message']:.1f} | {r['floor_s_at_1024']:.0f} |")
+        pinned = "-" if r["pinned_cpu"] is None else f"CPU {r['pinned_cpu']}"
+        print(f"| {r['pairs']} | {r['batch']} | {pinned} | {r['messages']} | "
+              f"{r['wall_us_per_message']:.1f} | {r['cpu_us_per_message']:.1f} | "
+              f"{r['floor_s_at_1024']:.0f} |")
     return 0
 
 
