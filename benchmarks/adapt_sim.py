@@ -49,8 +49,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from horotopo.adapt import AdaptiveEngine
-from horotopo.packing import hostforest
 from horotopo.cli.simulate_cmd import SMALL_ELEMS, TOTAL_ELEMS, resolve
+from horotopo.packing import hostforest
 from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.planning_protocol import share_plan
 from horotopo.probe import probe
@@ -210,7 +210,8 @@ def run(args: argparse.Namespace,
     res = sim.results[0]
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
                 "chunk": chunk, "forest": args.forest,
-                "max_host_trees": args.max_host_trees or hostforest.MAX_HOST_TREES, "links": links, "factor": args.factor,
+                "max_host_trees": args.max_host_trees or hostforest.MAX_HOST_TREES,
+                "links": links, "factor": args.factor,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
                 "flat_reference_model_Bps": flat.throughput_Bps if flat else None,
                 "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],

@@ -28,6 +28,7 @@ from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
 from .packing.alphabeta import target_size
 from .packing.depth import check_forest, choose_forest
+from .packing.hostforest import host_tree_counts
 from .packing.gk import PHASE_START
 from .topology import Topology
 
@@ -433,8 +434,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
     check_forest(forest, hierarchical)  # before the packing: a forced forest is never replaced
-    if max_host_trees is not None and max_host_trees < 1:
-        raise ValueError(f"at most {max_host_trees} host trees: need at least 1")
+    if max_host_trees is not None:
+        host_tree_counts(1, limit=max_host_trees)  # a bound below one fails before the packing
     if hierarchical:
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
         ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)

@@ -13,11 +13,10 @@ import traceback
 from typing import Any, Callable, Optional, Sequence
 
 from .. import config
-
 from ..topology import Topology
 from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, Simulation,
-                                   SimulationConfigError,
-                                   SimulatedTransport, SimulationError, load_simgrid)
+                                   SimulatedTransport, SimulationConfigError, SimulationError,
+                                   load_simgrid)
 from .platform import build_platform
 
 __all__ = ["run_simulated", "run_here"]

@@ -73,8 +73,8 @@ def _engine(sg: ModuleType, extra_config: Sequence[str] = ()) -> Any:
     except (IndexError, ValueError) as exc:
         # SimGrid lists every key it knows after a bad one: the first line says which
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SimulationConfigError(f"SimGrid refused the configuration {list(extra_config)}: "
-                              f"{first}") from None
+        raise SimulationConfigError(f"SimGrid refused the configuration "
+                                    f"{list(extra_config)}: {first}") from None
 
 
 class Simulation:
