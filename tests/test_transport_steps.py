@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from horotopo.bootstrap import BootstrapError, uniform_document
-from horotopo.plan import ring_plan
+from horotopo.plan import Plan, make_plan, ring_plan
 from horotopo.planning_protocol import share_plan
 from horotopo.topology import from_dict
 from horotopo.transport.base import TransportTimeout, WrappedTransport
@@ -179,3 +179,36 @@ def test_share_plan_names_a_root_that_never_plans():
         assert isinstance(exc, BootstrapError)
         assert str(exc) == "init: waiting for the plan: nothing from rank 0 within 0.2 s"
         assert exc.__cause__.missing == (0,)
+
+
+def _with_planner_seconds(plan, seconds):
+    doc = plan.to_json()
+    doc["planner"]["seconds"] = seconds
+    doc["planner"]["forest"]["balanced"]["seconds"] = seconds
+    return Plan.from_json(doc)
+
+
+def test_share_plans_broadcast_size_does_not_depend_on_the_planners_wall_time():
+    # A simulated job charges the broadcast its bytes: "0.1" against "0.0855" seconds moved
+    # every rank's start, and a 256-rank simulated allreduce in its 4th digit.
+    topo = from_dict(uniform_document(3))
+    made = make_plan(topo)
+    sizes, seen = {}, {}
+    for seconds in (0.1, 0.0855, 12.3456, 3.0):
+        plan = _with_planner_seconds(made, seconds)
+
+        class Sizes(WrappedTransport):
+            def broadcast_bytes(self, data, root, timeout_s, what="broadcast"):
+                got = self.inner.broadcast_bytes(data, root, timeout_s, what)
+                sizes.setdefault(seconds, set()).add(len(got))
+                return got
+
+        def body(t):
+            shared, _ = share_plan(Sizes(t, owns=False), lambda: (plan, topo), what="test",
+                                   timeout_s=10, check_timeout_s=10)
+            return shared.planner["seconds"], shared.planner["forest"]["balanced"]["seconds"]
+
+        seen[seconds] = run_ranks(3, body)
+    assert len({s for got in sizes.values() for s in got}) == 1, sizes
+    # ... and every rank still gets the root's timings, as the planner rounds them
+    assert seen == {s: [(s, s)] * 3 for s in (0.1, 0.0855, 12.3456, 3.0)}
