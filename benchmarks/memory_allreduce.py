@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     children = max(sum(1 for p in t.reduce_parent if p == v) for t in plan.trees
                    for v in range(n)) if n > 1 else 0
     # chunks of scratch per reduce child and tree (automatic window, or the fixed default)
-    per_child = _tree.window_for(chunk) if hasattr(_tree, "window_for") else _tree.DEFAULT_WINDOW
+    per_child = (_tree.window_for(chunk, len(plan.trees)) if hasattr(_tree, "window_for")
+                 else _tree.DEFAULT_WINDOW)
     window = per_child * chunk * children * len(plan.trees)
     rows = []
     sizes = [parse_size(s) for s in args.sizes.split(",")]

@@ -135,7 +135,7 @@ def simulate_plan(topology: Topology, plan: Plan, size: int,
     want = np.float32(n * (n - 1) / 2)
 
     def body(t: Any) -> Dict[str, float]:
-        eng = Engine(t, plan, chunk_bytes=chunk, window=window_for(plan.chunk_bytes))
+        eng = Engine(t, plan, chunk_bytes=chunk, window=window_for(plan.chunk_bytes, len(plan.trees)))
         x = np.full(elems, t.rank, np.float32)
         t.barrier()
         start = t.now()

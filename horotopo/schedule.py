@@ -349,18 +349,21 @@ def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[Tre
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1 chunk, got {window}")
     dt = np.dtype(dtype)
-    win = window or window_for(chunk_elems * dt.itemsize)
     shares = [t.share for t in plan.trees]
     allreduce = kind == "allreduce"
     if not allreduce and count <= chunk_elems:
         best = max(range(len(shares)), key=lambda k: (shares[k], -k))
         shares = [1.0 if k == best else 0.0 for k in range(len(shares))]
+    segments = segment_bounds(count, shares)
+    # the automatic window over the trees that carry a segment (the model's count too)
+    win = window or window_for(chunk_elems * dt.itemsize,
+                               max(1, sum(1 for lo, hi in segments if hi > lo)))
     tables: List[TreeTable] = []
     at = 0
     # each tree's chunk in the plan's proportions (a tree's own size from the alpha-beta
     # model, relative to the plan's chunk_bytes, which chunk_elems elements stand for)
     elems = plan.tree_chunks(chunk_elems)
-    for p, (lo, hi) in zip(peers, segment_bounds(count, shares)):
+    for p, (lo, hi) in zip(peers, segments):
         if hi <= lo:
             continue
         per = elems[p.tree]

@@ -62,8 +62,32 @@ def test_window_for_keeps_scratch_near_two_mib_within_bounds():
     assert window_for(64 << 10) == 32
     assert window_for(256 << 10) == 8
     assert window_for(1 << 20) == 4
-    assert window_for(64 << 20) == 4
     assert window_for(8) == 32
+    # ... and about RANK_WINDOW_BYTES (12 MiB) over all of a plan's trees, at least 2 chunks
+    assert window_for(4 << 20) == 3
+    assert window_for(64 << 20) == 2
+    assert window_for(64 << 10, trees=4) == 32     # the bundled and emulated plans: unchanged
+    assert window_for(64 << 10, trees=16) == 12
+    assert window_for(128 << 10, trees=32) == 3     # sites-64 and fattree-64's host forests
+    assert window_for(512 << 10, trees=16) == 2
+    assert window_for(64 << 10, trees=1024) == 2
+    assert window_for(1 << 20, trees=2) == 4        # dbtree at 1 MiB chunks
+    with pytest.raises(ValueError, match="trees must be at least 1"):
+        window_for(1 << 20, trees=0)
+
+
+def test_the_automatic_window_counts_the_trees_that_carry_a_segment():
+    from horotopo.plan import plan_from_trees
+    from horotopo.schedule import compile_allreduce, window_for
+
+    n = 4
+    chain = [-1, 0, 1, 2]
+    plan = plan_from_trees(n, [(0, chain, chain, 1.0)] * 32, chunk_bytes=128 << 10)
+    elems = (128 << 10) // 4
+    assert compile_allreduce(plan, 1, 32 * 4 * elems, np.float32, elems).window == 3
+    assert window_for(128 << 10, 32) == 3
+    # a buffer that only 4 of the 32 trees carry: those 4 may hold the whole window
+    assert compile_allreduce(plan, 1, 4, np.float32, elems).window == window_for(128 << 10, 4)
 
 
 def test_tag_allocator_rotates_and_checks():

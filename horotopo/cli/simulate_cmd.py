@@ -226,17 +226,21 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             out["planner_s"] = planner["s"]
             out["probed"] = doc
         want = np.float32(n * (n - 1) / 2)
-        engines: Dict[Tuple[int, int], Any] = {}
+        engines: Dict[Tuple[int, int, int], Any] = {}
         for alg in algorithms:
             p = ring if alg == "ring" else shared
             full = chunk_bytes or p.chunk_bytes
             # chunks scaled down alike, so the pipeline has the full-size run's chunk count
             chunk = max(4, int(full / scale) // 4 * 4)
-            # one engine per plan and chunk (tree and dbtree share one), as a job keeps one
-            key = (id(p), chunk)
+            # ... and each algorithm's automatic window is the full-size run's: the scaled
+            # chunk would give another, and it depends on the algorithm's trees (dbtree's 2)
+            window = window_for(full, 2 if alg == "dbtree" else len(p.trees))
+            # one engine per plan, chunk and window (tree and dbtree share one where their
+            # windows agree), as a job keeps one
+            key = (id(p), chunk, window)
             eng = engines.get(key)
             if eng is None:
-                eng = engines[key] = Engine(t, p, chunk_bytes=chunk, window=window_for(full))
+                eng = engines[key] = Engine(t, p, chunk_bytes=chunk, window=window)
             x = np.full(elems, t.rank, np.float32)
             t.barrier()
             s = t.now()

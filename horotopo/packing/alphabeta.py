@@ -37,6 +37,7 @@ from .profiles import Crowding, tree_profiles
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
+           "RANK_WINDOW_BYTES", "MIN_WINDOW",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
            "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time",
            "plan_time", "PLAN_SCALES", "describe_choice", "target_size", "FOREST_KINDS"]
@@ -57,6 +58,15 @@ WINDOW_BYTES = 2 << 20
 DEFAULT_WINDOW = 4
 #: The largest automatic window.
 MAX_WINDOW = 32
+# Scratch per reduce child over all of a plan's trees: past it, the automatic window shrinks
+# (to MIN_WINDOW at least). Every chunk in the window costs its posts up front, and a rank of
+# a plan of many trees posted the whole buffer before its first chunk went on: in the
+# simulator at 64 MiB, 32 trees of 128 KiB chunks (window 16) ran sites-64 202.4 ms and
+# fattree-64 142.1, and with 3 chunks 177.2 and 123.2 (16 trees of 512 KiB, window 4 -> 2:
+# sites-16 95.1 -> 85.1 ms). The bundled and emulated plans (1-4 trees) stay under it.
+RANK_WINDOW_BYTES = 12 << 20
+#: The smallest window the budget leaves: one chunk in scratch while the next arrives.
+MIN_WINDOW = 2
 
 
 def target_size(size: Optional[int] = None) -> int:
@@ -71,9 +81,16 @@ def target_size(size: Optional[int] = None) -> int:
     return threshold if threshold > 0 else int(config.lookup("HOROVOD_FUSION_THRESHOLD").default)
 
 
-def window_for(chunk_bytes: int) -> int:
-    """The automatic window (chunks of scratch per reduce child) for ``chunk_bytes``."""
-    return max(DEFAULT_WINDOW, min(MAX_WINDOW, WINDOW_BYTES // max(1, int(chunk_bytes))))
+def window_for(chunk_bytes: int, trees: int = 1) -> int:
+    """The automatic window (chunks of scratch per reduce child and tree) for ``chunk_bytes``
+    in a plan of ``trees`` trees: about :data:`WINDOW_BYTES` per tree, between
+    :data:`DEFAULT_WINDOW` and :data:`MAX_WINDOW` chunks, and at most
+    :data:`RANK_WINDOW_BYTES` over all the trees, but never below :data:`MIN_WINDOW`."""
+    if trees < 1:
+        raise ValueError(f"trees must be at least 1, got {trees}")
+    chunk = max(1, int(chunk_bytes))
+    per_tree = max(DEFAULT_WINDOW, min(MAX_WINDOW, WINDOW_BYTES // chunk))
+    return min(per_tree, max(MIN_WINDOW, RANK_WINDOW_BYTES // (int(trees) * chunk)))
 
 
 @dataclass(frozen=True)
@@ -390,7 +407,8 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
     network : NetworkModel
         What the transport makes of the profiles' hops.
     window : int, optional
-        Chunks in flight per arc; None: :func:`window_for` the largest chunk.
+        Chunks in flight per arc; None: :func:`window_for` the largest chunk and the number
+        of trees with a part, as the engine's table takes it.
 
     Returns
     -------
@@ -406,7 +424,8 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
     live = [(p, c, x, prof) for p, c, x, prof in zip(parts, chunks, rates, profiles) if p > 0]
     if not live:
         return 0.0
-    win = window if window is not None else window_for(int(max(c for _, c, _, _ in live)))
+    win = window if window is not None else window_for(int(max(c for _, c, _, _ in live)),
+                                                       len(live))
     worst = max(tree_time(p, c, x, prof, costs, win, network) for p, c, x, prof in live)
     cpu = busiest_cpu_time(degrees, parts, chunks, costs)
     if cpu <= 0:
@@ -454,7 +473,7 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
              for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
     profiles = profiles_at(first)
     top = max(first)
-    window = window_for(top)
+    window = window_for(top, len(pairs))
     chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)
               for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
     parts = [s * size for s in shares]
