@@ -99,9 +99,9 @@ def run(args: argparse.Namespace,
     plan_kw: Dict[str, Any] = {"chunk_bytes": chunk, "size": size, "forest": args.forest,
                                "max_host_trees": args.max_host_trees}
     declared = make_plan(topo, hierarchy="on", **plan_kw)
-    # the full-size chunk's automatic window for the declared plan's trees (the scaled chunk
-    # would give another); the engine keeps it across its re-plans
-    engine_kw["window"] = window_for(chunk, len(declared.trees))
+    # each plan's automatic window at the full-size chunk (the scaled chunk would give
+    # another), re-plans included: it depends on the plan's trees
+    engine_kw["window"] = lambda plan: window_for(chunk, len(plan.trees))
     planner_s = (time.perf_counter() - w0, time.process_time() - c0)
     _log(f"{topo.name}: {n} ranks, plan over hosts in {planner_s[0]:.1f} s "
          f"({len(declared.trees)} trees, model {declared.throughput_Bps * 8e-9:.2f} gbps)")

@@ -23,7 +23,7 @@ Only one thread may call an Engine at a time.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -71,9 +71,12 @@ class Engine:
         Chooses among the enabled algorithms (tree or MPI) when ``algorithm`` is None;
         defaults to the measured defaults in
         :data:`horotopo.algorithms.DEFAULT_COST_MODEL` (see :meth:`calibrate`).
-    window : int, optional
+    window : int or callable, optional
         Chunks per tree and reduce child that may hold receive scratch at once; None sizes it
-        from the chunk size (:func:`horotopo.algorithms.tree.window_for`).
+        from the chunk size and the plan's trees (:func:`horotopo.algorithms.tree.window_for`);
+        a callable is given the plan and returns the window (a simulation whose chunks stand
+        for larger ones: the full-size chunk's automatic window for each plan, re-plans
+        included).
 
     Raises
     ------
@@ -83,7 +86,8 @@ class Engine:
     """
 
     def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
-                 cost_model: Optional[CostModel] = None, window: Optional[int] = None) -> None:
+                 cost_model: Optional[CostModel] = None,
+                 window: Union[None, int, Callable[[Plan], int]] = None) -> None:
         self.transport, self._owns = transport_for(comm)
         self.plan = plan
         self.chunk_bytes = int(chunk_bytes or plan.chunk_bytes)
@@ -105,6 +109,8 @@ class Engine:
             self.close()
             raise
         self._pool = ScratchPool()
+        if callable(window):
+            window = int(window(plan))
         # Every registered candidate, bound to this transport and plan once; a call only asks
         # which are enabled and runs one.
         self.allreduce_algorithms = Candidates.bind(ALLREDUCE, self.transport, plan,

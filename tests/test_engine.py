@@ -167,3 +167,24 @@ def test_calibrate_fits_a_model(engine):
 def test_calibrate_budget_stops_the_ladder_after_two_sizes(engine):
     engine.calibrate(sizes=[1 << 10, 1 << 12, 1 << 14, 1 << 16], repeats=1, budget_s=0.0)
     assert engine.calibration["sizes"] == [1 << 10, 1 << 12]
+
+
+def test_a_callable_window_is_given_the_plan():
+    # a simulation's chunks stand for larger ones: its window is the full-size chunk's, for
+    # each plan it runs (adapt_sim's re-plans)
+    plan = _ring(1)
+    seen = []
+
+    def window(p):
+        seen.append(p)
+        return 5
+
+    eng = Engine(MPI.COMM_SELF, plan, window=window)
+    try:
+        assert seen == [plan]
+        tree = next(b.runner for b in eng.allreduce_algorithms.bound if b.name == "tree")
+        assert tree.window == 5 and tree.schedules.window == 5
+        x = np.arange(10, dtype=np.float64)
+        assert np.array_equal(eng.allreduce(x.copy(), algorithm="tree"), x)
+    finally:
+        eng.close()
