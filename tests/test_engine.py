@@ -63,14 +63,15 @@ def test_window_for_keeps_scratch_near_two_mib_within_bounds():
     assert window_for(256 << 10) == 8
     assert window_for(1 << 20) == 4
     assert window_for(8) == 32
-    # ... and about RANK_WINDOW_BYTES (12 MiB) over all of a plan's trees, at least 2 chunks
+    # ... and about RANK_WINDOW_BYTES (12 MiB) over all of a plan's trees, at least 3 chunks
     assert window_for(4 << 20) == 3
-    assert window_for(64 << 20) == 2
+    assert window_for(64 << 20) == 3
     assert window_for(64 << 10, trees=4) == 32     # the bundled and emulated plans: unchanged
     assert window_for(64 << 10, trees=16) == 12
     assert window_for(128 << 10, trees=32) == 3     # sites-64 and fattree-64's host forests
-    assert window_for(512 << 10, trees=16) == 2
-    assert window_for(64 << 10, trees=1024) == 2
+    assert window_for(128 << 10, trees=16) == 6
+    assert window_for(512 << 10, trees=16) == 3
+    assert window_for(64 << 10, trees=1024) == 3
     assert window_for(1 << 20, trees=2) == 4        # dbtree at 1 MiB chunks
     with pytest.raises(ValueError, match="trees must be at least 1"):
         window_for(1 << 20, trees=0)

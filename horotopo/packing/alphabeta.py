@@ -62,11 +62,15 @@ MAX_WINDOW = 32
 # (to MIN_WINDOW at least). Every chunk in the window costs its posts up front, and a rank of
 # a plan of many trees posted the whole buffer before its first chunk went on: in the
 # simulator at 64 MiB, 32 trees of 128 KiB chunks (window 16) ran sites-64 202.4 ms and
-# fattree-64 142.1, and with 3 chunks 177.2 and 123.2 (16 trees of 512 KiB, window 4 -> 2:
-# sites-16 95.1 -> 85.1 ms). The bundled and emulated plans (1-4 trees) stay under it.
+# fattree-64 142.1, and with 3 chunks 177.2 and 123.2 (16 trees of 512 KiB, window 4 -> 3:
+# sites-16 95.1 -> 88.5 ms). The bundled and emulated plans (1-4 trees) stay under it.
 RANK_WINDOW_BYTES = 12 << 20
-#: The smallest window the budget leaves: one chunk in scratch while the next arrives.
-MIN_WINDOW = 2
+# The smallest window the budget leaves. 2 ran the host forests of 16 ranks 4% faster still,
+# but a deep forest (racks-256 with an uplink slowed, 8 trees 32 hops deep, 1 MiB chunks) ran
+# 426.2 ms at 2, 403.8 at 3 and 397.9 at 4, and fattree-256 at 256 KiB chunks (128 trees)
+# 167.6 at 2 and 160.3 at 3: a parent that holds fewer chunks holds back every child's next
+# send, and a deep tree or a crowded link varies the more.
+MIN_WINDOW = 3
 
 
 def target_size(size: Optional[int] = None) -> int:
