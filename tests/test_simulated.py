@@ -396,6 +396,25 @@ def test_simulate_without_software_costs_times_the_network_alone(capsys):
         assert times[True][alg] < times[False][alg], times
 
 
+def test_simulate_window_reaches_the_engine_and_is_recorded(capsys):
+    """--window replaces every algorithm's automatic window (what-if runs of the engine's
+    window): the same plan and messages take another time; below one chunk it is refused."""
+    from horotopo.cli import main
+    args = ["simulate", "racks:hosts_per_rack=2,gpus=2,oversub=2", "--ranks", "8", "--size",
+            "4M", "--algorithms", "tree", "--json"]
+    got = {}
+    for extra in ([], ["--window", "2"]):
+        assert main(args + extra) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert res["rows"][0]["wrong"] == 0
+        got[res["window"]] = (res["rows"][0]["time_s"], res["messages"])
+    assert set(got) == {None, 2}
+    assert got[None][1] == got[2][1]      # the same messages ...
+    assert got[None][0] != got[2][0]      # ... at another pace
+    assert main(args + ["--window", "0"]) == 2
+    assert "--window 0: needs at least 1 chunk" in capsys.readouterr().err
+
+
 def test_simgrid_settings_change_the_network_model_and_bad_ones_are_refused(capsys):
     """--simgrid-cfg reaches SimGrid: without LV08's 0.97 bandwidth factor (TCP/IP headers)
     the network alone runs a two-rank allreduce in 0.97 of the time (its latency aside);

@@ -89,6 +89,11 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "the model's effects costs, e.g. network/crosstraffic:0 (no reverse "
                         "traffic for acknowledgements) or network/bandwidth-factor:1 (no "
                         "0.97 for TCP/IP headers); recorded in the JSON")
+    p.add_argument("--window", type=int, default=None, metavar="W",
+                   help="chunks of scratch per tree and reduce child for every algorithm, "
+                        "instead of each one's automatic window (window_for of its full-size "
+                        "chunk and its trees): what-if runs of the engine's window; recorded "
+                        "in the JSON")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
     p.set_defaults(func=run)
     return p
@@ -150,7 +155,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
              algorithms: Sequence[str] = ALGORITHMS, plan: Optional[Plan] = None,
              chunk_bytes: Optional[int] = None, software_costs: bool = True,
              simgrid_config: Sequence[str] = (),
-             max_host_trees: Optional[int] = None) -> Dict[str, Any]:
+             max_host_trees: Optional[int] = None,
+             window: Optional[int] = None) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``software_costs`` False charges no per-message or per-byte receive cost (the network
@@ -158,6 +164,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     ``simgrid_config``: SimGrid settings ``NAME:VALUE`` over the simulator's network model
     (``network/crosstraffic:0``, ``network/bandwidth-factor:1``...), recorded in the result.
     ``max_host_trees``: the planner's bound on a host forest's trees (``make_plan``'s).
+    ``window``: the engine's window for every algorithm (None: each one's automatic window at
+    its full-size chunk), recorded in the result.
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
@@ -190,6 +198,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     if max_host_trees is not None and (max_host_trees < 1 or plan is not None):
         raise ValueError(f"--max-host-trees {max_host_trees}: needs at least 1, and a plan to "
                          "make (not --plan)")
+    if window is not None and window < 1:
+        raise ValueError(f"--window {window}: needs at least 1 chunk")
     n = topology.n
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
@@ -234,13 +244,13 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             chunk = max(4, int(full / scale) // 4 * 4)
             # ... and each algorithm's automatic window is the full-size run's: the scaled
             # chunk would give another, and it depends on the algorithm's trees (dbtree's 2)
-            window = window_for(full, 2 if alg == "dbtree" else len(p.trees))
+            win = window or window_for(full, 2 if alg == "dbtree" else len(p.trees))
             # one engine per plan, chunk and window (tree and dbtree share one where their
             # windows agree), as a job keeps one
-            key = (id(p), chunk, window)
+            key = (id(p), chunk, win)
             eng = engines.get(key)
             if eng is None:
-                eng = engines[key] = Engine(t, p, chunk_bytes=chunk, window=window)
+                eng = engines[key] = Engine(t, p, chunk_bytes=chunk, window=win)
             x = np.full(elems, t.rank, np.float32)
             t.barrier()
             s = t.now()
@@ -278,7 +288,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         "simulation_cpu_s": sim.cpu_s, "messages": sim.messages, "plan": doc,
         "software_costs": {"per_message_s": costs.per_message_s,
                            "recv_s_per_byte": costs.recv_s_per_byte},
-        "simgrid_config": list(simgrid_config)}
+        "simgrid_config": list(simgrid_config), "window": window}
     if first["probed"] is not None:
         out["probed_topology"] = first["probed"]
     return out
@@ -306,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
         res = simulate(topology, args.size, args.probe, progress=_say,
                        algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
                        software_costs=args.software_costs, simgrid_config=args.simgrid_cfg,
-                       max_host_trees=args.max_host_trees)
+                       max_host_trees=args.max_host_trees, window=args.window)
     except (SimulatorMissing, OSError, ValueError) as exc:
         print(f"horotopo simulate: {exc}", file=sys.stderr)
         return 2
@@ -324,6 +334,8 @@ def run(args: argparse.Namespace) -> int:
         print("software costs: none (--no-software-costs: the network alone)")
     if args.simgrid_cfg:
         print(f"SimGrid settings over the network model: {' '.join(args.simgrid_cfg)}")
+    if args.window is not None:
+        print(f"engine window: {args.window} chunks for every algorithm (--window)")
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")
