@@ -23,7 +23,7 @@ Only one thread may call an Engine at a time.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from . import timeline as _timeline
 from .algorithms import DEFAULT_COST_MODEL, CostModel
 from .algorithms.cost import calibrated_model
 from .algorithms.registry import ALLREDUCE, BROADCAST, REGISTRY, Candidates
+from .algorithms.tree import Window
 from .buffers import (ScratchPool, array_module, as_array, contiguous_flat, copy_into,
                       empty_like, flat_view, is_foreign, scale_into, synchronize)
 from .gpu.transport import transport_for
@@ -74,9 +75,9 @@ class Engine:
     window : int or callable, optional
         Chunks per tree and reduce child that may hold receive scratch at once; None sizes it
         from the chunk size and the plan's trees (:func:`horotopo.algorithms.tree.window_for`);
-        a callable is given the plan and returns the window (a simulation whose chunks stand
-        for larger ones: the full-size chunk's automatic window for each plan, re-plans
-        included).
+        a callable is given the plan each tree runner runs (this one, or dbtree's) and returns
+        the window (a simulation whose chunks stand for larger ones: the full-size chunk's
+        automatic window for each plan, re-plans included).
 
     Raises
     ------
@@ -87,7 +88,7 @@ class Engine:
 
     def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
                  cost_model: Optional[CostModel] = None,
-                 window: Union[None, int, Callable[[Plan], int]] = None) -> None:
+                 window: Window = None) -> None:
         self.transport, self._owns = transport_for(comm)
         self.plan = plan
         self.chunk_bytes = int(chunk_bytes or plan.chunk_bytes)
@@ -109,8 +110,6 @@ class Engine:
             self.close()
             raise
         self._pool = ScratchPool()
-        if callable(window):
-            window = int(window(plan))
         # Every registered candidate, bound to this transport and plan once; a call only asks
         # which are enabled and runs one.
         self.allreduce_algorithms = Candidates.bind(ALLREDUCE, self.transport, plan,

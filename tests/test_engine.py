@@ -182,10 +182,38 @@ def test_a_callable_window_is_given_the_plan():
 
     eng = Engine(MPI.COMM_SELF, plan, window=window)
     try:
-        assert seen == [plan]
+        assert seen == [plan, plan]  # the tree allreduce and the tree broadcast (one rank: no dbtree)
         tree = next(b.runner for b in eng.allreduce_algorithms.bound if b.name == "tree")
         assert tree.window == 5 and tree.schedules.window == 5
         x = np.arange(10, dtype=np.float64)
         assert np.array_equal(eng.allreduce(x.copy(), algorithm="tree"), x)
     finally:
         eng.close()
+
+
+def test_a_callable_window_is_resolved_on_dbtrees_own_plan():
+    # dbtree runs its own two trees: a window as a function of the plan sees that plan, not the
+    # job's (whose trees it does not run)
+    from loop_transport import run_ranks
+    from horotopo.algorithms.dbtree import double_tree_plan
+    from horotopo.schedule import window_for
+
+    n = 5  # ring's 5 trees of 1 MiB chunks get 3, dbtree's 2 trees 4
+    plan = _ring(n)
+
+    def body(t):
+        eng = Engine(t, plan, window=lambda p: window_for(plan.chunk_bytes, len(p.trees)))
+        try:
+            runners = {b.name: b.runner for b in eng.allreduce_algorithms.bound}
+            got = (runners["tree"].window, runners["dbtree"]._trees.window,
+                   runners["dbtree"]._trees.plan.digest)
+            x = np.full(16, t.rank, np.float64)
+            assert np.array_equal(eng.allreduce(x, algorithm="dbtree"), np.full(16, 10.0))
+            return got
+        finally:
+            eng.close()
+
+    want = (window_for(plan.chunk_bytes, n), window_for(plan.chunk_bytes, 2),
+            double_tree_plan(n).digest)
+    assert want[:2] == (3, 4)
+    assert run_ranks(n, body) == [want] * n

@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Tuple
 from ..buffers import ScratchPool
 from ..plan import Plan, plan_from_trees
 from ..transport.base import Transport
-from .tree import TreeAllreduce
+from .tree import TreeAllreduce, Window
 
 __all__ = ["btree", "double_binary_tree", "double_tree_plan", "DoubleBinaryTreeAllreduce"]
 
@@ -106,12 +106,13 @@ class DoubleBinaryTreeAllreduce:
         The message layer.
     pool : ScratchPool, optional
         Where receive scratch comes from (the engine shares one across calls).
-    window : int, optional
-        Chunks in flight per tree and child (the tree runner's window).
+    window : int or callable, optional
+        Chunks in flight per tree and child (the tree runner's window; a callable is given
+        the double binary tree's plan).
     """
 
     def __init__(self, transport: Transport, pool: Optional[ScratchPool] = None,
-                 window: Optional[int] = None) -> None:
+                 window: Window = None) -> None:
         self.transport = transport
         self.plan = double_tree_plan(transport.size) if transport.size > 1 else None
         self._trees = None if self.plan is None else \

@@ -32,7 +32,7 @@ from .cost import MODELLED
 from .dbtree import DoubleBinaryTreeAllreduce
 from .library import MPIAllreduce
 from .ring import RingAllreduce
-from .tree import TreeAllreduce, TreeBroadcast
+from .tree import TreeAllreduce, TreeBroadcast, Window
 
 __all__ = ["Candidate", "Candidates", "Bound", "Chooser", "ALLREDUCE", "BROADCAST",
            "REGISTRY", "register", "NotEnabledError"]
@@ -96,7 +96,7 @@ class Bound:
     __slots__ = ("candidate", "name", "runner", "_check", "_transport")
 
     def __init__(self, candidate: Candidate, transport: Transport, plan: Plan,
-                 pool: ScratchPool, window: Optional[int]) -> None:
+                 pool: ScratchPool, window: Window) -> None:
         self.candidate = candidate
         self.name = candidate.name
         self._check = candidate.enabled
@@ -129,7 +129,7 @@ class Candidates:
 
     @classmethod
     def bind(cls, kind: str, transport: Transport, plan: Plan, pool: ScratchPool,
-             window: Optional[int] = None,
+             window: Window = None,
              registry: Optional[Dict[str, List[Candidate]]] = None) -> "Candidates":
         """Build every registered candidate of ``kind`` over ``transport`` (once, at set-up)."""
         table = REGISTRY if registry is None else registry

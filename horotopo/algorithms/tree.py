@@ -26,7 +26,7 @@ the sends down) is posted strictly in chunk order, whatever order the completion
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Union
 
 from .. import timeline as _timeline
 from ..buffers import ScratchPool, combine_into, reduce_into, synchronize
@@ -35,7 +35,8 @@ from ..schedule import DEFAULT_WINDOW, WINDOW_BYTES, ScheduleCache, TreeTable, w
 from ..transport.base import Transport
 from .progress import Progress
 
-__all__ = ["TreeAllreduce", "TreeBroadcast", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW"]
+__all__ = ["TreeAllreduce", "TreeBroadcast", "Window", "window_for", "WINDOW_BYTES",
+           "DEFAULT_WINDOW"]
 
 
 class _TreeRun:
@@ -223,14 +224,21 @@ class _TreeRun:
         self.fill()
 
 
+#: A window: chunks (int), automatic (None), or a function of the plan the runner runs (a
+#: simulation whose chunks stand for larger ones gives each plan its full-size window).
+Window = Union[None, int, Callable[[Plan], int]]
+
+
 class _TreeAlgorithm:
     """Shared set-up: this rank's step tables of the plan, compiled once per buffer shape."""
 
-    def __init__(self, transport: Transport, plan: Plan, window: Optional[int] = None,
+    def __init__(self, transport: Transport, plan: Plan, window: Window = None,
                  pool: Optional[ScratchPool] = None) -> None:
         if plan.n != transport.size:
             raise ValueError(f"the plan is for {plan.n} ranks but the transport has "
                              f"{transport.size}")
+        if callable(window):  # resolved here, on the plan that runs (dbtree's, not the job's)
+            window = int(window(plan))
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 chunk, got {window}")
         self.transport = transport
@@ -266,9 +274,10 @@ class TreeAllreduce(_TreeAlgorithm):
         The message layer; ``transport.size`` must equal ``plan.n``.
     plan : Plan
         The trees, their shares and the default chunk size.
-    window : int, optional
+    window : int or callable, optional
         Chunks per tree and reduce child that may hold receive scratch at once; None picks
-        :func:`~horotopo.schedule.window_for` the chunk size.
+        :func:`~horotopo.schedule.window_for` the chunk size; a callable (:data:`Window`) is
+        given the plan.
     pool : ScratchPool, optional
         Where the scratch comes from (the engine shares one across calls).
     """
