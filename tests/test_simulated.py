@@ -358,6 +358,54 @@ def test_simulate_command_plans_shares_and_runs_every_algorithm(tmp_path, capsys
     assert res["probe"] == "declared" and res["probe_simulated_s"] is None
 
 
+def test_start_together_releases_every_rank_at_one_instant_or_says_it_was_late():
+    """Ranks that reach it at different instants (here after CPU work of their own) all leave
+    at one agreed instant, a multiple of the margin at least a margin after the latest; a
+    margin shorter than the agreement's own rounds over a 5 ms route is reported, not hidden."""
+    from horotopo.generate import generate
+    from horotopo.transport.base import TransportError
+
+    def body(t):
+        t._charge(0.001 * t.rank)  # each rank busy for its own time
+        start = t.start_together()
+        return start, t.now()
+
+    got = run_simulated(star(5), body, costs=FREE).results
+    starts = {s for s, _ in got}
+    assert len(starts) == 1 and all(now == s for s, now in got)
+    (start,) = starts
+    assert start >= 0.004 + 1.0 and start == round(start)
+
+    def hurried(t):
+        return t.start_together(margin_s=1e-6)
+
+    sites = from_dict(generate("sites:gpus=1,wan_gbps=10", 4))
+    with pytest.raises(SimulationError, match="reached the common start .* after it"):
+        run_simulated(sites, hurried, costs=FREE)
+
+
+def test_a_rows_time_does_not_depend_on_the_rows_asked_for_beside_it(capsys):
+    """Each algorithm runs in a simulation of its own, from the same start: dbtree's row is
+    the same alone, after the plan's or after ring's (in one shared simulation it moved by
+    1-2% on the two sites, with the calls before it)."""
+    from horotopo.cli import main
+    args = ["simulate", "sites:gpus=4,wan_gbps=10", "--ranks", "32", "--size", "16M",
+            "--chunk", "256K", "--json", "--algorithms"]
+    got = {}
+    for algorithms in ("dbtree", "tree,dbtree", "ring,dbtree"):
+        assert main(args + [algorithms]) == 0
+        res = json.loads(capsys.readouterr().out)
+        rows = {r["algorithm"]: r for r in res["rows"]}
+        assert all(r["wrong"] == 0 for r in rows.values())
+        got[algorithms] = rows
+    alone = got["dbtree"]["dbtree"]["time_s"]
+    assert got["tree,dbtree"]["dbtree"]["time_s"] == alone
+    assert got["ring,dbtree"]["dbtree"]["time_s"] == alone
+    # each row counts its own simulation's messages; the total adds the init's
+    res_rows = got["tree,dbtree"]
+    assert res_rows["tree"]["messages"] > 0 and res_rows["dbtree"]["messages"] > 0
+
+
 def test_simulate_command_takes_a_generated_cluster(capsys):
     from horotopo.cli import main
     assert main(["simulate", "racks:hosts_per_rack=2,gpus=2,oversub=2", "--ranks", "8",

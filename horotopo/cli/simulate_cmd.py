@@ -170,7 +170,12 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
     simulation, planner included (:class:`~horotopo.simulation.SimulationError` past it).
-    ``algorithms`` is the subset of :data:`ALGORITHMS` to run, one row each.
+    ``algorithms`` is the subset of :data:`ALGORITHMS` to run, one row each. The init (probe,
+    plan, its broadcast) is simulated once; then each algorithm runs in a simulation of its
+    own, every rank starting at one simulated instant
+    (:meth:`~horotopo.transport.simulated.SimulatedTransport.start_together`), so that a row
+    does not depend on the rows beside it. Each row has its own ``messages`` and
+    ``simulation_wall_s``; the top-level ones add up every simulation, the init's included.
 
     ``plan`` (with ``probe="declared"``): rank 0 shares this plan instead of planning (a plan
     made earlier for the same topology: the planner's time is then not part of this run, and
@@ -187,7 +192,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
     from ..schedule import window_for
-    from ..simulation import DEFAULT_COSTS, SimCosts, run_simulated
+    from ..simulation import DEFAULT_COSTS, SimCosts, SimulationError, run_simulated
 
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")
@@ -206,7 +211,21 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     ring = ring_plan(topology, size=size) if "ring" in algorithms else None
     planner: Dict[str, Optional[float]] = {}
 
-    def body(t: Any) -> Dict[str, Any]:
+    costs = DEFAULT_COSTS if software_costs else SimCosts(0.0, 0.0)
+    t0 = time.perf_counter()
+    runs: List[Any] = []
+
+    def simulated(fn: Any) -> Any:
+        left = None if timeout_s is None else timeout_s - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            raise SimulationError(f"the simulation did not finish within {timeout_s} s of "
+                                  "wall time")
+        run = run_simulated(topology, fn, scale=scale, timeout_s=left, costs=costs,
+                            network_config=simgrid_config)
+        runs.append(run)
+        return run
+
+    def init(t: Any) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         t0 = t.now()
         doc: Optional[Dict[str, Any]] = None
@@ -235,47 +254,54 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             out["plan"] = shared.to_json()
             out["planner_s"] = planner["s"]
             out["probed"] = doc
-        want = np.float32(n * (n - 1) / 2)
-        engines: Dict[Tuple[int, int, int], Any] = {}
-        for alg in algorithms:
-            p = ring if alg == "ring" else shared
-            full = chunk_bytes or p.chunk_bytes
-            # chunks scaled down alike, so the pipeline has the full-size run's chunk count
-            chunk = max(4, int(full / scale) // 4 * 4)
-            # ... and each algorithm's automatic window is the full-size run's: the scaled
-            # chunk would give another, and it depends on the algorithm's trees (dbtree's 2)
-            win = window or window_for(full, 2 if alg == "dbtree" else len(p.trees))
-            # one engine per plan, chunk and window (tree and dbtree share one where their
-            # windows agree), as a job keeps one
-            key = (id(p), chunk, win)
-            eng = engines.get(key)
-            if eng is None:
-                eng = engines[key] = Engine(t, p, chunk_bytes=chunk, window=win)
-            x = np.full(elems, t.rank, np.float32)
-            t.barrier()
-            s = t.now()
-            got = eng.allreduce(x, algorithm=alg)
-            out[alg] = {"time_s": t.now() - s, "wrong": int(np.count_nonzero(got != want))}
         return out
 
-    t0 = time.perf_counter()
-    costs = DEFAULT_COSTS if software_costs else SimCosts(0.0, 0.0)
-    sim = run_simulated(topology, body, scale=scale, timeout_s=timeout_s, costs=costs,
-                        network_config=simgrid_config)
+    # The init (probe, plan, its broadcast) runs once; then each algorithm runs in a
+    # simulation of its own, from the same quiet start: in one simulation, a call's time
+    # depended on the calls before it (SimGrid's order among simultaneous events carries
+    # history: dbtree moved by up to 2% after the plan's run), so a row would depend on the
+    # rows asked for beside it.
+    sim = simulated(init)
     first = sim.results[0]
     doc = first["plan"]
     made = Plan.from_json(doc)
+    want = np.float32(n * (n - 1) / 2)
+    timed: Dict[str, List[Dict[str, Any]]] = {}
+    for alg in algorithms:
+        p = ring if alg == "ring" else made
+        full = chunk_bytes or p.chunk_bytes
+        # chunks scaled down alike, so the pipeline has the full-size run's chunk count
+        chunk = max(4, int(full / scale) // 4 * 4)
+        # ... and each algorithm's automatic window is the full-size run's: the scaled chunk
+        # would give another, and it depends on the algorithm's trees (dbtree's 2)
+        win = window or window_for(full, 2 if alg == "dbtree" else len(p.trees))
+
+        def body(t: Any, alg: str = alg, p: Plan = p, chunk: int = chunk,
+                 win: int = win) -> Dict[str, Any]:
+            eng = Engine(t, p, chunk_bytes=chunk, window=win)
+            x = np.full(elems, t.rank, np.float32)
+            # every rank starts at one instant: the call's time is its last rank's finish
+            s = t.start_together()
+            got = eng.allreduce(x, algorithm=alg)
+            return {"time_s": t.now() - s, "wrong": int(np.count_nonzero(got != want))}
+
+        if progress is not None:
+            progress(f"{alg}: simulating one {format_size(size)} allreduce")
+        timed[alg] = simulated(body).results
+
     predicted = {"tree": made.predict_time(size, chunk_bytes),
                  "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None}
     rows: List[Dict[str, Any]] = []
-    for alg in algorithms:
-        t_s = max(r[alg]["time_s"] for r in sim.results)
+    for alg, run in zip(algorithms, runs[1:]):
+        results = timed[alg]
+        t_s = max(r["time_s"] for r in results)
         algbw = size / t_s / 1e9
         rows.append({"algorithm": alg, "size": size, "time_s": t_s, "algbw_GBps": algbw,
                      "busbw_GBps": algbw * 2 * (n - 1) / n,
-                     "wrong": sum(r[alg]["wrong"] for r in sim.results),
+                     "wrong": sum(r["wrong"] for r in results),
                      "predicted_s": predicted[alg],
-                     "chunk_bytes": chunk_bytes or (ring if alg == "ring" else made).chunk_bytes})
+                     "chunk_bytes": chunk_bytes or (ring if alg == "ring" else made).chunk_bytes,
+                     "messages": run.messages, "simulation_wall_s": run.wall_s})
     bound = doc.get("upper_bound_Bps")
     out: Dict[str, Any] = {
         "topology": topology.name, "ranks": n, "size": size, "scale": scale, "probe": probe,
@@ -284,8 +310,10 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         "planner_s": first["planner_s"],
         "throughput_Bps": doc.get("throughput_Bps"), "upper_bound_Bps": bound,
         "optimum_s": size / bound if bound else None, "rows": rows,
-        "wall_s": time.perf_counter() - t0, "simulation_wall_s": sim.wall_s,
-        "simulation_cpu_s": sim.cpu_s, "messages": sim.messages, "plan": doc,
+        "wall_s": time.perf_counter() - t0,
+        "simulation_wall_s": sum(r.wall_s for r in runs),
+        "simulation_cpu_s": sum(r.cpu_s for r in runs),
+        "messages": sum(r.messages for r in runs), "plan": doc,
         "software_costs": {"per_message_s": costs.per_message_s,
                            "recv_s_per_byte": costs.recv_s_per_byte},
         "simgrid_config": list(simgrid_config), "window": window}

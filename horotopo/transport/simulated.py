@@ -44,7 +44,12 @@ from .simgrid_run import SimRun, Simulation
 
 __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
            "SimulatedTransport", "SimRun", "SimulationError", "SimulationConfigError",
-           "INSTALL_HINT"]
+           "INSTALL_HINT", "START_MARGIN_S"]
+
+# Simulated seconds between the ranks' agreement on a common start and the start itself
+# (SimulatedTransport.start_together): far more than the agreement's log2(n) rounds take (a
+# few WAN round trips), and free: idle simulated time costs no wall time.
+START_MARGIN_S = 1.0
 
 class _Request:
     """One posted message. Posting is deferred to the rank's next wait or test (see
@@ -121,6 +126,37 @@ class SimulatedTransport(SimCollectives, Transport):
 
     def alloc_tags(self, count: int) -> int:
         return self._tags.alloc(count)
+
+    def start_together(self, margin_s: float = START_MARGIN_S) -> float:
+        """A barrier that releases every rank at one simulated instant, which it returns.
+
+        A plain barrier releases the ranks at different instants: the last round's messages
+        reach them over routes of different latencies (a WAN's 5 ms on the two-site
+        clusters), so a call timed from it starts with offsets left by what ran before. Here
+        the ranks agree on the latest clock among them and all sleep until the first multiple
+        of ``margin_s`` at least ``margin_s`` after it (simulated idle time costs no wall
+        time).
+
+        Raises
+        ------
+        TransportError
+            A rank reached the agreed instant only after it (``margin_s`` too short for the
+            agreement's own rounds and the rank's pending CPU work).
+        """
+        self._flush(settle=True)  # the rank's pending CPU work is part of where it stands
+        clock = np.array([self.now()], dtype=np.float64)
+        self.allreduce_control(clock, "max")
+        # on a multiple of the margin: every call starts at the same fraction of a second,
+        # one less thing that a call inherits from what ran before it
+        start = float(np.ceil((clock[0] + margin_s) / margin_s)) * margin_s
+        self._flush(settle=True)
+        late = self.now() - start
+        if late > 0:
+            raise TransportError(f"rank {self._rank} reached the common start {late:.6f} s "
+                                 f"after it (margin {margin_s} s)")
+        if late < 0:
+            self._sg.this_actor.sleep_for(-late)
+        return start
 
     # ---- messages -----------------------------------------------------------------------------
     def _bytes_of(self, buf: Any) -> np.ndarray:
