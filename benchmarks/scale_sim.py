@@ -65,7 +65,7 @@ def point(spec: str, n: int, size: int, probe: str, max_wall: float,
     t0 = time.perf_counter()
     try:
         res = simulate(topo, size, probe, timeout_s=max_wall, algorithms=algorithms,
-                       plan=given, chunk_bytes=chunk)
+                       plan=given, chunk_bytes=chunk, progress=say)
     except SimulationError as exc:
         row.update(limit=str(exc).splitlines()[0], wall_s=time.perf_counter() - t0)
         return row

@@ -384,6 +384,34 @@ def test_start_together_releases_every_rank_at_one_instant_or_says_it_was_late()
         run_simulated(sites, hurried, costs=FREE)
 
 
+def test_a_long_simulation_reports_its_progress(capfd):
+    """With ``progress``, a simulation says how far it is (messages, simulated clock, wall
+    time) every ``progress_every_s`` of wall time; without it, nothing is printed."""
+    import sys
+
+    rounds, batch = 65, 64  # the wall clock is looked at every PROGRESS_CHECK = 4096 messages
+    count = rounds * batch
+
+    def body(t):
+        buf = np.zeros(4, np.uint8)
+        for _ in range(rounds):
+            if t.rank == 0:
+                t.waitall([t.isend(buf, 1, 7) for _ in range(batch)])
+            else:
+                t.waitall([t.irecv(np.empty_like(buf), 0, 7) for _ in range(batch)])
+
+    def say(line):
+        print(f"progress: {line}", file=sys.stderr, flush=True)
+
+    run = run_simulated(star(2), body, costs=FREE, progress=say, progress_every_s=0.0)
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("progress: ")]
+    assert run.messages == count and len(lines) == 1, lines
+    assert lines[0].startswith("progress: 4096 messages sent, simulated clock ")
+    assert lines[0].endswith("s of wall time")
+    run_simulated(star(2), body, costs=FREE)
+    assert "messages sent" not in capfd.readouterr().err
+
+
 def test_a_rows_time_does_not_depend_on_the_rows_asked_for_beside_it(capsys):
     """Each algorithm runs in a simulation of its own, from the same start: dbtree's row is
     the same alone, after the plan's or after ring's (in one shared simulation it moved by

@@ -168,7 +168,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     its full-size chunk), recorded in the result.
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
-    probe progress, in simulated seconds). ``timeout_s`` bounds the wall time of the whole
+    probe progress, in simulated seconds; each simulation's messages and clock once a minute
+    of wall time). ``timeout_s`` bounds the wall time of the whole
     simulation, planner included (:class:`~horotopo.simulation.SimulationError` past it).
     ``algorithms`` is the subset of :data:`ALGORITHMS` to run, one row each. The init (probe,
     plan, its broadcast) is simulated once; then each algorithm runs in a simulation of its
@@ -215,13 +216,15 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     t0 = time.perf_counter()
     runs: List[Any] = []
 
-    def simulated(fn: Any) -> Any:
+    def simulated(fn: Any, what: str) -> Any:
         left = None if timeout_s is None else timeout_s - (time.perf_counter() - t0)
         if left is not None and left <= 0:
             raise SimulationError(f"the simulation did not finish within {timeout_s} s of "
                                   "wall time")
         run = run_simulated(topology, fn, scale=scale, timeout_s=left, costs=costs,
-                            network_config=simgrid_config)
+                            network_config=simgrid_config,
+                            progress=None if progress is None
+                            else lambda line: progress(f"  {what}: {line}"))
         runs.append(run)
         return run
 
@@ -261,7 +264,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     # depended on the calls before it (SimGrid's order among simultaneous events carries
     # history: dbtree moved by up to 2% after the plan's run), so a row would depend on the
     # rows asked for beside it.
-    sim = simulated(init)
+    sim = simulated(init, "init")
     first = sim.results[0]
     doc = first["plan"]
     made = Plan.from_json(doc)
@@ -287,7 +290,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
 
         if progress is not None:
             progress(f"{alg}: simulating one {format_size(size)} allreduce")
-        timed[alg] = simulated(body).results
+        timed[alg] = simulated(body, alg).results
 
     predicted = {"tree": made.predict_time(size, chunk_bytes),
                  "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None}

@@ -17,6 +17,7 @@ from ..topology import Topology
 from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, Simulation,
                                    SimulatedTransport, SimulationConfigError, SimulationError,
                                    load_simgrid)
+from ..transport.simgrid_run import PROGRESS_EVERY_S
 from .platform import build_platform
 
 __all__ = ["run_simulated", "run_here"]
@@ -24,10 +25,12 @@ __all__ = ["run_simulated", "run_here"]
 
 def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
              scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
-             network_config: Sequence[str] = ()) -> SimRun:
+             network_config: Sequence[str] = (),
+             progress: Optional[Callable[[str], None]] = None,
+             progress_every_s: float = PROGRESS_EVERY_S) -> SimRun:
     """Build ``topology`` and run ``fn(transport)`` on every rank, in this process (which can
     hold only this one simulation; see :func:`run_simulated`)."""
-    sim = Simulation(costs, network_config)
+    sim = Simulation(costs, network_config, progress, progress_every_s)
     platform = build_platform(sim, topology)
     return sim.run(platform.hosts, fn, scale=scale, names=platform.names)
 
@@ -74,11 +77,13 @@ def pin_to_one_cpu() -> Optional[int]:
 
 
 def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any],
-           scale: float, costs: SimCosts, network_config: Sequence[str]) -> None:
+           scale: float, costs: SimCosts, network_config: Sequence[str],
+           progress: Optional[Callable[[str], None]], progress_every_s: float) -> None:
     try:
         pin_to_one_cpu()  # the child only: the caller's process keeps its CPUs
         out: Any = ("ok", run_here(topology, fn, scale=scale, costs=costs,
-                                   network_config=network_config))
+                                   network_config=network_config, progress=progress,
+                                   progress_every_s=progress_every_s))
     except SimulationConfigError as exc:  # the caller's input, not a failure of the run
         out = ("config", f"{exc}", "")
     except BaseException as exc:  # noqa: BLE001 - sent to the parent, which raises
@@ -94,7 +99,9 @@ def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any
 def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
                   scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
                   timeout_s: Optional[float] = None,
-                  network_config: Sequence[str] = ()) -> SimRun:
+                  network_config: Sequence[str] = (),
+                  progress: Optional[Callable[[str], None]] = None,
+                  progress_every_s: float = PROGRESS_EVERY_S) -> SimRun:
     """Run ``fn(transport)`` on every rank of ``topology``, simulated, in a child process.
 
     Parameters
@@ -114,6 +121,10 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
     network_config : sequence of str
         SimGrid settings ``NAME:VALUE`` applied after the simulator's own network model
         (:class:`~horotopo.transport.simulated.Simulation`).
+    progress : callable, optional
+        Given a line (messages sent, the simulated clock, wall seconds so far) every
+        ``progress_every_s`` seconds of wall time while the simulation runs; it is called in
+        the child process (printing to stderr works: the child shares it).
 
     Returns
     -------
@@ -130,7 +141,8 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, topology, fn, scale, costs,
-                                                   tuple(network_config)), daemon=True)
+                                            tuple(network_config), progress,
+                                            progress_every_s), daemon=True)
     proc.start()
     send.close()
     try:

@@ -51,6 +51,11 @@ class SimRun:
 
 _USED = False
 
+#: Wall seconds between two progress lines of a long simulation (``Simulation(progress=...)``).
+PROGRESS_EVERY_S = 60.0
+#: Messages between two looks at the wall clock for progress.
+PROGRESS_CHECK = 4096
+
 
 def _engine(sg: ModuleType, extra_config: Sequence[str] = ()) -> Any:
     """SimGrid's engine, for the one simulation this process may hold, configured with
@@ -95,7 +100,9 @@ class Simulation:
     """
 
     def __init__(self, costs: SimCosts = DEFAULT_COSTS,
-                 network_config: Sequence[str] = ()) -> None:
+                 network_config: Sequence[str] = (),
+                 progress: Optional[Callable[[str], None]] = None,
+                 progress_every_s: float = PROGRESS_EVERY_S) -> None:
         self.sg = load_simgrid()
         self.engine = _engine(self.sg, network_config)
         self.costs = costs
@@ -107,6 +114,13 @@ class Simulation:
         self.hosts: List[Any] = []  # set by run(): hosts[i] is where rank i runs
         self._pipes: Dict[Tuple[int, int], float] = {}  # (source, dest): see pipe_bytes
         self.messages = 0
+        # progress: a line every progress_every_s of wall time, checked every few thousand
+        # messages (when to check is counted, not timed: the per-message path stays cheap)
+        self._progress = progress
+        self._progress_every_s = progress_every_s
+        self.next_report = PROGRESS_CHECK if progress is not None else float("inf")
+        self._reported_at = time.perf_counter()
+        self._run_started = self._reported_at
 
     def acquire(self, key: Tuple[int, int, int]) -> Any:
         """The mailbox of stream ``key`` = (source, destination, tag), for one message posted
@@ -142,6 +156,18 @@ class Simulation:
         if got[1] == 0:
             del self._streams[key]
             self._free.append(got[0])
+
+    def report(self) -> None:
+        """Called by the transports when :attr:`messages` reaches :attr:`next_report`: one
+        progress line if ``progress_every_s`` of wall time have passed since the last."""
+        self.next_report = self.messages + PROGRESS_CHECK
+        now = time.perf_counter()
+        if self._progress is None or now - self._reported_at < self._progress_every_s:
+            return
+        self._reported_at = now
+        self._progress(f"{self.messages} messages sent, simulated clock "
+                       f"{float(self.sg.Engine.clock):.6f} s, {now - self._run_started:.0f} s "
+                       "of wall time")
 
     def pipe_bytes(self, source: int, dest: int) -> float:
         """Bytes in flight that fill the route from rank ``source`` to rank ``dest``: its
@@ -221,6 +247,7 @@ class Simulation:
         for rank in range(n):
             sg.Actor.create(f"rank{rank}", hosts[rank], actor(rank))
         t0, c0 = time.perf_counter(), time.process_time()
+        self._reported_at = self._run_started = t0
         # The cyclic collector walks every live object each time it runs, and a simulation of
         # hundreds of actors holds many (their frames, requests, buffers): it took 15% of the
         # CPU at 128 ranks. The run's cycles are few (callbacks bound to their runs) and die

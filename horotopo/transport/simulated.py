@@ -265,7 +265,10 @@ class SimulatedTransport(SimCollectives, Transport):
 
     def _put(self, req: _Request) -> None:
         req.comm = self.sim.acquire(req.mailbox).put_async(req.payload, req.charged)
-        self.sim.messages += 1
+        sim = self.sim
+        sim.messages += 1
+        if sim.messages >= sim.next_report:
+            sim.report()
         if req.watch is not None:
             req.watch.posted(req)
 
