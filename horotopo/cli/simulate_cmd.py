@@ -44,8 +44,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
         "simulate", help="run the init path and allreduce over a simulated network (SimGrid)",
         description="Probe (or take the declared topology), plan on rank 0, share and check the "
                     "plan, then time horotopo's trees, ring and NCCL's double binary tree, all "
-                    "over a SimGrid network built from the topology. Needs python3-simgrid "
-                    "(apt-get install -y python3-simgrid).",
+                    "over a SimGrid network built from the topology: each algorithm in a "
+                    "simulation of its own, every rank starting at one simulated instant. "
+                    "Progress (messages, simulated clock) goes to stderr once a minute. Needs "
+                    "python3-simgrid (apt-get install -y python3-simgrid).",
         epilog="TOPOLOGY is a topology JSON file, a bundled topology's name, or a cluster "
                "generator as NAME[:KEY=VALUE,...] with --ranks N. Generators and their "
                "parameters (defaults shown; rates in gbps):\n"
