@@ -384,6 +384,20 @@ def test_start_together_releases_every_rank_at_one_instant_or_says_it_was_late()
         run_simulated(sites, hurried, costs=FREE)
 
 
+def test_a_killed_simulation_says_by_what():
+    """A simulation's process that dies without a result is reported with the signal that
+    killed it (SIGKILL: the out-of-memory killer's, which a 4096-rank what-if met at 21 GB),
+    not as a SimGrid abort."""
+    import signal
+
+    def body(t):
+        if t.rank == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(SimulationError, match="killed by SIGKILL .*out-of-memory killer"):
+        run_simulated(star(2), body, costs=FREE)
+
+
 def test_a_long_simulation_reports_its_progress(capfd):
     """With ``progress``, a simulation says how far it is (messages, simulated clock, wall
     time) every ``progress_every_s`` of wall time; without it, nothing is printed."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import traceback
 from typing import Any, Callable, Optional, Sequence
 
@@ -96,6 +97,20 @@ def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any
     conn.close()
 
 
+def _death(exitcode: Optional[int]) -> str:
+    """Why the simulation's process ended without a result, from its exit code."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        why = (" (the kernel's out-of-memory killer sends it: see dmesg; a simulation of "
+               "thousands of ranks can take tens of GB)" if -exitcode == signal.SIGKILL else "")
+        return f"the simulation process was killed by {name}{why}"
+    return (f"the simulation process died (exit code {exitcode}); SimGrid aborts on internal "
+            "errors, see its stderr")
+
+
 def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
                   scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
                   timeout_s: Optional[float] = None,
@@ -153,8 +168,7 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
             out = pickle.loads(recv.recv_bytes())
         except EOFError:
             proc.join()
-            raise SimulationError(f"the simulation process died (exit code {proc.exitcode}); "
-                                  "SimGrid aborts on internal errors, see its stderr") from None
+            raise SimulationError(_death(proc.exitcode)) from None
     finally:
         if proc.is_alive() and timeout_s is not None:
             proc.terminate()
