@@ -216,19 +216,15 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
 
     costs = DEFAULT_COSTS if software_costs else SimCosts(0.0, 0.0)
     t0 = time.perf_counter()
-    runs: List[Any] = []
-
     def simulated(fn: Any, what: str) -> Any:
         left = None if timeout_s is None else timeout_s - (time.perf_counter() - t0)
         if left is not None and left <= 0:
             raise SimulationError(f"the simulation did not finish within {timeout_s} s of "
                                   "wall time")
-        run = run_simulated(topology, fn, scale=scale, timeout_s=left, costs=costs,
-                            network_config=simgrid_config,
-                            progress=None if progress is None
-                            else lambda line: progress(f"  {what}: {line}"))
-        runs.append(run)
-        return run
+        return run_simulated(topology, fn, scale=scale, timeout_s=left, costs=costs,
+                             network_config=simgrid_config,
+                             progress=None if progress is None
+                             else lambda line: progress(f"  {what}: {line}"))
 
     def init(t: Any) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -271,7 +267,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     doc = first["plan"]
     made = Plan.from_json(doc)
     want = np.float32(n * (n - 1) / 2)
-    timed: Dict[str, List[Dict[str, Any]]] = {}
+    timed: Dict[str, Any] = {}  # algorithm: its SimRun
     for alg in algorithms:
         p = ring if alg == "ring" else made
         full = chunk_bytes or p.chunk_bytes
@@ -292,13 +288,13 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
 
         if progress is not None:
             progress(f"{alg}: simulating one {format_size(size)} allreduce")
-        timed[alg] = simulated(body, alg).results
+        timed[alg] = simulated(body, alg)
 
     predicted = {"tree": made.predict_time(size, chunk_bytes),
                  "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None}
     rows: List[Dict[str, Any]] = []
-    for alg, run in zip(algorithms, runs[1:]):
-        results = timed[alg]
+    for alg, run in timed.items():
+        results = run.results
         t_s = max(r["time_s"] for r in results)
         algbw = size / t_s / 1e9
         rows.append({"algorithm": alg, "size": size, "time_s": t_s, "algbw_GBps": algbw,
@@ -307,6 +303,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
                      "predicted_s": predicted[alg],
                      "chunk_bytes": chunk_bytes or (ring if alg == "ring" else made).chunk_bytes,
                      "messages": run.messages, "simulation_wall_s": run.wall_s})
+    runs = [sim, *timed.values()]
     bound = doc.get("upper_bound_Bps")
     out: Dict[str, Any] = {
         "topology": topology.name, "ranks": n, "size": size, "scale": scale, "probe": probe,
