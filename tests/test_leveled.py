@@ -171,3 +171,28 @@ def test_the_choice_keeps_its_promises_on_noisy_probes(n, seed, noise):
                       if isinstance(v, dict) and "predicted_s" in v)
         assert record["leveled"]["predicted_s"] <= fastest * (1 + LEVEL_TOLERANCE) * (1 + 1e-9)
         assert record["leveled"]["trees"] < record["deep"]["trees"]
+
+
+def test_the_leveled_forest_never_replaces_a_host_forest():
+    """What the simulated quick probe measured on two sites of 3 hosts of 4 ranks each
+    (``horotopo simulate sites:gpus=4,wan_gbps=10 --ranks 24 --probe quick --json``, its
+    ``probed_topology``, 2026-12-04): the leveled packing over ranks has fewer trees than the
+    host forest and is predicted within LEVEL_TOLERANCE of it, so the leveled rule would take
+    it, but its trees are chains several times deeper (simulated at 64 MiB: 243.1 ms leveled,
+    186.5 ms the host forest)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "probed-sites-24-g4.json.gz"
+    with gzip.open(path, "rt") as fh:
+        topology = from_dict(json.load(fh))
+    plan = make_plan(topology, size=64 * MiB)
+    record = plan.planner["forest"]
+    hosts, level = record["hosts"], record["leveled"]
+    # the case the rule is for: fewer, deeper trees predicted within the tolerance
+    assert level["trees"] < hosts["trees"]
+    assert level["predicted_s"] <= hosts["predicted_s"] * (1 + LEVEL_TOLERANCE)
+    assert level["max_hops"] > 2 * hosts["max_hops"]
+    assert record["chosen"] == "hosts"
+    assert len(plan.trees) == hosts["trees"]

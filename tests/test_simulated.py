@@ -562,6 +562,22 @@ def test_the_simulated_probe_recovers_the_declared_network_and_its_plan():
     assert times["quick"]["time_s"] <= 1.05 * times["declared"]["time_s"]
 
 
+def test_the_simulated_probe_finds_a_generated_clusters_hosts():
+    """A generated cluster's GPU ranks hang from their host's switch; `horotopo simulate
+    --probe quick` names each rank's processor by that host, as MPI names a real node's ranks,
+    so the probe works by hosts (one leader per host) and the plan of what it measured is made
+    over those hosts: before, every rank was a host of its own (24 leaders for 6 hosts)."""
+    from horotopo.cli.simulate_cmd import simulate
+    from horotopo.generate import generate
+    topo = from_dict(generate("sites:gpus=4,wan_gbps=10", 24))
+    res = simulate(topo, 1 << 20, "quick", algorithms=("tree",))
+    doc = res["probed_topology"]
+    assert doc["probe"]["scheme"] == "hosts"
+    assert doc["probe"]["hosts"] == ["a-r0h0", "a-r0h1", "a-r0h2", "b-r0h0", "b-r0h1", "b-r0h2"]
+    assert doc["ranks"] == [h for h in doc["probe"]["hosts"] for _ in range(4)]
+    assert res["rows"][0]["wrong"] == 0
+
+
 def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_path, capsys):
     """benchmarks/scale_sim.py: a row per generator and rank count, with the three algorithms
     and exact results; a point past --max-wall is a limit row and stops that generator's
