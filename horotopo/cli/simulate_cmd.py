@@ -194,7 +194,6 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     from ..engine import Engine
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
-    from ..probe.hostinfer import generated_hosts
     from ..schedule import window_for
     from ..simulation import DEFAULT_COSTS, SimCosts, SimulationError, run_simulated
 
@@ -227,11 +226,6 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
                              progress=None if progress is None
                              else lambda line: progress(f"  {what}: {line}"))
 
-    # A simulated rank's processor name is its node's; a generated cluster's GPU ranks are
-    # nodes under their host, and an MPI job's processor name is the host's: the probe
-    # groups ranks into hosts by that name (issue 16's probe by hosts), as on a real cluster.
-    hosts = generated_hosts(topology.to_json()) if probe in ("quick", "full") else None
-
     def init(t: Any) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         t0 = t.now()
@@ -240,7 +234,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
             # The probe's transfers are sized to be timed: charged their true size.
             with t.true_size():
                 doc = run_probe(t, probe, name=f"probed-{topology.name}",
-                                progress=progress if t.rank == 0 else None, hosts=hosts)
+                                progress=progress if t.rank == 0 else None)
             out["probe_s"] = t.now() - t0
 
         def build() -> Tuple[Plan, Topology]:

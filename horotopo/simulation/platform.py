@@ -24,10 +24,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from ..probe.hostinfer import generated_hosts
 from ..topology import HostRoutes, Topology
 from ..transport.simulated import Simulation
 
-__all__ = ["Platform", "build_platform", "resource_latencies", "link_name", "set_link_rate"]
+__all__ = ["Platform", "build_platform", "processor_names", "resource_latencies", "link_name",
+           "set_link_rate"]
 
 # A host's speed in flops (unused by the costs, which are charged as simulated sleeps; SimGrid
 # needs one).
@@ -49,7 +51,7 @@ class Platform:
     hosts : list
         ``hosts[i]`` is the SimGrid host that rank ``i`` runs on.
     names : list of str
-        ``names[i]``: rank ``i``'s host name in the topology (its ``processor_name``).
+        ``names[i]``: rank ``i``'s ``processor_name`` (:func:`processor_names`).
     links : list
         One SimGrid link per resource of the topology, in its order.
     """
@@ -155,7 +157,20 @@ def build_platform(sim: Simulation, topology: Topology) -> Platform:
     else:
         hosts = _per_pair(sim, topology, links)
     zone.seal()
-    return Platform(sim=sim, hosts=hosts, names=list(topology.hosts), links=links)
+    return Platform(sim=sim, hosts=hosts, names=processor_names(topology), links=links)
+
+
+def processor_names(topology: Topology) -> List[str]:
+    """Each rank's processor name in a simulation: its machine's, as MPI names a node's ranks.
+
+    A declared multi-GPU host is a switch with its GPU ranks hanging from it
+    (:func:`horotopo.probe.hostinfer.generated_hosts`: ``<host>g<k>`` under ``<host>``); its
+    ranks are named by that host, so the probe groups them into one host as on a real cluster.
+    Any other rank, and every rank of a measured topology, is named by its node.
+    """
+    if topology.kind != "declared":
+        return list(topology.hosts)
+    return generated_hosts(topology.to_json())
 
 
 def _declared(sim: Simulation, topology: Topology, routes: HostRoutes,
