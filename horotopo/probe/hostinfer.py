@@ -26,7 +26,7 @@ from .cluster import _partition
 from .pairing import Pair, _spread
 
 __all__ = ["HostLayout", "host_layout", "generated_hosts", "depression", "host_groups", "group_flows",
-           "alone_estimates", "rank_document", "SharedLink"]
+           "unproven_hosts", "fan_flows", "alone_estimates", "rank_document", "SharedLink"]
 
 # A shared link in host terms: (source hosts, destination hosts, capacity, label); it carries
 # every transfer from a rank of a source host to a rank of a destination host.
@@ -182,8 +182,71 @@ def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool,
     return [(mine[k], others[k]) if outgoing else (others[k], mine[k]) for k in range(m)]
 
 
+def unproven_hosts(concurrent: Any, shared: Sequence[SharedLink], margin: float,
+                   outgoing: bool = True) -> List[int]:
+    """The hosts whose NIC out (or in) the rounds did not show: a host's best figure is
+    clearly below the fastest host's, and no pair of it that reached that figure had a
+    clearly faster partner (at its other end's best figure) and crossed no shared link. Such
+    a host may be a fast NIC whose every partner was slower than it (a fast host in a rack of
+    slow NICs behind an oversubscribed uplink reads as slow), which only a fan of flows can
+    tell (:func:`fan_flows`); a slow NIC that reached its figure towards a faster host is
+    shown slow."""
+    c = np.asarray(concurrent, dtype=float)
+    if not outgoing:
+        c = c.T
+    out, inn = _best(c)
+    if not np.isfinite(out).any():
+        return []
+    top = np.nanmax(out)
+    covered = np.zeros(c.shape, dtype=bool)
+    for src, dst, _, _ in shared:
+        a, b = (src, dst) if outgoing else (dst, src)
+        covered[np.ix_(list(a), list(b))] = True
+    found = []
+    for h in range(len(out)):
+        if not (np.isfinite(out[h]) and out[h] < (1 - margin) * top):
+            continue
+        shown = (c[h] >= (1 - margin) * out[h]) & (inn * (1 - margin) >= out[h]) & ~covered[h]
+        if not shown.any():
+            found.append(h)
+    return found
+
+
+def fan_flows(h: int, outgoing: bool, speed: Sequence[float], shared: Sequence[SharedLink],
+              want: float, limit: int = 8) -> Tuple[List[Pair], List[float]]:
+    """The flows of a fan test of host ``h``'s NIC out (or in), and each flow's expected rate.
+
+    Partners are taken fastest first (``speed``: each host's best figure into it, or out of it
+    for a fan in), each expected at the least of its speed and what is left of every shared
+    link between it and ``h`` (a rack's uplink carries the fan's flows through it together),
+    until the expected rates add up to ``want`` (more than ``h``'s NIC can carry if it is as
+    fast as the fastest seen) or ``limit`` partners. Partners that add nothing are skipped.
+    """
+    left = [float(cap) for _, _, cap, _ in shared]
+    order = sorted((x for x in range(len(speed)) if x != h and np.isfinite(speed[x])),
+                   key=lambda x: (-speed[x], x))
+    flows: List[Pair] = []
+    expected: List[float] = []
+    for x in order:
+        if sum(expected) >= want or len(flows) >= limit:
+            break
+        pair = (h, x) if outgoing else (x, h)
+        crossed = [k for k, (src, dst, _, _) in enumerate(shared)
+                   if pair[0] in src and pair[1] in dst]
+        rate = min([float(speed[x])] + [left[k] for k in crossed])
+        if rate <= 0:
+            continue
+        for k in crossed:
+            left[k] -= rate
+        flows.append(pair)
+        expected.append(rate)
+    return flows, expected
+
+
 def alone_estimates(concurrent: Any, groups: Sequence[Sequence[int]],
-                    shared: Sequence[SharedLink], alone: Mapping[Pair, float]) -> np.ndarray:
+                    shared: Sequence[SharedLink], alone: Mapping[Pair, float],
+                    nic: Optional[Tuple[Sequence[float], Sequence[float]]] = None
+                    ) -> np.ndarray:
     """The rate of every host pair alone.
 
     A concurrent figure is what the pair got beside the rest of its round; where no shared
@@ -192,9 +255,11 @@ def alone_estimates(concurrent: Any, groups: Sequence[Sequence[int]],
     so its rate alone is estimated: the fastest its source sends and its destination receives
     (their best figures) within the capacity of every shared link it crosses, and never below
     what it got concurrently. Pairs measured alone (``alone``) keep their measured figure.
+    ``nic`` (each host's NIC out and in, where fan tests measured more than the best figures)
+    replaces the best figures.
     """
     c = np.asarray(concurrent, dtype=float)
-    out, inn = _best(c)
+    out, inn = _best(c) if nic is None else (np.asarray(nic[0], float), np.asarray(nic[1], float))
     est = c.copy()
     n = c.shape[0]
     cap = np.full((n, n), np.inf)
@@ -234,13 +299,17 @@ def _expand(values: Sequence[Sequence[Optional[float]]], layout: HostLayout,
 
 def rank_document(name: str, layout: HostLayout, host_gbps: Any, host_latency_ms: Any,
                   local_gbps: Sequence[Optional[Any]], local_latency_ms: Sequence[Optional[Any]],
-                  shared: Sequence[SharedLink], meta: Mapping[str, Any]) -> Dict[str, Any]:
+                  shared: Sequence[SharedLink], meta: Mapping[str, Any],
+                  nic_gbps: Optional[Tuple[Sequence[float], Sequence[float]]] = None
+                  ) -> Dict[str, Any]:
     """The measured-form document over ranks (DESIGN.md) from figures between hosts.
 
     A pair of ranks on two hosts gets its hosts' rate and latency, a pair on one host that
     host's figure for the two ranks. Each host's link out and in (its best figures) is a
     shared resource of the ranks on it, since they share its NIC (an egress/ingress cap for a
     host with one rank); every shared link found between hosts covers the pairs of their ranks.
+    ``nic_gbps`` (out, in per host: the best figures raised by fan tests) replaces the best
+    figures as the NICs.
     """
     n = len(layout.host_of)
     hb = [[None if v is None or not np.isfinite(v) else float(v) for v in row]
@@ -255,7 +324,8 @@ def rank_document(name: str, layout: HostLayout, host_gbps: Any, host_latency_ms
     bw = _expand(hb, layout, [matrix(m) for m in local_gbps])
     lat = _expand(hl, layout, [matrix(m) for m in local_latency_ms])
     h = len(layout.members)
-    out, inn = _best(np.asarray(host_gbps, dtype=float))
+    out, inn = (_best(np.asarray(host_gbps, dtype=float)) if nic_gbps is None
+                else (np.asarray(nic_gbps[0], float), np.asarray(nic_gbps[1], float)))
     links: List[SharedLink] = []
     egress: List[Optional[float]] = [None] * n
     ingress: List[Optional[float]] = [None] * n

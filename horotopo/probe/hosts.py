@@ -35,10 +35,10 @@ import numpy as np
 from ..topology import GBPS_TO_BPS
 from ..transport.base import Transport
 from .config import ProbeConfig
-from .flows import _Prober, as_probe_error
+from .flows import SUBSET_FACTOR, _Prober, as_probe_error, pow2
 from .group import TAG_BLOCK, GroupTransport
-from .hostinfer import (HostLayout, SharedLink, alone_estimates, depression, group_flows,
-                        host_groups, host_layout, rank_document)
+from .hostinfer import (HostLayout, SharedLink, alone_estimates, depression, fan_flows,
+                        group_flows, host_groups, host_layout, rank_document, unproven_hosts)
 from .pairing import Pair, circle_rounds
 from .phases import _aggregate
 
@@ -57,6 +57,12 @@ ROUND_PINGS = 2
 #: ranks on two sites). Only the leaders' rounds: the emulated cluster's pairwise probe keeps
 #: its samples.
 LONG_RTT_S = 0.002
+#: A round of near pairs whose expected rates are all within this factor of each other is
+#: sized alike (:func:`_expected_weights`).
+EVEN_RATES = 1.5
+#: A fan test's partners add up to this much more than the fastest NIC seen, so that a NIC
+#: as fast as that one still caps the fan.
+FAN_HEADROOM = 1.25
 #: How long ranks wait for the leaders' phase, in time budgets (plus one timeout).
 WAIT_BUDGETS = 20.0
 
@@ -91,7 +97,7 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
         there, back = [(a, b) for a, b in pairs], [(b, a) for a, b in pairs]
         tests = [(there + back, far + far)] if any(far) else [(there, far), (back, far)]
         for flows, kinds in tests:
-            weights = None
+            weights = None if any(kinds) else _expected_weights(flows, bw)
             if any(kinds):
                 # Not yet seen: a far flow starts where every test does; a near one at the
                 # most a test moves, which lasts the least on its short round trip (sized
@@ -118,6 +124,27 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
         pr.budget(per_round * (len(rounds) - k - 1), later_tests)
         pr.note(f"{label}: {k + 1}/{len(rounds)} rounds")
     return bw
+
+
+def _expected_weights(flows: Sequence[Pair], bw: np.ndarray) -> Optional[List[float]]:
+    """Each flow's size, relative, for a round of near pairs: what its source sent and its
+    destination received at best in the rounds so far (``bw``), so that the flows last
+    about alike. Sized alike, a pair of fast NICs in a round with slow ones (a slow NIC, a
+    rack's share of an oversubscribed uplink) moved its bytes in a fraction of the round and
+    read its fixed costs as a slower link: 6.6 of 10 gbps on racks with slow NICs at 256
+    ranks. A flow whose hosts have no figure yet gets the largest size; None where no flow has
+    one, or where they all expect about the same (sized alike, as before)."""
+    with np.errstate(all="ignore"):
+        out = np.nanmax(np.where(np.isnan(bw), -np.inf, bw), axis=1)
+        inn = np.nanmax(np.where(np.isnan(bw), -np.inf, bw), axis=0)
+    expected = np.array([min(out[s], inn[d]) for s, d in flows], dtype=float)
+    known = expected > 0
+    if not known.any():
+        return None
+    expected[~known] = expected[known].max()
+    if expected.max() < EVEN_RATES * expected.min():
+        return None
+    return [float(v) for v in expected]
 
 
 def _samples(ratio: np.ndarray, count: int) -> List[Pair]:
@@ -175,10 +202,70 @@ def _leaders(pr: _Prober, cfg: ProbeConfig) -> Dict[str, Any]:
                 if found:
                     src, dst = (tuple(members), rest) if outgoing else (rest, tuple(members))
                     shared.append((src, dst, agg, f"{way} hosts {_span(members)}"))
+    shared = _unique(shared)
+    nic, fans = _fans(pr, concurrent, shared, margin)
     return {"concurrent": concurrent, "alone": alone, "trusted": trusted, "groups": groups,
-            "tests": tests, "shared": _unique(shared), "rtt": pr.rtt.copy(),
-            "rates": alone_estimates(concurrent, groups, _unique(shared), alone),
+            "tests": tests, "shared": shared, "rtt": pr.rtt.copy(), "nic": nic, "fans": fans,
+            "rates": alone_estimates(concurrent, groups, shared, alone, nic=nic),
             "clock": pr.clock, "count": pr.tests, "rounds": len(circle_rounds(h))}
+
+
+def _fans(pr: _Prober, concurrent: np.ndarray, shared: List[SharedLink], margin: float
+          ) -> Tuple[Tuple[np.ndarray, np.ndarray], List[Dict[str, Any]]]:
+    """Each host's NIC out and in (bytes/s): its best figure in the rounds, raised where a fan
+    test measured more, and the fan tests run.
+
+    A host's best figure is what its fastest partner allowed; a fast NIC among slow partners
+    (a fast host in a rack of slow NICs behind an oversubscribed uplink: 2.3 gbps read for a
+    10 gbps NIC on racks with slow NICs at 256 ranks, which held the plan to two thirds of the
+    declared one's rate) reads as slow. Each host clearly slower than the fastest
+    (:func:`~horotopo.probe.hostinfer.unproven_hosts`) sends to (receives from) several hosts
+    at once, partners whose rates add up to more than the fastest NIC seen
+    (:func:`~horotopo.probe.hostinfer.fan_flows`); the aggregate went through its NIC, so the
+    NIC carries at least that. A slow NIC reads as before; no fan where the partners cannot
+    show more than the host's best figure."""
+    best = (np.nanmax(concurrent, axis=1), np.nanmax(concurrent, axis=0))
+    nic = (best[0].copy(), best[1].copy())
+    top = float(np.nanmax(np.concatenate(best)))
+    plans = []
+    for way, outgoing in ((0, True), (1, False)):
+        speed = best[1] if outgoing else best[0]  # the partners' figures the other way
+        for host in unproven_hosts(concurrent, shared, margin, outgoing):
+            flows, expected = fan_flows(host, outgoing, speed, shared, FAN_HEADROOM * top)
+            if len(flows) >= 2 and sum(expected) > (1 + margin) * best[way][host]:
+                plans.append((way, host, flows, expected))
+    pr.budget(0, len(plans))
+    fans: List[Dict[str, Any]] = []
+    for way, host, flows, expected in plans:
+        label = f"fan {'out of' if way == 0 else 'into'} host {host}"
+        agg = _fan(pr, flows, expected, label, margin)
+        nic[way][host] = max(nic[way][host], agg)
+        fans.append({"host": host, "out": way == 0, "flows": [list(f) for f in flows],
+                     "aggregate": agg, "expected": float(sum(expected)),
+                     "best": float(best[way][host])})
+    if plans:
+        pr.note(f"fan tests: {len(plans)} hosts' NICs", force=True)
+    return nic, fans
+
+
+def _fan(pr: _Prober, flows: List[Pair], expected: List[float], label: str,
+         margin: float) -> float:
+    """A fan test's aggregate (bytes/s): the flows sized by their expected rates, then, where
+    the aggregate fell clearly short of them, sized again by the rates each flow got, so that
+    they finish together (sized by the expected rates, the flow through a rack's uplink got
+    what the slow partners left of the NIC and ran on alone: 8.1 gbps read for a 10 gbps NIC
+    whose flows finish together at about 9.4). Either is bytes through the NIC over the time
+    they took, so the larger bounds the NIC from below."""
+    start = pow2(max(expected) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
+    rates, agg, _ = pr.measure(flows, [list(range(len(flows)))], label, start,
+                               weights=expected)
+    first = float(agg[0])
+    if first >= (1 - margin) * sum(expected) or not np.all(rates > 0):
+        return first
+    start = pow2(max(rates) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
+    _, agg, _ = pr.measure(flows, [list(range(len(flows)))], f"{label}, resized", start,
+                           weights=list(rates))
+    return max(first, float(agg[0]))
 
 
 def _span(members: List[int]) -> str:
@@ -261,7 +348,8 @@ def _document(name: str, layout: HostLayout, leaders: Optional[Dict[str, Any]],
     if leaders is None:  # one host
         leaders = {"rates": np.full((1, 1), np.nan), "rtt": np.zeros((1, 1)), "shared": [],
                    "concurrent": np.full((1, 1), np.nan), "alone": {}, "trusted": True,
-                   "groups": [[0]], "tests": [], "clock": 0.0, "count": 0, "rounds": 0}
+                   "groups": [[0]], "tests": [], "clock": 0.0, "count": 0, "rounds": 0,
+                   "nic": None, "fans": []}
     local_gbps = [None if x[0] is None else x[0][0] * to_gbps for x in per_host]
     local_ms = [None if x[0] is None else x[0][1] / 2 * 1e3 for x in per_host]
     shared = [(s, d, v * to_gbps, label) for s, d, v, label in leaders["shared"]]
@@ -280,6 +368,11 @@ def _document(name: str, layout: HostLayout, leaders: Optional[Dict[str, Any]],
             "group_tests": [dict(x, aggregate=x["aggregate"] * to_gbps,
                                  alone=x["alone"] * to_gbps) for x in leaders["tests"]],
             "shared_hosts": [{"from": list(s), "to": list(d), "gbps": v, "label": label}
-                             for s, d, v, label in shared]}
+                             for s, d, v, label in shared],
+            "fan_tests": [dict(x, aggregate=x["aggregate"] * to_gbps,
+                               expected=x["expected"] * to_gbps, best=x["best"] * to_gbps)
+                          for x in leaders["fans"]]}
+    nic = leaders["nic"]
     return rank_document(name, layout, leaders["rates"] * to_gbps,
-                         leaders["rtt"] / 2 * 1e3, local_gbps, local_ms, shared, meta)
+                         leaders["rtt"] / 2 * 1e3, local_gbps, local_ms, shared, meta,
+                         nic_gbps=None if nic is None else (nic[0] * to_gbps, nic[1] * to_gbps))
