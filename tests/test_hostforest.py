@@ -86,9 +86,12 @@ def test_chosen_on_sites_and_fattree_not_on_racks_with_slow_nics():
         # within 3% (sites 202.4 ms with 4 against 196.0 with 8, fattree 142.1 against 143.6;
         # `horotopo simulate SPEC --ranks 64 --algorithms tree --plan P`)
         tried = record["hosts"]["tried"]
-        assert sorted(map(int, tried)) == [4, 8]
+        # the bottleneck pair alone is offered too; on these it is predicted slower
+        assert tried["1 bottleneck"] > record["hosts"]["predicted_s"]
+        rotated = {k: v for k, v in tried.items() if k.isdigit()}
+        assert sorted(map(int, rotated)) == [4, 8]
         assert record["hosts"]["predicted_s"] == min(tried.values())
-        assert max(tried.values()) < min(tried.values()) * 1.10
+        assert max(rotated.values()) < min(rotated.values()) * 1.10
     racks = make_plan(from_dict(generate("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
                                          64)), size=64 * MiB)
     assert racks.planner["forest"]["chosen"] == "deep"
@@ -165,7 +168,9 @@ def test_plan_over_hosts_offers_the_host_forest_and_keeps_it_where_predicted_fas
     # the host forest is predicted at every count of host trees offered (4, 8, 16 of the 16
     # rotations) and the fastest stands for it (16 trees, every rotation, before)
     hosts = record["hosts"]
-    assert sorted(map(int, hosts["tried"])) == host_tree_counts(16) == [4, 8, 16]
+    rotated = [int(k) for k in hosts["tried"] if k.isdigit()]
+    assert sorted(rotated) == host_tree_counts(16) == [4, 8, 16]
+    assert set(hosts["tried"]) - {str(k) for k in rotated} == {"1 bottleneck"}
     assert hosts["predicted_s"] == pytest.approx(min(hosts["tried"].values()), rel=1e-9)
     # with the fill's crowding, 16 host trees (every rotation) are predicted 6% slower than 8:
     # more channels cross each NIC at once. Simulated, 8 ran 210.8 ms and 16 220.3

@@ -38,7 +38,7 @@ from .certificate import RTOL
 from .alphabeta import ENGINE_COSTS, FOREST_KINDS, SoftwareCosts
 from .gk import UNBOUNDED_BPS, _Pool, pack, pair_rates
 from .hierarchy import machines
-from .hostforest import has_hosts, host_tree_counts, pack_host_forests
+from .hostforest import has_hosts, host_tree_counts, pack_bottleneck_forest, pack_host_forests
 from .leveled import LEVEL_TOLERANCE, leveled
 from .model import ArcModel, Packing
 
@@ -339,8 +339,12 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         # WAN or rack uplink per tree each way, a few host hops deep; a few counts of host
         # trees (at most MAX_HOST_TREES), each predicted, the fastest kept
         h_count = len(set(machines(topology)))
+        # and the bottleneck pair alone (pack_bottleneck_forest): on a probed network the
+        # packing can miss the cut bound by a few percent and spread over host trees whose
+        # fair rates lose far more
         packers["hosts"] = lambda: pack_host_forests(
-            topology, host_tree_counts(h_count, limit=max_host_trees))
+            topology, host_tree_counts(h_count, limit=max_host_trees)) + (
+                [pack_bottleneck_forest(topology)] if h_count >= 3 else [])
     # leveled only where it may be offered: a plan over hosts never packs over ranks
     flat = None if hierarchical else leveled(topology)
     if flat is not None and (forest == "leveled" or (
@@ -373,7 +377,9 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                 plan, record[kind] = c
         if len(tried) > 1:
             # by host-tree count (string keys: the record goes into the plan's JSON)
-            record[kind]["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
+            record[kind]["tried"] = {
+                str(c[1]["host_trees"]) + (" bottleneck" if c[1].get("bottleneck") else ""):
+                c[1]["predicted_s"] for c in tried}
         plan_floor = floor((plan, record[kind]))
         above_floor = plan.throughput_Bps >= plan_floor
         record[kind]["floor_Bps"] = plan_floor / (1 - RTOL)
@@ -445,7 +451,8 @@ def _candidate(topology: Topology, kind: str, found: Packing, packing: Packing,
                          extra=dict(packing.extra, **scaled.extra)))
     summary = dict(_summary(plan, size, network), seconds=round(found.seconds, 4),
                    **({"depth_bound": bound} if kind == "shallow" else {}),
-                   **({"host_trees": found.extra["host_trees"]} if kind == "hosts" else {}))
+                   **({"host_trees": found.extra["host_trees"]} if kind == "hosts" else {}),
+                   **({"bottleneck": True} if found.extra.get("bottleneck") else {}))
     return plan, summary
 
 

@@ -50,12 +50,13 @@ from scipy.sparse.csgraph import connected_components
 
 from ..topology import Topology
 from .alphabeta import _entry
+from .bottleneck import seed_pairs
 from .hierarchy import HostModel, _route, machines
 from .model import Packing, TreeRate
 
 __all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MAX_HOST_TREES",
            "host_groups", "host_trees", "pick_rotations", "pack_host_forest",
-           "pack_host_forests", "host_tree_counts", "has_hosts"]
+           "pack_host_forests", "pack_bottleneck_forest", "host_tree_counts", "has_hosts"]
 
 #: Machines whose route latency is at most this multiple of the smallest one between two
 #: machines share a group. Within one switch a route has two NIC hops (plus local links);
@@ -377,6 +378,48 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
                            full_throughput=total, bound_phase="",
                            extra={"host_trees": count, "rotations": kept}))
     return out
+
+
+def pack_bottleneck_forest(topology: Topology, roots: int = 2) -> Packing:
+    """One host-level tree pair built for its bottleneck (:func:`~.bottleneck.seed_pairs`:
+    slow machines as leaves, fast ones as the backbone), the fastest of ``roots`` roots, at the
+    most every resource allows it, as rank-level trees (one per channel); ``upper_bound``
+    None, ``extra["host_trees"]`` 1 and ``extra["bottleneck"]`` True.
+
+    The packing seeds its pool with these pairs, and where they alone reach the cut bound the
+    packing is this pair; where the probe's figures leave them a few percent short of it (a
+    fast NIC read at 87% of its rate, the parent of three slow ones), column generation adds
+    host trees whose max-min fair rates lose far more (racks with slow NICs at 256 ranks,
+    probed: 7 host trees whose fair rates came to 176.5 MB/s, where this pair alone runs at
+    the fast NIC's quarter, 271). So it is offered beside the rotated host forests.
+
+    Raises
+    ------
+    ValueError
+        Fewer than three machines, or no machine with several ranks (:func:`has_hosts`).
+    """
+    if not has_hosts(topology):
+        raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
+                         "with several ranks")
+    model = HostModel(topology)
+    if model.n < 3:
+        raise ValueError(f"{topology.name}: a bottleneck pair needs three or more machines")
+    # one root past 256 machines, as the packing's own seeds (about a second each at 512)
+    halves = seed_pairs(model, 1 if model.n > 256 else roots)
+    best: Optional[TreeRate] = None
+    for inward, root, parent in halves:
+        if not inward:
+            continue
+        rate = float(model.max_rate(np.asarray(model.load(root, parent, parent), dtype=float)))
+        if np.isfinite(rate) and (best is None or rate > best.rate):
+            best = TreeRate(root, parent, parent, rate)
+    if best is None:
+        raise ValueError(f"{topology.name}: a bottleneck pair that loads no resource has no "
+                         "rate")
+    trees = model.expand([best])
+    total = float(sum(t.rate for t in trees))
+    return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total,
+                   bound_phase="", extra={"host_trees": 1, "bottleneck": True})
 
 
 def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = None
