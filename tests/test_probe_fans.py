@@ -16,6 +16,25 @@ from horotopo.probe.hostinfer import fan_flows, unproven_hosts
 MARGIN = 0.2
 
 
+def _simulated_probe(doc):
+    """What the quick probe measures on the declared ``doc``, simulated (skips without
+    SimGrid)."""
+    from horotopo.simulation import run_simulated
+    from horotopo.transport.simulated import SimulatorMissing, load_simgrid
+    try:
+        load_simgrid()
+    except SimulatorMissing as exc:
+        pytest.skip(f"no simulator: {exc}")
+    from horotopo.probe import probe
+    from horotopo.topology import from_dict
+
+    def body(t):
+        with t.true_size():
+            return probe(t, "quick")
+
+    return run_simulated(from_dict(doc), body).results[0]
+
+
 def _rack_of_slow_nics():
     """Host figures (gbps) of 2 racks of 4 hosts: hosts 0-2 slow (2.4), host 3 fast behind an
     uplink of 4.2 shared by rack 0's pairs to rack 1, rack 1 fast (9.5)."""
@@ -74,16 +93,7 @@ def test_the_probe_shows_a_fast_nic_behind_slow_neighbours():
     gbps NICs, one of 10, an uplink of 4.375), rack 1 of 10 gbps NICs. The fast host's NIC in
     the probed topology is within 15% of what SimGrid delivers of 10 gbps (97%) both ways;
     without the fan tests it read the slow NICs' 2.4."""
-    pytest.importorskip("horotopo.transport.simulated")
-    from horotopo.simulation import run_simulated
-    from horotopo.transport.simulated import SimulatorMissing, load_simgrid
-    try:
-        load_simgrid()
-    except SimulatorMissing as exc:
-        pytest.skip(f"no simulator: {exc}")
     from horotopo.generate import generate
-    from horotopo.probe import probe
-    from horotopo.topology import from_dict
 
     doc = generate("racks:hosts_per_rack=4,gpus=4,oversub=1", 32)
     for link in doc["links"]:
@@ -92,12 +102,7 @@ def test_the_probe_shows_a_fast_nic_behind_slow_neighbours():
             link["gbps"] = 2.5
         if (a, b) == ("tor0", "spine"):
             link["gbps"] = 4.375
-
-    def body(t):
-        with t.true_size():
-            return probe(t, "quick")
-
-    got = run_simulated(from_dict(doc), body).results[0]
+    got = _simulated_probe(doc)
     assert got["probe"]["scheme"] == "hosts"
     caps = {s["label"]: s["gbps"] for s in got["shared"]}
     delivered = 10.0 * 0.97
@@ -137,25 +142,12 @@ def test_a_probed_cluster_of_slow_nics_plans_about_as_well_as_declared():
     the declared network's plan is predicted 220.4. Simulated at 256 ranks and 256 KiB
     chunks, the probed plan ran 624.7 ms before the fan tests, 528.4 with them, 352.2 with the
     bottleneck pair too; the declared plan 346.6."""
-    pytest.importorskip("horotopo.transport.simulated")
-    from horotopo.simulation import run_simulated
-    from horotopo.transport.simulated import SimulatorMissing, load_simgrid
-    try:
-        load_simgrid()
-    except SimulatorMissing as exc:
-        pytest.skip(f"no simulator: {exc}")
     from horotopo.generate import generate
     from horotopo.plan import make_plan
-    from horotopo.probe import probe
     from horotopo.topology import from_dict
 
     doc = generate("racks:hosts_per_rack=4,gpus=4,oversub=4,slow=0.25", 128)
-
-    def body(t):
-        with t.true_size():
-            return probe(t, "quick")
-
-    measured = run_simulated(from_dict(doc), body).results[0]
+    measured = _simulated_probe(doc)
     size = 64 << 20
     probed, declared = (make_plan(from_dict(d), size=size) for d in (measured, doc))
     tried = probed.planner["forest"]["hosts"]["tried"]
