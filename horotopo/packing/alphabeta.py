@@ -524,6 +524,8 @@ def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
         got = record.get(kind)
         if got:
             bound = f", depth bound {got['depth_bound']}" if "depth_bound" in got else ""
+            if got.get("bottleneck"):
+                bound += ", the bottleneck pair alone"
             out.append(f"    {kind:<8} predicted {got['predicted_s'] * 1e3:12.3f} ms, "
                        f"R {got['throughput_Bps'] / 1e6:.3f} MB/s, {got['trees']} trees, "
                        f"deepest {got['max_hops']} hops{bound}")
