@@ -51,7 +51,7 @@ from scipy.sparse.csgraph import connected_components
 from ..topology import Topology
 from .alphabeta import _entry
 from .bottleneck import seed_pairs
-from .hierarchy import HostModel, _route, machines
+from .hierarchy import HostModel, _route, cut_point, machines
 from .model import Packing, TreeRate
 
 __all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MAX_HOST_TREES",
@@ -404,8 +404,12 @@ def pack_bottleneck_forest(topology: Topology, roots: int = 2) -> Packing:
     model = HostModel(topology)
     if model.n < 3:
         raise ValueError(f"{topology.name}: a bottleneck pair needs three or more machines")
-    # one root past 256 machines, as the packing's own seeds (about a second each at 512)
-    halves = seed_pairs(model, 1 if model.n > 256 else roots)
+    # one root past 256 machines, as the packing's own seeds (about a second each at 512);
+    # the cut's bound as the target, as there: arcs within it are free, so depth and cost
+    # choose among them (without it the greedy grows chains: 57 host hops each way at 128
+    # machines of a probed rack cluster, against 5 with it)
+    cut = cut_point(model)
+    halves = seed_pairs(model, 1 if model.n > 256 else roots, cut[0] if cut else np.inf)
     best: Optional[TreeRate] = None
     for inward, root, parent in halves:
         if not inward:
