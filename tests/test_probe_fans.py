@@ -113,35 +113,11 @@ def test_the_probe_shows_a_fast_nic_behind_slow_neighbours():
     assert any(f["host"] == 3 for f in got["probe"]["fan_tests"])
 
 
-def test_a_round_of_near_pairs_is_sized_by_what_each_pair_reached_so_far():
-    """Sized alike, a pair of fast NICs in a round with slow pairs moved its bytes in a
-    fraction of the round and read its fixed costs as a slower link (6.6 of 10 gbps on racks
-    with slow NICs at 256 ranks); each flow is now sized by its hosts' best figures so far."""
-    from horotopo.probe.hosts import EVEN_RATES, _expected_weights
-    nan = np.nan
-    bw = np.array([[nan, 9.0, 2.0, nan],
-                   [9.0, nan, 2.0, nan],
-                   [2.0, 2.0, nan, nan],
-                   [nan, nan, nan, nan]])
-    # 0 -> 1: both reached 9 (9); 2 -> 0: host 2 sent 2 at best (2); 3 -> 1: host 3 unknown,
-    # so the largest expected (9), never short
-    assert _expected_weights([(0, 1), (2, 0), (3, 1)], bw) == [9.0, 2.0, 9.0]
-    assert _expected_weights([(3, 0)], np.full((4, 4), nan)) is None  # nothing known yet
-    near = np.full((4, 4), 9.0)
-    near[0, :] = 9.0 / EVEN_RATES * 1.01  # host 0 sent a little slower at best
-    assert _expected_weights([(0, 1), (2, 3)], near) is None  # about alike: sized alike
-    near[0, :] = 9.0 / EVEN_RATES * 0.99
-    assert _expected_weights([(0, 1), (2, 3)], near) == [near[0, 1], 9.0]
-
 
 def test_a_probed_cluster_of_slow_nics_plans_about_as_well_as_declared():
     """Init by probing on racks with slow NICs (128 ranks, 32 hosts of 4; simulated probe):
-    the probed network's packing misses the cut bound by a few percent, and column
-    generation's host trees share badly (248 MB/s fair, predicted 297.4 ms at 64 MiB); the
-    bottleneck pair alone, now offered among the host forests, runs at 271 (261.5 ms), where
-    the declared network's plan is predicted 220.4. Simulated at 256 ranks and 256 KiB
-    chunks, the probed plan ran 624.7 ms before the fan tests, 528.4 with them, 352.2 with the
-    bottleneck pair too; the declared plan 346.6."""
+    the plan of what the probe measured is predicted within 25% of the declared network's
+    (about 258 against 220 ms at 64 MiB)."""
     from horotopo.generate import generate
     from horotopo.plan import make_plan
     from horotopo.topology import from_dict
@@ -150,7 +126,29 @@ def test_a_probed_cluster_of_slow_nics_plans_about_as_well_as_declared():
     measured = _simulated_probe(doc)
     size = 64 << 20
     probed, declared = (make_plan(from_dict(d), size=size) for d in (measured, doc))
-    tried = probed.planner["forest"]["hosts"]["tried"]
-    assert "1 bottleneck" in tried
+    assert "1 bottleneck" in probed.planner["forest"]["hosts"]["tried"]
     assert probed.predict_time(size) <= 1.25 * declared.predict_time(size)
-    assert probed.predict_time(size) < 0.95 * probed.planner["forest"]["deep"]["predicted_s"]
+
+
+def test_the_bottleneck_pair_alone_where_the_packing_spreads_over_host_trees():
+    """A probe of that cluster in which a few percent of the figures kept the bottleneck
+    pair short of the cut bound (`tests/data/probed-racks-128-slow.json.gz`, the simulated
+    quick probe with rounds sized by each pair's figures so far, a sizing tried this session
+    and left out): column generation's host trees came to 248 MB/s fair (predicted 297.4 ms),
+    the bottleneck pair alone runs at 271 (255.4 ms) and is kept. Simulated at 256 ranks with
+    such a probe, 528.4 ms against 352.2."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from horotopo.plan import make_plan
+    from horotopo.topology import from_dict
+
+    with gzip.open(Path(__file__).parent / "data" / "probed-racks-128-slow.json.gz", "rt") as fh:
+        topology = from_dict(json.load(fh))
+    size = 64 << 20
+    plan = make_plan(topology, size=size)
+    record = plan.planner["forest"]
+    assert record["chosen"] == "hosts" and record["hosts"].get("bottleneck") is True
+    assert record["hosts"]["host_trees"] == 1 and len(plan.trees) == 4  # 4 channels
+    assert plan.predict_time(size) < 0.95 * record["deep"]["predicted_s"]

@@ -57,9 +57,6 @@ ROUND_PINGS = 2
 #: ranks on two sites). Only the leaders' rounds: the emulated cluster's pairwise probe keeps
 #: its samples.
 LONG_RTT_S = 0.002
-#: A round of near pairs whose expected rates are all within this factor of each other is
-#: sized alike (:func:`_expected_weights`).
-EVEN_RATES = 1.5
 #: A fan test's partners add up to this much more than the fastest NIC seen, so that a NIC
 #: as fast as that one still caps the fan.
 FAN_HEADROOM = 1.25
@@ -97,7 +94,7 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
         there, back = [(a, b) for a, b in pairs], [(b, a) for a, b in pairs]
         tests = [(there + back, far + far)] if any(far) else [(there, far), (back, far)]
         for flows, kinds in tests:
-            weights = None if any(kinds) else _expected_weights(flows, bw)
+            weights = None
             if any(kinds):
                 # Not yet seen: a far flow starts where every test does; a near one at the
                 # most a test moves, which lasts the least on its short round trip (sized
@@ -124,27 +121,6 @@ def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
         pr.budget(per_round * (len(rounds) - k - 1), later_tests)
         pr.note(f"{label}: {k + 1}/{len(rounds)} rounds")
     return bw
-
-
-def _expected_weights(flows: Sequence[Pair], bw: np.ndarray) -> Optional[List[float]]:
-    """Each flow's size, relative, for a round of near pairs: what its source sent and its
-    destination received at best in the rounds so far (``bw``), so that the flows last
-    about alike. Sized alike, a pair of fast NICs in a round with slow ones (a slow NIC, a
-    rack's share of an oversubscribed uplink) moved its bytes in a fraction of the round and
-    read its fixed costs as a slower link: 6.6 of 10 gbps on racks with slow NICs at 256
-    ranks. A flow whose hosts have no figure yet gets the largest size; None where no flow has
-    one, or where they all expect about the same (sized alike, as before)."""
-    with np.errstate(all="ignore"):
-        out = np.nanmax(np.where(np.isnan(bw), -np.inf, bw), axis=1)
-        inn = np.nanmax(np.where(np.isnan(bw), -np.inf, bw), axis=0)
-    expected = np.array([min(out[s], inn[d]) for s, d in flows], dtype=float)
-    known = expected > 0
-    if not known.any():
-        return None
-    expected[~known] = expected[known].max()
-    if expected.max() < EVEN_RATES * expected.min():
-        return None
-    return [float(v) for v in expected]
 
 
 def _samples(ratio: np.ndarray, count: int) -> List[Pair]:
