@@ -101,6 +101,14 @@ def _best(rates: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         return np.nanmax(rates, axis=1), np.nanmax(rates, axis=0)
 
 
+def _nics(rates: np.ndarray, nic: Optional[Tuple[Sequence[float], Sequence[float]]]
+          ) -> Tuple[np.ndarray, np.ndarray]:
+    """Each host's NIC (out, in): ``nic`` where the fan tests gave it, else the best figures."""
+    if nic is None:
+        return _best(rates)
+    return np.asarray(nic[0], dtype=float), np.asarray(nic[1], dtype=float)
+
+
 def depression(concurrent: Any) -> np.ndarray:
     """``concurrent[a, b] / min(best out of a, best into b)``: 1 for a pair that kept the rate
     its hosts reach at best, lower where something it shared with the round held it back
@@ -259,7 +267,7 @@ def alone_estimates(concurrent: Any, groups: Sequence[Sequence[int]],
     replaces the best figures.
     """
     c = np.asarray(concurrent, dtype=float)
-    out, inn = _best(c) if nic is None else (np.asarray(nic[0], float), np.asarray(nic[1], float))
+    out, inn = _nics(c, nic)
     est = c.copy()
     n = c.shape[0]
     cap = np.full((n, n), np.inf)
@@ -324,8 +332,7 @@ def rank_document(name: str, layout: HostLayout, host_gbps: Any, host_latency_ms
     bw = _expand(hb, layout, [matrix(m) for m in local_gbps])
     lat = _expand(hl, layout, [matrix(m) for m in local_latency_ms])
     h = len(layout.members)
-    out, inn = (_best(np.asarray(host_gbps, dtype=float)) if nic_gbps is None
-                else (np.asarray(nic_gbps[0], float), np.asarray(nic_gbps[1], float)))
+    out, inn = _nics(np.asarray(host_gbps, dtype=float), nic_gbps)
     links: List[SharedLink] = []
     egress: List[Optional[float]] = [None] * n
     ingress: List[Optional[float]] = [None] * n

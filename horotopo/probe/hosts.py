@@ -35,12 +35,12 @@ import numpy as np
 from ..topology import GBPS_TO_BPS
 from ..transport.base import Transport
 from .config import ProbeConfig
-from .flows import SUBSET_FACTOR, _Prober, as_probe_error, pow2
+from .flows import _Prober, as_probe_error
 from .group import TAG_BLOCK, GroupTransport
-from .hostinfer import (HostLayout, SharedLink, alone_estimates, depression, fan_flows,
+from .hostinfer import (HostLayout, SharedLink, _best, alone_estimates, depression, fan_flows,
                         group_flows, host_groups, host_layout, rank_document, unproven_hosts)
 from .pairing import Pair, circle_rounds
-from .phases import _aggregate
+from .phases import _aggregate, _aggregate_and_rates
 
 __all__ = ["probe_hosts", "round_rates", "INTRA_SHARE"]
 
@@ -200,7 +200,7 @@ def _fans(pr: _Prober, concurrent: np.ndarray, shared: List[SharedLink], margin:
     (:func:`~horotopo.probe.hostinfer.fan_flows`); the aggregate went through its NIC, so the
     NIC carries at least that. A slow NIC reads as before; no fan where the partners cannot
     show more than the host's best figure."""
-    best = (np.nanmax(concurrent, axis=1), np.nanmax(concurrent, axis=0))
+    best = _best(concurrent)
     nic = (best[0].copy(), best[1].copy())
     top = float(np.nanmax(np.concatenate(best)))
     plans = []
@@ -232,16 +232,10 @@ def _fan(pr: _Prober, flows: List[Pair], expected: List[float], label: str,
     what the slow partners left of the NIC and ran on alone: 8.1 gbps read for a 10 gbps NIC
     whose flows finish together at about 9.4). Either is bytes through the NIC over the time
     they took, so the larger bounds the NIC from below."""
-    start = pow2(max(expected) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
-    rates, agg, _ = pr.measure(flows, [list(range(len(flows)))], label, start,
-                               weights=expected)
-    first = float(agg[0])
+    rates, first = _aggregate_and_rates(pr, flows, label, expected)
     if first >= (1 - margin) * sum(expected) or not np.all(rates > 0):
         return first
-    start = pow2(max(rates) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
-    _, agg, _ = pr.measure(flows, [list(range(len(flows)))], f"{label}, resized", start,
-                           weights=list(rates))
-    return max(first, float(agg[0]))
+    return max(first, _aggregate(pr, flows, f"{label}, resized", list(rates)))
 
 
 def _span(members: List[int]) -> str:

@@ -103,10 +103,16 @@ def _aggregate(pr: _Prober, flows: Sequence[Pair], label: str,
                expected: Sequence[float]) -> float:
     """The aggregate rate (bytes/s) of ``flows`` run at once, sized by their ``expected`` rates
     so that they finish together unless something they share caps them."""
+    return _aggregate_and_rates(pr, flows, label, expected)[1]
+
+
+def _aggregate_and_rates(pr: _Prober, flows: Sequence[Pair], label: str,
+                         expected: Sequence[float]) -> Tuple[np.ndarray, float]:
+    """:func:`_aggregate`, and the rate each flow got (bytes/s)."""
     # The first scale gives the fastest flow about a concurrent test's target.
     start = pow2(max(expected) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
-    _, agg, _ = pr.measure(flows, [list(range(len(flows)))], label, start, weights=expected)
-    return float(agg[0])
+    rates, agg, _ = pr.measure(flows, [list(range(len(flows)))], label, start, weights=expected)
+    return rates, float(agg[0])
 
 
 def concurrent(pr: _Prober, tests: Sequence[GroupTest], bw: np.ndarray) -> List[GroupResult]:
