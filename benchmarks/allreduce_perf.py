@@ -9,6 +9,7 @@ Rows: size, count, type, redop, time, algbw, busbw, #wrong for horotopo, the sam
 MPI_Allreduce, their ratio (MPI time / horotopo time) and the plan's predicted time. ``--json``
 prints only ``{"rows": [...]}`` on stdout; progress always goes to stderr. ``#wrong`` counts
 elements that differ from the exact answer on small-integer inputs (on any rank).
+``--markdown [PATH]`` also writes the table to docs/results/allreduce_perf.md.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from horotopo.engine import Engine
 from horotopo.ops import ALLREDUCE_DTYPES, OPS, check_dtype
 from horotopo.packing import ring_parents
 from horotopo.plan import Plan, parse_size, plan_from_trees
+
+import results as results_doc
 
 
 def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -49,6 +52,7 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--plan", help="Plan JSON (python -m horotopo plan TOPO --json)")
     p.add_argument("--topology", help="topology JSON; rank 0 plans it with make_plan")
     p.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(p, "allreduce_perf")
     args = p.parse_args(argv)
     if args.stepfactor < 2:
         p.error("-f must be at least 2")
@@ -212,10 +216,39 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     return rows
 
 
+def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]], argv: Optional[List[str]],
+             ranks: int) -> None:
+    """The results file: the nccl-tests columns for horotopo and MPI_Allreduce side by side."""
+    fmt = results_doc.fmt
+    columns: List[results_doc.Column] = [
+        ("size (B)", lambda r: r["size"]), ("count", lambda r: r["count"]),
+        ("type", lambda r: r["type"]), ("redop", lambda r: r["redop"]),
+        ("alg", lambda r: r["algorithm"]),
+        ("time (us)", lambda r: fmt(r["time_s"], ".1f", 1e6)),
+        ("algbw (GB/s)", lambda r: fmt(r["algbw_GBps"], ".3f")),
+        ("busbw (GB/s)", lambda r: fmt(r["busbw_GBps"], ".3f")),
+        ("#wrong", lambda r: r["wrong"]),
+        ("MPI time (us)", lambda r: fmt(r["mpi_time_s"], ".1f", 1e6)),
+        ("MPI busbw (GB/s)", lambda r: fmt(r["mpi_busbw_GBps"], ".3f")),
+        ("MPI / horotopo time", lambda r: fmt(r["ratio"], ".2f")),
+        ("predicted (us)", lambda r: fmt(r["predicted_time_s"], ".1f", 1e6))]
+    chunk = rows[0]["chunk_bytes"] if rows else None
+    summary = (f"{ranks} ranks, {args.datatype} {args.op}, horotopo algorithm "
+               f"{args.algorithm}, chunk {chunk} B, {args.iters} timed iterations after "
+               f"{args.warmup_iters} warm-up (mean of each rank, slowest rank). "
+               f"MPI / horotopo above 1 means horotopo was faster. The predicted column is "
+               f"the plan's model, shown only for a plan made from a topology.")
+    results_doc.write(args.markdown, "allreduce_perf: horotopo against MPI_Allreduce",
+                      [("", results_doc.md_table(rows, columns))], summary=summary,
+                      command=results_doc.command_line(argv, ranks=ranks))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _args(argv)
     rows = run(args)
     if MPI.COMM_WORLD.rank == 0:
+        if args.markdown:
+            markdown(args, rows, argv, MPI.COMM_WORLD.size)
         if args.json:
             print(json.dumps({"rows": rows}))
         else:

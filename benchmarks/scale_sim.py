@@ -13,7 +13,9 @@ limit: it is reported as such, larger rank counts of that generator are not trie
 exit status is 0 (a limit is a finding, not a failure); a point with wrong results exits 1.
 
 Prints a table (or JSON with ``--json``: ``{"rows": [...]}``), progress on stderr, and draws
-allreduce time and init time against ranks into ``--png``.
+allreduce time and init time against ranks into ``--png``. ``--markdown [PATH]`` also writes
+docs/results/scale_sim.md: horotopo against ring and the double binary tree, each as a
+fraction of the optimum (the certified bound's time), and the init costs.
 
 Example (the README's figures):
   python benchmarks/scale_sim.py --ranks 16,64,256 --size 16M --png benchmarks/scale_sim.png
@@ -31,6 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
 from horotopo.plan import Plan, parse_size
 from horotopo.simulation import SimulationError
+
+import results as results_doc
 
 DEFAULT_GENERATORS = ["racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
                       "fattree:hosts_per_leaf=8,spines=4,gpus=8",
@@ -115,6 +119,60 @@ def table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _of_optimum(r: Dict[str, Any], alg: str) -> str:
+    """``optimum time / algorithm time``: 1.0 is the best any packing could do."""
+    t = r.get(f"{alg}_s")
+    if t is None or not r.get("optimum_s"):
+        return "-"
+    return f"{r['optimum_s'] / t:.2f}"
+
+
+def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
+    """The results file: allreduce times per algorithm with their fraction of the optimum,
+    then the init costs and the simulation's own cost."""
+    fmt = results_doc.fmt
+    done = [r for r in rows if "limit" not in r]
+    speed: List[results_doc.Column] = [
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
+        ("horotopo (ms)", lambda r: fmt(r["tree_s"], ".1f", 1e3)),
+        ("horotopo / optimum", lambda r: _of_optimum(r, "tree")),
+        ("ring (ms)", lambda r: fmt(r["ring_s"], ".1f", 1e3)),
+        ("ring / optimum", lambda r: _of_optimum(r, "ring")),
+        ("dbtree (ms)", lambda r: fmt(r["dbtree_s"], ".1f", 1e3)),
+        ("dbtree / optimum", lambda r: _of_optimum(r, "dbtree")),
+        ("optimum (ms)", lambda r: fmt(r["optimum_s"], ".1f", 1e3)),
+        ("predicted (ms)", lambda r: fmt(r["predicted_tree_s"], ".1f", 1e3)),
+        ("#wrong", lambda r: r["wrong"])]
+    cost: List[results_doc.Column] = [
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
+        ("init (ms, simulated)", lambda r: fmt(r["init_simulated_s"], ".2f", 1e3)),
+        ("planner (s, wall)", lambda r: fmt(r["planner_s"], ".2f")
+         + ("*" if r["planner"] == "cached" else "")),
+        ("chunk", lambda r: "plan's" if r["chunk_bytes"] is None
+         else f"{r['chunk_bytes'] >> 10} KiB"),
+        ("messages", lambda r: r["messages"]),
+        ("simulation wall (s)", lambda r: fmt(r["wall_s"], ".1f")),
+        ("simulation CPU (s)", lambda r: fmt(r["cpu_s"], ".1f"))]
+    sections = [("Allreduce time", results_doc.md_table(done, speed)),
+                ("Init and simulation cost", results_doc.md_table(done, cost))]
+    limits = [r for r in rows if "limit" in r]
+    if limits:
+        sections.append(("Limits met", "\n".join(
+            f"- {r['topology']} at {r['ranks']} ranks: {r['limit']} after {r['wall_s']:.0f} s"
+            for r in limits)))
+    if any(r.get("planner") == "cached" for r in done):
+        sections.append(("", "\\* planner time saved with a cached plan (`--plans`), not run "
+                             "here."))
+    summary = (f"One {args.size / 2 ** 20:g} MiB allreduce per algorithm on simulated clusters "
+               f"(SimGrid; every rank runs horotopo's own code), topology from --probe "
+               f"{args.probe}. Times are simulated. \"/ optimum\" is the optimum's time (the "
+               f"size over the certified upper bound on any tree packing's throughput) divided "
+               f"by the algorithm's time: 1.00 would be the best possible. The planner's time "
+               f"is wall time on this machine.")
+    results_doc.write(args.markdown, "scale_sim: horotopo, ring and double binary tree on "
+                      "simulated clusters", sections, summary=summary)
+
+
 def plot(rows: List[Dict[str, Any]], path: str) -> None:
     """Allreduce time per algorithm, and init time (simulated init plus the planner's wall
     time), against ranks; one colour per generator."""
@@ -183,6 +241,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "planner's saved time is shown, starred), saved when made here")
     ap.add_argument("--png", default=None, help="draw the figure here")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(ap, "scale_sim")
     args = ap.parse_args(argv)
     ranks = sorted(int(v) for v in args.ranks.split(","))
     rows: List[Dict[str, Any]] = []
@@ -206,6 +265,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps({"rows": rows}))
     else:
         print(table(rows))
+    if args.markdown:
+        markdown(args, rows)
     return 1 if any(r.get("wrong") for r in rows) else 0
 
 
