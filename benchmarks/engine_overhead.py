@@ -7,7 +7,7 @@ messages the busiest rank completes per call, and fits ``time = fixed + messages
 over the tiny-chunk runs (where moving the bytes costs next to nothing). It also times an
 8-byte MPI_Allreduce and an 8-byte tree allreduce: those are ``mpi_latency_s`` and
 ``tree_latency_s`` of :class:`horotopo.algorithms.CostModel`. Prints JSON on stdout (rank 0),
-a table on stderr.
+a table on stderr; ``--markdown [PATH]`` also writes docs/results/engine_overhead.md.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any, Dict, List
 
 import numpy as np
 from mpi4py import MPI
@@ -24,6 +25,8 @@ from horotopo.engine import Engine
 from horotopo.packing import ring_parents
 from horotopo.plan import parse_size, plan_from_trees
 from horotopo.transport import MPITransport
+
+import results as results_doc
 
 
 class TimedTransport(MPITransport):
@@ -62,10 +65,38 @@ def _best(fn, repeats: int, comm: "MPI.Comm") -> float:
     return comm.allreduce(best, op=MPI.MAX)
 
 
+def markdown(path: str, summary: Dict[str, Any]) -> None:
+    """The results file: time and messages per chunk size, then the fitted fixed costs."""
+    fmt = results_doc.fmt
+    columns: List[results_doc.Column] = [
+        ("chunk (B)", lambda r: r["chunk_bytes"]),
+        ("time (ms)", lambda r: fmt(r["time_s"], ".3f", 1e3)),
+        ("messages (busiest rank)", lambda r: r["messages"]),
+        ("wall per message (us)", lambda r: fmt(r["s_per_message"], ".2f", 1e6)),
+        ("Python CPU per message (us)", lambda r: fmt(r["python_cpu_s_per_message"], ".2f", 1e6))]
+    costs = [("Python CPU per message (least over chunks <= 4 KiB)",
+              summary["python_cpu_s_per_message"]),
+             ("wall per message (fit over chunks <= 4 KiB)", summary["per_message_s"]),
+             ("fixed cost per call (same fit)", summary["fixed_s"]),
+             ("8-byte tree allreduce (tree_latency_s)", summary["tree_latency_s"]),
+             ("8-byte allreduce, engine's MPI path", summary["engine_mpi_latency_s"]),
+             ("8-byte MPI_Allreduce (mpi_latency_s)", summary["mpi_latency_s"])]
+    cost_rows = [{"what": w, "us": v} for w, v in costs]
+    text = (f"Tree allreduce of {summary['bytes']} B float32 over {summary['ranks']} ranks (ring "
+            f"chains), best of the repeats, slowest rank.")
+    results_doc.write(
+        path, "engine_overhead: per-message cost of the tree engine",
+        [("Per chunk size", results_doc.md_table(summary["rows"], columns)),
+         ("Fixed costs (the cost model's constants)", results_doc.md_table(
+             cost_rows, [("constant", lambda r: r["what"]), ("us", lambda r: fmt(r["us"], ".2f", 1e6))]))],
+        summary=text, command=results_doc.command_line(ranks=summary["ranks"]))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description="tree engine per-message overhead")
     p.add_argument("--bytes", default="256K")
     p.add_argument("--repeats", type=int, default=5)
+    results_doc.add_markdown_option(p, "engine_overhead")
     args = p.parse_args()
     comm = MPI.COMM_WORLD
     n = comm.size
@@ -121,6 +152,8 @@ def main() -> int:
               f"{t_eng_mpi8 * 1e6:.1f} us, raw MPI_Allreduce {t_mpi8 * 1e6:.1f} us",
               file=sys.stderr)
         print(json.dumps(summary))
+        if args.markdown:
+            markdown(args.markdown, summary)
     return 0
 
 

@@ -3,13 +3,14 @@
 
 Three parts, each printed as a table (or JSON with --json):
 
-- ``gap``: every bundled topology (and ../shared/topologies if present) plus random families
+- ``gap``: every bundled topology (horotopo/data/topologies) plus random families
   (switch trees with heterogeneous NICs, racks behind uplinks, measured matrices with host caps
   and a shared bottleneck) at several sizes and seeds. Target: certified gap <= 2% on each.
 - ``time``: planning time at 16 and 64 ranks. Targets on a 2-core machine: <= 2 s and <= 30 s.
 - ``scaling``: time and gap from 8 up to ``--max-ranks`` (default 256).
 
 Exit status 1 when a target is missed (so a regression is visible), 0 otherwise.
+``--markdown [PATH]`` also writes the tables to docs/results/planner_perf.md.
 
 Example: python benchmarks/planner_perf.py --parts gap,time --seeds 3
 """
@@ -25,6 +26,8 @@ from typing import Any, Dict, List
 from horotopo import generate
 from horotopo.plan import make_plan
 from horotopo.topology import Topology, bundled, from_dict, load
+
+import results as results_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,6 +63,34 @@ def print_rows(title: str, rows: List[Dict[str, Any]]) -> None:
               f"{r['trees']:>6} {r['seconds']:>8.2f}", flush=True)
 
 
+PLAN_COLUMNS: List[results_doc.Column] = [
+    ("kind", lambda r: r["kind"]), ("topology", lambda r: r["name"]), ("ranks", lambda r: r["n"]),
+    ("throughput (MB/s)", lambda r: f"{r['R_MBps']:.3f}"),
+    ("ring (MB/s)", lambda r: f"{r['ring_MBps']:.3f}"),
+    ("vs ring", lambda r: f"{r['R_MBps'] / r['ring_MBps']:.2f}x"),
+    ("bound (MB/s)", lambda r: f"{r['bound_MBps']:.3f}"),
+    ("gap %", lambda r: f"{r['gap'] * 100:.3f}"),
+    ("pruning loss %", lambda r: f"{r['pruning_loss'] * 100:.3f}"),
+    ("trees", lambda r: r["trees"]), ("planning (s)", lambda r: f"{r['seconds']:.2f}")]
+
+TITLES = {"gap": "Certified gap", "time": "Planning time", "scaling": "Scaling"}
+
+
+def markdown(path: str, out: Dict[str, Any], max_gap: float) -> None:
+    """The results file: one table per part run, and the targets missed."""
+    sections = [(TITLES[part], results_doc.md_table(out[part], PLAN_COLUMNS))
+                for part in ("gap", "time", "scaling") if part in out]
+    missed = out["failures"]
+    sections.append(("Verdict", "All targets met." if not missed else
+                     "\n".join(f"- missed: {m}" for m in missed)))
+    summary = (f"Targets: certified gap at most {max_gap * 100:g}% on every topology; planning "
+               f"at most 2 s at 16 ranks and 30 s at 64 ranks. Planning time is wall time on "
+               f"this machine; the gap is the plan's throughput against the certified upper "
+               f"bound on any tree packing.")
+    results_doc.write(path, "planner_perf: certified gap, pruning loss and planning time",
+                      sections, summary=summary)
+
+
 def main(argv: List[str] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,6 +101,7 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--max-ranks", type=int, default=256, help="largest size in scaling")
     ap.add_argument("--max-gap", type=float, default=0.02, help="gap target (default 0.02)")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(ap, "planner_perf")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
     out: Dict[str, Any] = {}
@@ -81,8 +113,6 @@ def main(argv: List[str] = None) -> int:
     if "gap" in parts:
         rows = []
         files = sorted((ROOT / "horotopo" / "data" / "topologies").glob("*.json"))
-        shared = ROOT.parent / "shared" / "topologies"
-        files += sorted(shared.glob("*.json")) if shared.is_dir() else []
         for f in files:
             rows.append(plan_row("file", load(f)))
         for n in [int(s) for s in args.sizes.split(",")]:
@@ -132,6 +162,8 @@ def main(argv: List[str] = None) -> int:
             if r["gap"] > args.max_gap:
                 failures.append(f"gap {r['gap'] * 100:.2f}% on {r['name']} ({part})")
     out["failures"] = failures
+    if args.markdown:
+        markdown(args.markdown, out, args.max_gap)
     if args.json:
         print(json.dumps(out))
     else:
