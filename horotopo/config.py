@@ -17,7 +17,7 @@ Conventions that hold for every setting:
   Horovod's ``HOROVOD_*`` ones); when the name and an alias are both set they must agree.
 
 ``python -m horotopo config`` prints the effective settings and where each came from;
-``--markdown`` prints the table that README.md carries.
+``--markdown`` prints docs/settings.md, whose table comes from :func:`markdown_table`.
 """
 from __future__ import annotations
 
@@ -355,11 +355,13 @@ def effective(env: Optional[Mapping[str, str]] = None) -> List[Effective]:
 
 
 def markdown_table() -> str:
-    """The README's settings table (a Markdown table of every setting)."""
+    """The settings table of docs/settings.md (a Markdown table of every setting)."""
     rows = ["| variable | type | default | allowed | what it does |",
             "| --- | --- | --- | --- | --- |"]
     for s in declared():
         name = f"`{s.name}`" + "".join(f" (or `{a}`)" for a in s.aliases)
         kind = s.kind + (f" ({s.unit})" if s.unit else "")
-        rows.append(f"| {name} | {kind} | {s.show_default()} | {s.allowed()} | {s.doc} |")
+        cells = [name, kind, s.show_default(), s.allowed(), s.doc]
+        # a bare "|" inside a cell would split it into two columns
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"

@@ -1,8 +1,8 @@
 """``horotopo config``: the effective settings (environment variables) and where each came from.
 
 Reads through :mod:`horotopo.config`, so it shows exactly what a rank started with this
-environment would use. ``--json`` prints a list of objects; ``--markdown`` prints the README's
-settings table (the declarations, not this environment's values). Exit status 1 when some
+environment would use. ``--json`` prints a list of objects; ``--markdown`` prints
+docs/settings.md (the declarations, not this environment's values). Exit status 1 when some
 variable holds a value that init() would refuse.
 """
 from __future__ import annotations
@@ -14,7 +14,10 @@ from typing import Any, List
 
 from .. import config
 
-__all__ = ["add_parser", "run", "format_table"]
+__all__ = ["add_parser", "run", "format_table", "settings_document", "SETTINGS_DOC_COMMAND"]
+
+#: The command that writes docs/settings.md; the file names it, and its check tells it.
+SETTINGS_DOC_COMMAND = "python -m horotopo config --markdown > docs/settings.md"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -26,8 +29,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the settings as JSON")
     fmt.add_argument("--markdown", action="store_true",
-                     help="print the README's table of every setting (type, default, allowed "
-                          "values, doc)")
+                     help="print docs/settings.md: every setting's type, default, allowed "
+                          "values and doc")
     p.set_defaults(func=run)
     return p
 
@@ -58,10 +61,34 @@ def format_table(rows: List[config.Effective]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def settings_document() -> str:
+    """docs/settings.md: the conventions every setting follows, then the registry's table."""
+    bools = "/".join(config.TRUE_WORDS) + " or " + "/".join(config.FALSE_WORDS)
+    return f"""# Settings
+
+Generated from the registry in `horotopo/config.py` by `{SETTINGS_DOC_COMMAND}`; do not edit.
+
+horotopo and `horotopo-run` are configured by the environment variables below. A value that
+cannot work is refused with an error naming the variable, the value and what is allowed; it is
+never silently replaced by the default.
+
+- Unset, empty or blank means the default, except for a setting whose allowed values say
+  "a non-empty string": there a blank value is an error.
+- Booleans are strict: {bools}, in any case. Anything else is an error, so
+  `HOROVOD_STALL_CHECK_DISABLE=false` means the check stays on.
+- A setting may have aliases, the `HOROTOPO_*` spellings that `horotopo-run` sets next to
+  Horovod's `HOROVOD_*` ones. When a name and its alias are both set, they must agree.
+
+`python -m horotopo config` prints the value each setting takes in the current environment and
+where it came from (`--json` for a script).
+
+{config.markdown_table()}"""
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo config``; returns 1 if any variable is invalid."""
     if args.markdown:
-        sys.stdout.write(config.markdown_table())
+        sys.stdout.write(settings_document())
         return 0
     rows = config.effective()
     if args.json:
