@@ -421,9 +421,8 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
         trees (:func:`busiest_cpu_time`) plus the shortest tree's fill, whichever is longer.
         The fill is added because that rank cannot start before a first chunk has reached it,
         nor finish before its last chunk has gone on to the root and back down: it is busy
-        for its software time within, not over, the whole allreduce. (Without it a
-        CPU-bound plan was predicted 10-30% short in the simulation: racks at 16 ranks,
-        one deep tree, 16 MiB in 1 MiB chunks: 31.6 ms predicted, 35.1 ms simulated.)
+        for its software time within, not over, the whole allreduce; without it a CPU-bound
+        plan (one deep tree in large chunks) is predicted short of what the simulation runs.
     """
     live = [(p, c, x, prof) for p, c, x, prof in zip(parts, chunks, rates, profiles) if p > 0]
     if not live:
@@ -456,8 +455,8 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     is chosen again under that window, at most the largest. Last, every chunk is scaled alike
     by the factor of :data:`PLAN_SCALES` that minimises the whole plan's :func:`plan_time`:
     the tree-by-tree choice sees only its own tree's messages, while a rank's CPU serves every
-    tree (fattree at 64 ranks, 15 trees: 64 KiB chunks each, the busiest rank's software time
-    47 ms against 39 ms at 256 KiB).
+    tree (a plan of many trees whose chunks each tree chose small keeps its busiest rank's CPU
+    longer than larger chunks would).
 
     ``crowding`` (:func:`~horotopo.packing.profiles.fill_crowding` of every tree of the plan)
     charges each hop at its links' rates shared among the flows that cross them at the same

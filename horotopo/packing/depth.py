@@ -19,8 +19,8 @@ packing, shallow ones included.
 Receive cost. The engine reduces or copies every chunk it receives in software, about 0.47 ns a
 byte (``ENGINE_COSTS.per_byte_s``, 2.1 GB/s), while the links between the ranks of one machine
 run at 100 gbps: the network packing then hangs many ranks under one (free links), and that
-rank's CPU, not the network, sets the pace (fattree at 64 ranks: one rank received 4x the
-buffer where ring's receive 2x; 67 ms simulated against ring's 47). :func:`receive_limited`
+rank's CPU, not the network, sets the pace (one rank receives several times the buffer,
+where ring's ranks receive it twice). :func:`receive_limited`
 adds each rank's receive CPU to the network as a resource that every arc into the rank crosses,
 so that a packing balances it; :func:`choose_forest` packs a *balanced* forest on it.
 """
@@ -52,7 +52,7 @@ FORESTS = ("auto",) + FOREST_KINDS
 #: error is a few percent on the bundled topologies (``benchmarks/predict_check.py``: within
 #: 8%), and it errs most where a rank receives several flows at once (a shallow tree's root):
 #: on the emulated slow-nic cluster a star at n3, predicted 0.05% faster than the chain at
-#: 16 MiB, ran slower than it (issue 12: 0.88/0.92 of the optimum fell to 0.71/0.75). A
+#: 16 MiB, ran slower than it (0.88/0.92 of the optimum fell to 0.71/0.75). A
 #: prediction closer than this is a tie, and a tie keeps the certified deep forest.
 FOREST_MARGIN = 0.05
 

@@ -3,8 +3,8 @@
 The flat packings (:mod:`horotopo.packing.gk`, :mod:`horotopo.packing.depth`) see a job of
 multi-GPU hosts as ``n`` ranks. On the two-site generator at 64 ranks their trees are 8 to 75
 hops deep and some cross the 5 ms WAN link 3 or 4 times on one root path, so a chunk's first
-trip costs 15-20 ms of latency before the pipeline is full (``horotopo simulate
-sites:gpus=8,wan_gbps=10 --ranks 64``: 69.7 ms simulated at 16 MiB for a 23.4 ms optimum).
+trip costs several WAN latencies before the pipeline is full (``horotopo simulate
+sites:gpus=8,wan_gbps=10 --ranks 64`` shows the flat plan far from the optimum).
 
 This forest is built, not packed. The machines (:func:`~.hierarchy.machines`) are split into
 *groups* of machines close to each other: routes within a group have at most
@@ -14,8 +14,8 @@ next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in eve
 the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
 each level the heads of the groups (the machine where the tree enters each) form a binary heap
 too, from the group the tree enters the level by: a reduce tree crosses the WAN once and has
-one arc per rack it enters (at 128 ranks on sites, one level of 4 rack groups crossed the WAN
-twice and fell to 625 MB/s from 666.7), about ``log2`` of the machines hops deep. The
+one arc per rack it enters (a single level of rack groups would cross the WAN twice), about
+``log2`` of the machines hops deep. The
 broadcast tree is the same tree reversed. Rotating
 the roles over the ``H`` trees gives every machine each position once per group size, so the
 NICs carry equal loads, the condition for the hierarchical optimum ``H c / (2 (H - 1))`` when
@@ -23,18 +23,18 @@ the NICs are the bottleneck. Each host-level tree runs in ``K`` channels with th
 star (:meth:`~.hierarchy.HostModel.expand`), at one common rate: the most the network allows.
 
 A forest of all ``H`` rotations expands to ``H K`` rank-level trees: 4096 trees of 4096 ranks
-at 512 hosts of 8, each with a 16 KiB share of 64 MiB (the simulation of that plan ran out of
-23 GB). So a forest keeps a subset of the rotations (:func:`pick_rotations`): chosen one by one,
+at 512 hosts of 8, each with a 16 KiB share of 64 MiB, too many trees to run or even
+simulate. So a forest keeps a subset of the rotations (:func:`pick_rotations`): chosen one by one,
 each the rotation that most raises the common rate of those kept (the real loads, NICs,
 uplinks and WAN alike), then improved by swaps, which spreads the roots and the heads over the
-groups (rotations evenly spread, ``t = i H / m``, share their heads' positions in every group:
-0.48-0.55 of every rotation's rate at 4 trees on 32 hosts, against 0.86-0.97). A rotation by
+groups (rotations evenly spread, ``t = i H / m``, share their heads' positions in every group
+and reach about half of every rotation's rate). A rotation by
 half a group swaps a heap's interior and leaf roles (NCCL's double binary tree), so a few trees
 balance well; whatever imbalance is left shows in the rate, which is computed from the kept
 trees' loads. :func:`~.depth.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`
-(at most :data:`MAX_HOST_TREES`; 32 host trees, 256 rank-level trees, planned 4096 ranks in
-about 30 s of CPU where every rotation took 48). Fewer than ``H / 2`` trees at one rate cannot
-reach the NICs' bound (they miss it by ``1 / H``: 625 against 629.9 MB/s at 128 hosts), which
+(at most :data:`MAX_HOST_TREES`, which bounds the planning time at thousands of ranks).
+Fewer than ``H / 2`` trees at one rate cannot reach the NICs' bound (they miss it by
+``1 / H``), which
 the forest choice allows for (:func:`~.depth._floor_factor`).
 
 It certifies nothing; :func:`~.depth.choose_forest` offers it beside the others and keeps it
@@ -247,8 +247,7 @@ def pick_rotations(loads: np.ndarray, capacity: np.ndarray, count: int,
     of every rotation's rate. Among rotations that score the same, the one whose root's
     group (``root_group``) holds the fewest kept roots per machine is kept: the flat loads
     do not see which side of a WAN the roots are on, and with every root in one site each
-    WAN direction carries only reduces or only broadcasts, one after the other (sites at 64
-    ranks, 4 trees rooted in site A: 245.4 ms simulated at 64 MiB, 202.7 with 2 per site).
+    WAN direction carries only reduces or only broadcasts, one after the other.
 
     Parameters
     ----------
@@ -389,9 +388,8 @@ def pack_bottleneck_forest(topology: Topology, roots: int = 2) -> Packing:
     The packing seeds its pool with these pairs, and where they alone reach the cut bound the
     packing is this pair; where the probe's figures leave them a few percent short of it (a
     fast NIC read at 87% of its rate, the parent of three slow ones), column generation adds
-    host trees whose max-min fair rates lose far more (racks with slow NICs at 256 ranks,
-    probed: 7 host trees whose fair rates came to 176.5 MB/s, where this pair alone runs at
-    the fast NIC's quarter, 271). So it is offered beside the rotated host forests.
+    host trees whose max-min fair rates lose far more than those few percent. So it is
+    offered beside the rotated host forests.
 
     Raises
     ------

@@ -3,9 +3,9 @@
 A measured topology's capacities carry the probe's error. On a uniform star the quick probe
 reads every pair and every NIC a few percent apart, and the certified packing, which is exact
 for the figures it is given, spends those few percent: five to seven trees, each using the
-links that happened to read fastest, where the star as declared takes two (four ranks,
-emulated uniform-4 at 16 MiB: the two-tree plans ran 563-605 ms, the five-tree ones 633-785 ms,
-issue 12). The extra trees buy nothing on the real network and cost messages and flows.
+links that happened to read fastest, where the star as declared takes two. The extra trees
+buy nothing on the real network and cost messages and flows: on the emulated uniform-4 star
+the five-tree plans run slower than the two-tree ones.
 
 :func:`leveled` groups the capacities into levels no wider than a ratio (:data:`LEVEL_RATIO`)
 and gives each level its lowest figure. A packing of that network finds the structure the
@@ -27,7 +27,7 @@ from ..topology import Topology
 __all__ = ["leveled", "level_capacities", "LEVEL_RATIO", "LEVEL_TOLERANCE"]
 
 #: Capacities within this ratio of their level's lowest are one level. Three quick probes of
-#: the emulated 0.4 gbps star (``benchmarks/probe_accuracy.py uniform-4 --quick``, 2026-12-04)
+#: the emulated 0.4 gbps star (``benchmarks/probe_accuracy.py uniform-4 --quick``)
 #: read its pairs 0.397-0.403 gbps and its NICs' fan-out and fan-in 0.400-0.439 gbps; one of
 #: the three planned five trees on those figures (0.938 of the two-tree plan on the star as
 #: declared). The probe groups ranks only at rate gaps of 1.5x

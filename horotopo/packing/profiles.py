@@ -141,12 +141,10 @@ class Crowding:
     flows that reach that link at the same moment. Chunks that are the same number of hops
     from their roots move in step: the channels of one host tree (a host forest's or a
     hierarchical plan's 8 rank-level copies of each host tree) cross every NIC together, so
-    each first chunk gets an eighth of it (racks at 256 ranks, 8 such trees, 64 MiB in 4 MiB
-    chunks: simulated 964.3 ms, predicted 277.7 at the links' rates, 883.8 with this).
-    Trees of different shapes reach a link at different depths and mostly do not crowd it
-    (fattree at 16 ranks, 16 balanced trees, 16 MiB in 1 MiB chunks: simulated 34.5 ms;
-    charged at the trees' steady rates, as if every flow were always there, 69.7 ms were
-    predicted, 50.3 with this). A flow of a reduce (half 0) or broadcast (half 1) arc whose
+    each first chunk gets an eighth of it (priced at the links' full rates, such a plan is
+    predicted several times faster than it runs). Trees of different shapes reach a link at
+    different depths and mostly do not crowd it (charged at the trees' steady rates, as if
+    every flow were always there, they would be predicted far slower than they run). A flow of a reduce (half 0) or broadcast (half 1) arc whose
     child end is ``depth`` hops from its root crowds the others of that half and depth on
     every resource of its route; an arc's *shared rate* is the least over its route of the
     resource's capacity over its crowd.

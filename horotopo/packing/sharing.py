@@ -12,7 +12,7 @@ arcs child -> parent, broadcast arcs parent -> child) whose route crosses ``l``.
 A tree whose share of the buffer is larger than its fair rate allows finishes last, while the
 others idle: on ``random_declared(4, 12, gbps_range=(0.2, 1.0))`` the LP's rates 4.0, 6.375,
 4.875 and 16.375 MB/s (31.6 in all) become 7.125 MB/s each under fair sharing (28.5), and the
-tree planned for half the buffer ran 686.5 ms simulated against 539.6 predicted. So the plan
+tree planned for half the buffer finishes long after the others. So the plan
 gives shares in proportion to the fair rates (every tree then finishes together) and keeps the
 subset of trees whose fair rates sum highest (:func:`fair_subset`).
 
@@ -273,9 +273,8 @@ def fair_subset(topology: Topology, trees: Sequence[Any], ceiling: float = np.in
     :data:`CANDIDATES` trees most over-represented at their bottleneck), while the sum rises.
     Among the subsets of the exhaustive search, those within :data:`TREE_TIE` of the best sum
     tie, and the fewest trees win: each tree costs its own pipeline fill and messages, and a
-    fair sum within the model's error is no gain (on racks-2x3 probed in the simulator, two
-    trees at 15.15 MB/s each ran 1 MiB in 45.6 ms where one at 30.08 took 42.6 ms; the measured
-    model put the two 0.8% ahead).
+    fair sum within the model's error is no gain (two trees predicted a fraction of a percent
+    ahead of one can run slower than it).
 
     Parameters
     ----------
