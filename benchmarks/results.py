@@ -139,10 +139,16 @@ def command_line(argv: Optional[Sequence[str]] = None, ranks: Optional[int] = No
     return shlex.join(words)
 
 
+# Taken when the benchmark starts: the code it runs is the code of that moment, even if the
+# tree changes while it runs.
+_STARTED = (datetime.datetime.now(datetime.timezone.utc), commit())
+
+
 def stamp(command: str) -> str:
     """The Markdown lines that open every results file."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"- date: {now}", f"- commit: `{commit()}`"]
+    started, started_commit = _STARTED
+    lines = [f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')} (start of the run)",
+             f"- commit: `{started_commit}`"]
     lines += [f"- {key}: {value}" for key, value in machine().items()]
     lines.append(f"- command: `{command}`")
     return "\n".join(lines)
