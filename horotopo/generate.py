@@ -1,6 +1,6 @@
 """Topology documents for tests, benchmarks, the emulator and the simulator.
 
-Each function returns a plain JSON document (declared or measured form of DESIGN.md) that
+Each function returns a plain JSON document (declared or measured form, docs/topology.md) that
 :func:`horotopo.topology.from_dict` loads; the same seed gives the same document.
 
 Small random networks: :func:`uniform_star`, :func:`racks`, :func:`random_declared`,
@@ -12,7 +12,7 @@ top-of-rack uplinks, a fraction of slower NICs), :func:`fat_tree` (two-level lea
 How a multi-GPU host is declared: the host is a switch (``r0h1``) and each of its ``gpus``
 ranks a node (``r0h1g0``...) on a *local* link to it (NVLink or PCIe, fast); the host's NIC is
 the link from that switch to the top-of-rack switch, so the host's ranks share it, and the
-local fabric is a resource the planner and the simulator both see (DESIGN.md, "Hierarchy").
+local fabric is a resource the planner and the simulator both see.
 Ranks are numbered host by host, as ``mpirun`` fills a host's slots before the next host's.
 """
 from __future__ import annotations

@@ -39,10 +39,10 @@ __all__ = ["_Prober", "as_probe_error", "pow2", "SUBSET_FACTOR"]
 TAG_PING, TAG_PONG = 0, 1
 # A transfer's block: the warm-up train's tag, the timed train's and the acknowledgement's.
 # One tag per train, so MPI's non-overtaking rule keeps each train in order; the emulated
-# cluster's accuracy table was measured so. (A tag per message lets the simulated transport,
-# which sends one stream's messages one after another, move a train over a WAN at its rate;
-# on the emulated cluster at load 10-18 it read racks-2x3 16-22 of 30 pairs within 15%, a tag
-# per train 26-27 and, in a later run, 17: not settled, so the tested form stays.)
+# cluster's accuracy figures (benchmarks/probe_accuracy.py) are measured so. A tag per message
+# would let the simulated transport, which sends one stream's messages one after another, move
+# a train over a WAN at its rate, but it did not read the emulated cluster's pairs more
+# accurately under load, so the tested form stays.
 TAG_WARM, TAG_DATA, TAG_ACK = 0, 1, 2
 
 # The time bound: a test costs about PAIR_COST times its target (growing the message, then

@@ -10,7 +10,7 @@ what the concurrent rounds between host leaders say, and the measured-topology d
 - :func:`group_flows`: the flows of a group test (a group's hosts to hosts of other groups).
 - :func:`alone_estimates`: the host-pair rates alone, from the concurrent figures, the shared
   links found and the pairs measured alone.
-- :func:`rank_document`: the measured-form document (DESIGN.md) over ranks, from host figures.
+- :func:`rank_document`: the measured-form document (docs/topology.md) over ranks, from host figures.
 
 Rates are in one unit chosen by the caller (the probe passes gbps); only ratios matter.
 """
@@ -174,8 +174,8 @@ def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool,
     the far end would cap its flow below the link's share). The hosts of groups of several
     come first, those of groups of one last: a host alone in its group was placed by nothing
     (a slow NIC keeps its rate through any uplink) and may sit behind the very link under
-    test, where a flow to it would not cross that link and would add its rate to the link's
-    (rack 1's uplink of 8.125 gbps read 9.38 that way). Fewer than two flows: no test
+    test, where a flow to it would not cross that link and would add its rate to the link's,
+    reading the link faster than it is. Fewer than two flows: no test
     (empty)."""
     mine = sorted(groups[g])
 
@@ -310,7 +310,7 @@ def rank_document(name: str, layout: HostLayout, host_gbps: Any, host_latency_ms
                   shared: Sequence[SharedLink], meta: Mapping[str, Any],
                   nic_gbps: Optional[Tuple[Sequence[float], Sequence[float]]] = None
                   ) -> Dict[str, Any]:
-    """The measured-form document over ranks (DESIGN.md) from figures between hosts.
+    """The measured-form document over ranks (docs/topology.md) from figures between hosts.
 
     A pair of ranks on two hosts gets its hosts' rate and latency, a pair on one host that
     host's figure for the two ranks. Each host's link out and in (its best figures) is a

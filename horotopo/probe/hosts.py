@@ -192,9 +192,8 @@ def _fans(pr: _Prober, concurrent: np.ndarray, shared: List[SharedLink], margin:
     test measured more, and the fan tests run.
 
     A host's best figure is what its fastest partner allowed; a fast NIC among slow partners
-    (a fast host in a rack of slow NICs behind an oversubscribed uplink: 2.3 gbps read for a
-    10 gbps NIC on racks with slow NICs at 256 ranks, which held the plan to two thirds of the
-    declared one's rate) reads as slow. Each host clearly slower than the fastest
+    (a fast host in a rack of slow NICs behind an oversubscribed uplink) reads as slow, and a
+    plan on that figure leaves much of the NIC unused. Each host clearly slower than the fastest
     (:func:`~horotopo.probe.hostinfer.unproven_hosts`) sends to (receives from) several hosts
     at once, partners whose rates add up to more than the fastest NIC seen
     (:func:`~horotopo.probe.hostinfer.fan_flows`); the aggregate went through its NIC, so the
@@ -228,9 +227,9 @@ def _fan(pr: _Prober, flows: List[Pair], expected: List[float], label: str,
          margin: float) -> float:
     """A fan test's aggregate (bytes/s): the flows sized by their expected rates, then, where
     the aggregate fell clearly short of them, sized again by the rates each flow got, so that
-    they finish together (sized by the expected rates, the flow through a rack's uplink got
-    what the slow partners left of the NIC and ran on alone: 8.1 gbps read for a 10 gbps NIC
-    whose flows finish together at about 9.4). Either is bytes through the NIC over the time
+    they finish together (sized by the expected rates, the flow through a rack's uplink gets
+    what the slow partners leave of the NIC and runs on alone, so the aggregate reads the NIC
+    short). Either is bytes through the NIC over the time
     they took, so the larger bounds the NIC from below."""
     rates, first = _aggregate_and_rates(pr, flows, label, expected)
     if first >= (1 - margin) * sum(expected) or not np.all(rates > 0):

@@ -11,7 +11,7 @@ and in :mod:`horotopo.probe.cluster`, so that it can be tested on synthetic matr
   resources their extension tests showed them behind.
 - :func:`infer_all`: both, in order of specificity.
 - :func:`infer_host_caps`: per-rank egress/ingress caps, kept only where they bind.
-- :func:`build_document`: the measured-topology JSON of DESIGN.md, validated by loading it.
+- :func:`build_document`: the measured-topology JSON of docs/topology.md, validated by loading it.
 
 The schedule (:func:`circle_rounds`, :func:`group_tests`, :func:`extension_tests`), the
 clustering (:func:`cluster_ranks`, :func:`cluster_levels`) and the text report

@@ -81,7 +81,7 @@ def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = Non
     Returns
     -------
     dict or None
-        The measured-topology document (DESIGN.md); it loads with
+        The measured-topology document (docs/topology.md); it loads with
         :func:`horotopo.topology.from_dict`. Extra figures are under its ``"probe"`` key.
         The pairs scheme returns it on every rank; the hosts scheme (``scheme``, by default
         above 16 ranks) on rank 0 only, the rank that plans, and None on the others.
