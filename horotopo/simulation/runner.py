@@ -53,9 +53,8 @@ def pin_to_one_cpu() -> Optional[int]:
 
     SimGrid's Python actors are threads of which one runs at a time, handing the CPU to the
     maestro and back at every simcall; on one core a hand-off is a cheap switch, across two
-    idle cores a wake-up of the other core. ``benchmarks/simgrid_floor.py`` on this machine:
-    135 us of wall time a message unpinned and idle, 49 pinned (128 actors; 174 and 87 at
-    1024), and a 256-rank simulation ran 57.0 s unpinned, 39.6 s pinned.
+    idle cores a wake-up of the other core, so pinned, a message costs about half the wall
+    time it costs unpinned (``benchmarks/simgrid_floor.py`` measures both).
 
     Raises
     ------

@@ -107,7 +107,7 @@ class SimCosts:
         return cls(per_message_s=per, recv_s_per_byte=max(cpu, 0.0) / received)
 
 
-#: Measured on this machine (2 cores, MPICH over shared memory) by
+#: Measured on a 2-core machine (MPICH over shared memory) by
 #: ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M`` and
 #: :meth:`SimCosts.from_overhead`: 11.34 us of Python CPU per message (4 KiB chunks, 768
 #: messages per call), and 0.878 ms of Python CPU at 1 MiB chunks (12 messages) for the
