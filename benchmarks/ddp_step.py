@@ -25,7 +25,7 @@ reduction).
 
 By default the ranks run on the emulated cluster of the topology (the bundled racks-2x3: two
 racks of three hosts, 1 gbps host links, a 0.25 gbps uplink), built with network namespaces
-and tc (needs root; see README "An emulated cluster on one machine"); horotopo plans on the
+and tc (needs root; see docs/emulation.md); horotopo plans on the
 declared topology (``HOROTOPO_TOPOLOGY``) instead of probing. ``--local`` runs plain local
 ranks instead (``-np``, default 2), where the links are this machine's memory.
 

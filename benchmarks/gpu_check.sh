@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for horotopo (issue 8), sized for one GPU and under 10 minutes:
+# GPU check for horotopo, sized for one GPU and under 10 minutes:
 #   1. environment: the device, CuPy, NVRTC, the MPI library and its CUDA-awareness;
 #   2. single-process GPU tests (native kernels and fallback against the host, bit for bit);
 #   3. multi-rank GPU tests with 2, 3 and 4 ranks sharing the GPU (engine allreduce of CuPy

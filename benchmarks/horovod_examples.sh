@@ -7,7 +7,7 @@
 # with `git show`, so any branch may be checked out); its examples are not on PyPI, and this
 # repository does not carry them. PYTHON: an interpreter with horotopo, mpi4py, an MPI and the
 # examples' own dependencies (pytorch_synthetic_benchmark.py needs torchvision, which does not
-# install beside the CPU build of torch in .venv; see the README's "Horovod's own examples").
+# install beside the CPU build of torch in .venv).
 #
 # Only examples that need no data download are run. Each is copied to a temporary folder, the one
 # line `import horovod.torch as hvd` becomes `import horotopo.torch as hvd`, the copy is diffed

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job (the README's first Quickstart command). On a fresh clone it creates the venv,
+# The main job (the first Quickstart command). On a fresh clone it creates the venv,
 # plans the bundled heterogeneous topology (two racks of three hosts, 1 gbps host links and a
 # 0.25 gbps uplink), emulates it with network namespaces and shaped links, and runs the
 # allreduce benchmark across them: horotopo against MPI_Allreduce, with the plan's prediction

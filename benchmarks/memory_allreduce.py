@@ -8,7 +8,7 @@ float32 input of M bytes and (out of place) an output of M bytes, both touched; 
 resident set (``/proc/self/status`` VmHWM, reset through ``/proc/self/clear_refs`` just
 before; the script re-executes itself with ``MALLOC_MMAP_THRESHOLD_=65536`` so that freed
 blocks leave the resident set). ``extra`` is the peak minus the resident set just before the call: the memory the
-allreduce itself needed beyond its buffers. The issue's bound is "M plus a bounded scratch
+allreduce itself needed beyond its buffers. The target is "M plus a bounded scratch
 window": for the tree that window is ``window_for(chunk) x chunk_bytes`` (about 2 MiB) per
 reduce child per tree, so
 ``extra`` should stay flat as M grows.

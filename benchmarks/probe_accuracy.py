@@ -19,7 +19,7 @@ prints:
   (``benchmarks/probe_allreduce.py``); and, to tell the trees from the chunk size (which the
   planner derives from latency), the probed plan's trees at the declared plan's chunk size.
 
-Targets (issue 5): pairwise within 15%, optimum within 15%, allreduce ratio at least 0.85.
+Targets: pairwise within 15%, optimum within 15%, allreduce ratio at least 0.85.
 ``--json`` prints one JSON object per topology on stdout; progress goes to stderr.
 Exit status 0 when every figure meets its target.
 """

@@ -4,7 +4,7 @@
     python benchmarks/robustness.py [--jobs 5] [--random 2] [--topologies racks-2x3,...] [--json]
 
 Needs root (network namespaces and tc; see horotopo_launch.emulate). For each topology (the
-bundled ones in horotopo/data/topologies and ../shared/topologies, deduplicated by name, plus
+bundled ones in horotopo/data/topologies, plus
 ``--random`` declared ones from :func:`horotopo.generate.random_declared`) the driver builds the
 emulated cluster once and runs ``--jobs`` fresh MPI jobs in it. Each job does what a user's job
 does: ``hvd.init()`` with the default probe (``HOROTOPO_PROBE`` unset: the quick probe, the
@@ -26,7 +26,7 @@ Each job's log line also gives its own (probed) plan's prediction (``own plan``)
 is then a worse plan (own plan above the optimum) or a slow run of a good one. The optimum is
 an honest yardstick on the emulator: on racks-2x3 at 16 MiB it is 540 ms, within 1% of the
 bound that 16 MiB each way over the 0.25 gbps rack link sets (537 ms), and a bare 16 MiB MPI
-stream over that emulated link took 534-570 ms (2026-12-03; both ways at once 559-853 ms).
+stream over that emulated link takes about as long.
 
 Targets at 16 MiB, per topology: minimum fraction >= 0.75, median >= 0.85, and no job slower
 than MPI_Allreduce by more than 5% (T_hvd <= 1.05 T_mpi). The exit status is 1 when a target is
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-TOPOLOGY_DIRS = (ROOT / "horotopo" / "data" / "topologies", ROOT.parent / "shared" / "topologies")
+TOPOLOGY_DIRS = (ROOT / "horotopo" / "data" / "topologies",)
 MIN_FRACTION = 0.75
 MEDIAN_FRACTION = 0.85
 MPI_SLACK = 1.05  # horotopo may take at most this times MPI_Allreduce's time
@@ -149,7 +149,7 @@ def _topologies(names: Optional[str], n_random: int, random_ranks: int, seed: in
     else:
         out.extend(sorted(found.items()))
     for k in range(n_random):
-        # Rates kept within what a 2-core machine emulates faithfully (DESIGN.md: <= 1 gbps).
+        # Rates kept within what a 2-core machine emulates faithfully (about 1 gbps at most).
         doc = random_declared(random_ranks, seed + k, gbps_range=(0.2, 1.0))
         out.append((doc["name"], doc))
     return out

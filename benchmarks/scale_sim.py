@@ -17,8 +17,8 @@ allreduce time and init time against ranks into ``--png``. ``--markdown [PATH]``
 docs/results/scale_sim.md: horotopo against ring and the double binary tree, each as a
 fraction of the optimum (the certified bound's time), and the init costs.
 
-Example (the README's figures):
-  python benchmarks/scale_sim.py --ranks 16,64,256 --size 16M --png benchmarks/scale_sim.png
+Example (docs/results/scale_sim.md):
+  python benchmarks/scale_sim.py --ranks 16,64 --size 64M --markdown
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ Prints per topology, algorithm and size: emulated ms, simulated ms, their ratio
 share this machine's cores with everything else; the simulated times do not depend on load).
 ``--json`` prints ``{"rows": [...]}`` instead. Exit status 1 when a result was wrong.
 
-Example (the README's table):
+Example:
   python benchmarks/sim_fidelity.py --sizes 4M,16M
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ from horotopo.simulation.runner import pin_to_one_cpu  # noqa: E402
 from horotopo.transport.simulated import load_simgrid  # noqa: E402
 
 #: Messages of a 64 MiB allreduce at 1024 ranks in 64 KiB chunks over trees: 2 (n - 1) arcs
-#: times 1024 chunks (the README's scale section counts 2.1 million).
+#: times 1024 chunks: 2.1 million.
 MESSAGES_AT_1024 = 2 * 1023 * 1024
 
 
