@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gpu_support import SKIP_REASON as NO_CUDA_DEVICE  # moved out of the package (issue 12 §2)
+from gpu_support import SKIP_REASON as NO_CUDA_DEVICE
 
 REPORT_ENV = "HOROTOPO_MPI_REPORT"
 
@@ -28,7 +28,7 @@ REPORT_ENV = "HOROTOPO_MPI_REPORT"
 class AllowedSkip:
     """A skip that may occur inside the MPI tier, and why it is not a hidden failure."""
     reason: str                      # a regular expression the whole skip reason must match
-    why: str                         # what makes the skip expected (the README repeats it)
+    why: str                         # what makes the skip expected
     max_ranks: Optional[int] = None  # allowed only in launches of at most this many ranks
 
 

@@ -1,4 +1,4 @@
-"""Adaptivity in the simulation (issue 16): a rack's uplink slowed to a quarter between two
+"""Adaptivity in the simulation: a rack's uplink slowed to a quarter between two
 calls must be detected by the adaptive engine's own detector, re-probed at host level and
 re-planned over hosts, and the new plan must run within 15% of the plan of the truly slowed
 network. 16 ranks on 4 hosts (4 racks of one host), 8 MiB calls: a few seconds of wall time."""

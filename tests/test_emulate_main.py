@@ -101,7 +101,7 @@ def _planner_fails(*_args, **_kwargs):
 
 
 def test_planner_failure_fails_the_main_job(tmp_path, monkeypatch, capsys):
-    # Before issue 12 the driver fell back to a ring plan here and the job exited 0.
+    # A planner failure must not turn into a ring plan benchmarked as if it were the plan.
     import horotopo.plan
     bench = tmp_path / "allreduce_perf.py"
     bench.write_text(STAND_IN)
@@ -116,7 +116,7 @@ def test_planner_failure_fails_the_main_job(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("error", [ValueError("dual bound below the achieved rate (injected)"),
                                    NotImplementedError("no packing (injected)")])
 def test_allreduce_perf_fails_when_the_planner_fails(monkeypatch, error):
-    # Before issue 12 a NotImplementedError from make_plan was benchmarked as a ring plan.
+    # No packing (NotImplementedError) fails the run too, rather than falling back to ring.
     import types
 
     import horotopo.plan

@@ -16,7 +16,7 @@ from horotopo.topology import bundled, from_dict, load
 MiB = 1 << 20
 
 #: What ``python -m horotopo probe --quick`` measured on the emulated uniform-4 star (four
-#: ranks, 0.4 gbps links; benchmarks/probe_accuracy.py uniform-4 --quick, 2026-12-04): the
+#: ranks, 0.4 gbps links; benchmarks/probe_accuracy.py uniform-4 --quick): the
 #: pairs within 1% of each other, the NICs' fan-out and fan-in up to 7% apart.
 PROBED_UNIFORM_STAR = {
     "name": "probed-4", "ranks": ["u0", "u1", "u2", "u3"],
@@ -68,9 +68,9 @@ def _declared_rate(plan, declared):
 
 
 def test_a_noisy_probe_of_a_uniform_star_plans_the_stars_two_trees():
-    """Issue 12, uniform-4: the certified packing of the probed figures spends their noise on
-    five trees; on the star as declared they reach 0.94 of its two-tree plan, and on the
-    emulated cluster such plans ran 633-785 ms where two trees ran 563-605."""
+    """uniform-4: the certified packing of the probed figures spends their noise on five
+    trees; on the star as declared they reach 0.94 of its two-tree plan, and on the emulated
+    cluster such plans run slower than two trees."""
     probed = from_dict(PROBED_UNIFORM_STAR)
     declared = load(bundled("uniform-4"))
     best = make_plan(declared, size=16 * MiB)
@@ -176,10 +176,9 @@ def test_the_choice_keeps_its_promises_on_noisy_probes(n, seed, noise):
 def test_the_leveled_forest_never_replaces_a_host_forest():
     """What the simulated quick probe measured on two sites of 3 hosts of 4 ranks each
     (``horotopo simulate sites:gpus=4,wan_gbps=10 --ranks 24 --probe quick --json``, its
-    ``probed_topology``, 2026-12-04): the leveled packing over ranks has fewer trees than the
-    host forest and is predicted within LEVEL_TOLERANCE of it, so the leveled rule would take
-    it, but its trees are chains several times deeper (simulated at 64 MiB: 243.1 ms leveled,
-    186.5 ms the host forest)."""
+    ``probed_topology``): the leveled packing over ranks has fewer trees than the host forest
+    and is predicted within LEVEL_TOLERANCE of it, so the leveled rule would take it, but its
+    trees are chains several times deeper, and run slower than the host forest."""
     import gzip
     import json
     from pathlib import Path

@@ -90,7 +90,7 @@ def test_star_charges_the_root_for_its_children():
 
 
 def test_fill_is_charged_at_link_rates_not_at_a_small_trees_rate():
-    """The README's fattree 64 miss: a tree with a tiny share has a tiny rate, but its chunk
+    """A tree with a tiny share (fattree at 64 ranks) has a tiny rate, but its chunk
     crosses each link at the link's speed."""
     topo = _star(4)
     chain = (0, (-1, 0, 1, 2), (-1, 0, 1, 2))
@@ -199,8 +199,8 @@ def test_choice_is_balanced_for_large_allreduces_where_one_rank_would_receive_mo
     each rank's receive CPU as a resource) spreads that; the shallow one is a slow star."""
     topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
     record = make_plan(topo, size=256 * MiB).planner["forest"]
-    # the rotated host forest (two hosts, one arc each way) is chosen over both (simulated
-    # 279.7 ms against the balanced forest's 343.8); balanced is still ahead of deep
+    # the rotated host forest (two hosts, one arc each way) is chosen over both (and runs
+    # faster than the balanced forest in the simulator); balanced is still ahead of deep
     assert record["chosen"] == "hosts"
     assert record["balanced"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
     assert record["deep"]["predicted_s"] < record["shallow"]["predicted_s"]
@@ -232,7 +232,7 @@ def test_receive_limited_adds_one_receive_resource_per_rank():
 
 
 def test_slow_nic_keeps_the_chain_on_a_model_tie():
-    """Issue 12: on slow-nic the star at n3 predicts 0.4% faster than the chain at 16 MiB, a
+    """On slow-nic the star at n3 predicts 0.4% faster than the chain at 16 MiB, a
     tie in the model; on the emulated cluster the star (its root receives three flows at
     once) was slower. The deep forest stays unless another is faster by FOREST_MARGIN."""
     topo = load(bundled("slow-nic"))

@@ -1,4 +1,4 @@
-"""The fixed cost of the leaders' rounds in the probe by hosts (issue 16).
+"""The fixed cost of the leaders' rounds in the probe by hosts.
 
 On two sites joined by a 5 ms WAN link every control allreduce ends with the slowest pair
 (a WAN flow's acknowledgement) and crosses the WAN: at 256 ranks it cost 13 ms a round

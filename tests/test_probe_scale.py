@@ -1,4 +1,4 @@
-"""The probe by hosts (issue 16): leaders between hosts, concurrent rounds, the trust test and
+"""The probe by hosts: leaders between hosts, concurrent rounds, the trust test and
 the group tests, on small simulated clusters (no mpiexec), plus its pure parts."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The group tests of the probe by hosts on racks with slow NICs (issue 16): every flow of a
+"""The group tests of the probe by hosts on racks with slow NICs: every flow of a
 rack's test crosses that rack's uplink.
 
 At 256 ranks (32 hosts of 8) on ``racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25``, the

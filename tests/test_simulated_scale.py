@@ -1,4 +1,4 @@
-"""What lets the simulated transport reach thousands of ranks (issue 15): the control steps in
+"""What lets the simulated transport reach thousands of ranks: the control steps in
 ``log2 n`` rounds with their bytes passed by reference (binomial-tree broadcast, gather and
 allgather, charged their true size), and the plan decoded once per process while every rank
 still receives it and checks its digest. Skipped where SimGrid is missing.

@@ -1,4 +1,4 @@
-"""The Horovod timeline (issue 12 §3): the Chrome-trace writer, the runtime's and the tree
+"""The Horovod timeline: the Chrome-trace writer, the runtime's and the tree
 algorithm's hooks in one process, and a 2-rank job launched with
 ``horotopo-run --timeline-filename`` that ends without calling shutdown()."""
 import json
