@@ -9,9 +9,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, Optional
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "measure"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -41,10 +41,35 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def measure(transport: Any, mode: str, *, name: Optional[str] = None, quiet: bool = False,
+            command: str = "horotopo probe", **overrides: Any) -> Optional[Dict[str, Any]]:
+    """The probe over ``transport``, collective, with progress on rank 0's stderr unless
+    ``quiet``; closes the transport. A probe error ends the whole job (``command`` names it in
+    the message). Returns the measured document (None on ranks the hosts scheme leaves out)."""
+    from ..probe import ProbeError, probe
+
+    rank = transport.rank
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        doc = probe(transport, mode, name=name,
+                    progress=progress if rank == 0 and not quiet else None, **overrides)
+    except (ProbeError, ValueError) as exc:
+        print(f"{command}: error on rank {rank}: {exc}", file=sys.stderr, flush=True)
+        # Transfers to a dead or unreachable peer cannot be cancelled, and MPI_Finalize would
+        # wait for them: abort the job so that it never hangs.
+        transport.abort(1)
+        raise SystemExit(1)  # pragma: no cover - Abort does not return
+    transport.close()
+    return doc
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo probe``: collective over MPI.COMM_WORLD; returns the exit code."""
     from ..plan import parse_size
-    from ..probe import ProbeError, format_report, probe
+    from ..probe import format_report
     from ..transport import MPITransport
 
     transport = MPITransport.world()
@@ -65,23 +90,12 @@ def run(args: argparse.Namespace) -> int:
         transport.close()
         return 2
 
-    def progress(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    try:
-        doc = probe(transport, "quick" if args.quick else "full", name=args.name,
-                    progress=progress if rank == 0 and not args.quiet else None, **overrides)
-    except (ProbeError, ValueError) as exc:
-        print(f"horotopo probe: error on rank {rank}: {exc}", file=sys.stderr, flush=True)
-        # Transfers to a dead or unreachable peer cannot be cancelled, and MPI_Finalize would
-        # wait for them: abort the job so that it never hangs.
-        transport.abort(1)
-        return 1  # pragma: no cover - Abort does not return
-    transport.close()
+    doc = measure(transport, "quick" if args.quick else "full", name=args.name,
+                  quiet=args.quiet, command="horotopo probe", **overrides)
     if rank == 0:
         if args.output:
             Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")
             if not args.quiet:
-                progress(f"[probe] wrote {args.output}")
+                print(f"[probe] wrote {args.output}", file=sys.stderr, flush=True)
         print(json.dumps(doc, indent=1) if args.json else format_report(doc), flush=True)
     return 0
