@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-SUBCOMMANDS = ["plan_cmd", "probe_cmd", "config_cmd", "simulate_cmd"]
+SUBCOMMANDS = ["plan_cmd", "probe_cmd", "config_cmd", "simulate_cmd", "doctor_cmd"]
 
 
 def build_parser() -> argparse.ArgumentParser:
