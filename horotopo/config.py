@@ -175,9 +175,10 @@ SETTINGS: Dict[str, Setting] = _registry(
     _S("HOROVOD_STALL_CHECK_TIME_SECONDS", "float", 60.0, "Seconds a tensor may wait for the "
        "other ranks before rank 0 warns, naming the missing ranks; 0 turns the check off.",
        lo=0.0, unit="s"),
-    _S("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "float", 0.0, "Seconds a tensor may wait for "
-       "the other ranks before the job shuts down (every pending op fails); 0 never.",
-       lo=0.0, unit="s"),
+    _S("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "float", 300.0, "Seconds a tensor may wait for "
+       "the other ranks before the job shuts down, every rank failing its pending ops with "
+       "the stall report (which ranks submitted what); 0 never, as Horovod's default. Runs "
+       "with the stall check.", lo=0.0, unit="s"),
     _S("HOROVOD_LOG_LEVEL", "choice", None, "Level of the 'horotopo' logger in every rank "
        "(trace is debug).", choices=LOG_LEVELS, aliases=_launcher_alias("HOROVOD_LOG_LEVEL"),
        default_doc="unset: the logger is left as the program configured it"),

@@ -20,7 +20,7 @@ def test_every_live_rank_answers_every_pinger_at_once(n):
         responder = LivenessResponder(t)
         try:
             silent = responder.silent_ranks(10.0)
-            verdict = responder.describe(10.0)
+            verdict = responder.describe(wait_s=10.0)
             t.barrier(10.0)  # nobody stops answering while another still pings
         finally:
             responder.close()
@@ -45,7 +45,10 @@ def test_a_silent_peer_is_named_within_the_deadline():
         assert caught.value.missing == (2,)
         assert 0.5 <= took < 2.0, took
         assert responders[1].silent_ranks(0.3) == [2]
-        assert "rank(s) 2 did not answer within 0.3 s" in responders[0].describe(0.3)
+        verdict = responders[0].describe("waiting for ranks 1, 2", wait_s=0.3)
+        # Blame from the ping alone: rank 1, which this rank was waiting for, answered.
+        assert verdict.startswith("faulty rank(s) 2: no answer to a liveness ping within 0.3 s")
+        assert "rank(s) 1" not in verdict
     finally:
         for r in responders:
             r.close()

@@ -46,6 +46,7 @@ from ..packing.hierarchy import machines
 from ..plan import Plan, make_plan
 from ..planning_protocol import EXCHANGE_TIMEOUT_S, share_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
+from ..reliability.liveness import verdict
 from ..topology import Topology, from_dict
 from ..transport.base import Transport
 from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, split_pairs,
@@ -128,6 +129,10 @@ class AdaptiveEngine:
         Tree calls the new plan of a re-plan is timed for before it is kept; unless it ran
         faster than the old plan's slow run, the ranks go back to the old plan (with the
         refreshed model, and a doubled back-off of the detector). 0 keeps every re-plan.
+    liveness : LivenessResponder, optional
+        Where the watchdog asks which ranks are stopped or dead before it aborts
+        (:func:`~horotopo.reliability.liveness.verdict`), so that it blames those and not the
+        ranks this one happened to wait for; without it, the message says whom it waited for.
 
     Calls that leave ``algorithm`` to the engine get it from a
     :class:`~horotopo.algorithms.cost.Selector`: the calibrated model, refined per size from the
@@ -142,7 +147,7 @@ class AdaptiveEngine:
                  timeout_s: Optional[float] = None,
                  planner: Optional[Callable[[Topology], Plan]] = None,
                  adapt: bool = True, calibrate_s: float = 0.0, min_slow_s: float = 0.0,
-                 trial: int = 3, **engine_kwargs: Any) -> None:
+                 trial: int = 3, liveness: Any = None, **engine_kwargs: Any) -> None:
         if int(trial) != trial or trial < 0:
             raise ValueError(f"trial must be a count of calls >= 0, got {trial!r}")
         if isinstance(comm, Transport):
@@ -170,8 +175,11 @@ class AdaptiveEngine:
         self.events: List[ReplanEvent] = []
         timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
         self.exchange_timeout_s = timeout if timeout > 0 else EXCHANGE_TIMEOUT_S
-        self.watchdog = (Watchdog(timeout, describe=self.tracked.describe_wait)
-                         if timeout > 0 else None)
+        describe = self.tracked.describe_wait
+        if liveness is not None:
+            def describe() -> str:
+                return verdict(liveness, self.tracked.describe_wait())
+        self.watchdog = Watchdog(timeout, describe=describe) if timeout > 0 else None
         self._reset_windows()
         self.engine = self._guarded("the adaptive engine's start",
                                     lambda: Engine(self.tracked, plan, **engine_kwargs))

@@ -34,6 +34,8 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 import numpy as np
 
 from .. import timeline as _timeline
+from ..reliability.liveness import faulty
+from ..transport.base import TransportTimeout
 from .checks import first_mismatch
 from .errors import SHUT_DOWN
 from .records import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, GATHERS, JOIN, JOIN_NAME,
@@ -45,6 +47,9 @@ __all__ = ["ResponseCache", "bits_of", "Coordinator", "Controller", "trace_negot
 _FLAG_RUNNING = 1      # cleared by a rank that wants to shut down
 _FLAG_ALL_CACHED = 2   # cleared by a rank that has requests to negotiate
 _FLAG_NONE_JOINED = 4  # cleared by a rank that has joined (hvd.join) and waits for the rest
+
+#: The longest reason for stopping that a rank tells the others.
+MAX_REASON_BYTES = 512
 
 #: Horovod's errors for the collectives that cannot run while some rank has joined. The others
 #: run: an allreduce with zeros from the joined ranks, a barrier (or retune) with the joined
@@ -274,6 +279,14 @@ class Coordinator:
             else None
         return Response(first.kind, name, error, first, extra)
 
+    def stall_report(self) -> str:
+        """Every name still waiting: which ranks submitted it, as what, and which did not."""
+        parts = []
+        for name, slot in sorted(self.table.items()):
+            asked = ", ".join(f"{r} as {sig.kind}" for r, sig in sorted(slot.reqs.items()))
+            parts.append(f"{name} submitted by rank(s) {asked}")
+        return "; ".join(parts)
+
     def inspect_stalls(self, now: float) -> Optional[str]:
         """Warn about names that wait for some ranks; return the stall-shutdown reason the
         first time a name has waited longer than ``stall_shutdown_s`` (else None)."""
@@ -303,9 +316,9 @@ class Coordinator:
             if late:
                 what = "; ".join(f"{name} (missing ranks {', '.join(map(str, ranks))})"
                                  for name, ranks in sorted(late.items()))
-                self.stall_reason = (f"{SHUT_DOWN} (stalled for more than "
-                                     f"{cfg.stall_shutdown_s:g} s, "
-                                     f"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: {what})")
+                self.stall_reason = (f"stalled for more than {cfg.stall_shutdown_s:g} s, "
+                                     f"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: {what}. Waiting: "
+                                     f"{self.stall_report()}")
                 log.error("horotopo: %s", self.stall_reason)
                 return self.stall_reason
         return None
@@ -378,6 +391,12 @@ class Controller:
         self._vec = np.empty(1 + 2 * self._words, dtype=np.uint64)
         # This rank has sent its join request and waits for the join response.
         self.joined = False
+        #: Why this rank asks to stop, in words the others print (the runtime sets it with
+        #: the request).
+        self.leaving = faulty([self.rank], "it called shutdown() while the others ran")
+        #: Once some rank has asked to stop: which ranks did, and why, in words (None when
+        #: they could not be asked).
+        self.stopped_by: Optional[str] = None
 
     def cycle(self, pending: Mapping[str, Entry], stopping: bool,
               tl: Optional[_timeline.Timeline]) -> Optional[List[Response]]:
@@ -432,6 +451,7 @@ class Controller:
         self.stats["cycles"] += 1
         flags = int(vec[0])
         if not flags & _FLAG_RUNNING:
+            self.stopped_by = self._who_stopped(stopping)
             return None
 
         for bit in bits_of(~vec[1 + words:]):
@@ -470,6 +490,21 @@ class Controller:
             self.t_resp = trace_negotiations(tl, responses, pending,
                                              self.coordinator.ready_times)
         return responses
+
+    def _who_stopped(self, stopping: bool) -> Optional[str]:
+        """The ranks that asked to stop and why, from every rank's own word (one allgather in
+        the last cycle, which every rank reaches: they all saw the same flags)."""
+        mine = self.leaving.encode()[:MAX_REASON_BYTES] if stopping else b""
+        try:
+            with self.guard("the last cycle: which ranks stop"):
+                told = self.transport.allgather_bytes(mine, self.backstop_s,
+                                                      what="the last cycle: which ranks stop")
+        except TransportTimeout:
+            return None
+        reasons = [said[:MAX_REASON_BYTES].decode("utf-8", "replace") for said in told if said]
+        if not reasons or len(reasons) == self.size:
+            return None  # every rank stopped: nobody is left to be told why
+        return "; ".join(dict.fromkeys(reasons))
 
     def close(self) -> None:
         """Stop the watchdog and free the control transport (after the last cycle)."""

@@ -60,7 +60,7 @@ class RequestQueue:
         """
         with self._lock:
             if self.dead is not None or self._stop_requested:
-                raise HorovodInternalError(SHUT_DOWN)
+                raise _error(self.dead or SHUT_DOWN)
             # Each process set has its own names (Horovod's per-set tensor tables): a set's
             # names are kept apart from the global set's and from other sets'.
             names = [name if pset == 0 else f"ps{pset}:{name}" for name, _, _ in items]
@@ -113,10 +113,10 @@ class RequestQueue:
                     self._done_cv.wait(0.2)
                     if not handle.done and not alive():
                         self._handles.pop(hid, None)
-                        raise HorovodInternalError(self.dead or SHUT_DOWN)
+                        raise _error(self.dead or SHUT_DOWN)
         self._handles.pop(hid, None)
         if handle.error is not None:
-            raise HorovodInternalError(handle.error)
+            raise _error(handle.error)
         return handle.results
 
     def request_stop(self) -> None:
@@ -155,3 +155,11 @@ class RequestQueue:
         """The names enqueued on this rank and not finished yet (a copy)."""
         with self._lock:
             return set(self._names)
+
+
+def _error(text: str) -> HorovodInternalError:
+    """The collective's error; one that ended the job says so (``job_ended``), so the abort
+    of a rank that does not catch it does not blame that rank (the text names who did)."""
+    exc = HorovodInternalError(text)
+    exc.job_ended = text.startswith(SHUT_DOWN)  # type: ignore[attr-defined]
+    return exc

@@ -23,6 +23,7 @@ communicators and the thread level.
 """
 from __future__ import annotations
 
+import atexit
 import socket
 import threading
 import time
@@ -31,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
 from .. import timeline as _timeline
+from ..reliability.liveness import faulty
 from .controller import Controller
 from .errors import SHUT_DOWN
 from .executors import Executor
@@ -86,6 +88,8 @@ class Runtime:
 
     def start(self) -> None:
         """Start the background thread and wait until set-up finished on it."""
+        global _started
+        _started = True
         self._thread.start()
         while not self._ready.wait(0.1):
             if not self._thread.is_alive():
@@ -183,6 +187,12 @@ class Runtime:
 
     def stop(self) -> bool:
         """Ask every rank to stop (Horovod's shutdown); return True if the thread joined."""
+        if self.controller is not None and self._stall_reason is None:
+            # At interpreter exit (shutdown from atexit) the main thread has already ended.
+            why = ("its program ended (sys.exit or the end of the script) while the others ran"
+                   if not threading.main_thread().is_alive()
+                   else "it called shutdown() while the others ran")
+            self.controller.leaving = faulty([self.rank], why)
         self.queue.request_stop()
         if not self._thread.is_alive():
             return True
@@ -254,17 +264,21 @@ class Runtime:
         # The data transport is opened here rather than by the engine, so that the runtime can
         # lend it to user point-to-point traffic (user_transport) without reaching into it.
         data = door.MPITransport(base)
+        # Before the engine, whose watchdog asks it who is stopped or dead.
+        self._liveness = _liveness(base, self.thread_level)
         try:
             # Collective: every rank decides here; the engine below reuses the decision.
             user = staging_if_needed(data)
-            engine = _make_engine(data, self.setup, adapt=adapt, timeout_s=timeout)
+            engine = _make_engine(data, self.setup, adapt=adapt, timeout_s=timeout,
+                                  liveness=self._liveness)
         except BaseException:
             data.close()
+            if self._liveness is not None:
+                self._liveness.close()
             raise
         self._data, self._user = data, user
         self.executor = Executor(engine, self.rank, self.size, self.settings.fusion_threshold,
                                  self.stats, self.queue.finish, plan=self.setup.plan)
-        self._liveness = _liveness(base, self.thread_level)
         watchdog = Watchdog(timeout, describe=self._describe_control_wait)
         self.controller = Controller(control, self.settings, watchdog, self.stats,
                                      self._on_stall)
@@ -282,15 +296,17 @@ class Runtime:
         self.controller.coordinator.sets = self.sets.members
 
     def _describe_control_wait(self) -> str:
-        what = ("the runtime's control exchange with every rank (some rank's background "
-                "thread stopped cycling)")
-        if self._liveness is None:
-            return what + "; no liveness ping (MPI is not MPI_THREAD_MULTIPLE)"
-        return f"{what}; {self._liveness.describe()}"
+        from horotopo.reliability.liveness import verdict
+
+        return verdict(self._liveness, "waiting for the runtime's control exchange with every "
+                                       "rank")
 
     def _on_stall(self, reason: str) -> None:
-        # Clearing the running flag in the next cycle stops every rank's loop.
-        self._stall_reason = reason
+        # Clearing the running flag in the next cycle stops every rank's loop, and tells every
+        # rank the report.
+        self._stall_reason = f"{SHUT_DOWN} ({reason})"
+        if self.controller is not None:
+            self.controller.leaving = reason
         self.queue.request_stop()
 
     def _loop(self) -> None:
@@ -308,6 +324,8 @@ class Runtime:
                 tl.marker(_timeline.CYCLE_START, t_start)
             responses = controller.cycle(self.pending, stopping, tl)
             if responses is None:
+                if controller.stopped_by is not None and self._stall_reason is None:
+                    self._stall_reason = f"{SHUT_DOWN} ({controller.stopped_by})"
                 return
             if responses:
                 executor.execute(responses, self.pending, tl, controller.t_resp)
@@ -363,14 +381,54 @@ def _wait_for_ranks(comm: Any, members: Optional[Sequence[int]]) -> None:
     for a rank that never calls init.
     """
     from horotopo.bootstrap import BootstrapError
-    from horotopo.transport.mpi import missing_ranks
+    from horotopo.transport.mpi import absent_ranks
 
     timeout_s = config.get("HOROVOD_START_TIMEOUT")
-    missing = missing_ranks(comm, timeout_s, members)
+    missing, departed = absent_ranks(comm, timeout_s, members)
+    late = [r for r in missing if r not in departed]
+    if departed:
+        raise BootstrapError(f"init: {faulty(departed, 'the process ended before init')}"
+                             + (f"; rank(s) {', '.join(map(str, late))} did not reach init "
+                                "either" if late else ""))
     if missing:
         raise BootstrapError(f"init: rank(s) {', '.join(map(str, missing))} did not reach "
                              f"init within {timeout_s:g} s (HOROVOD_START_TIMEOUT, "
                              f"horotopo-run --start-timeout)")
+
+
+#: Set once this process starts a runtime: from then on its peers learn of its exit through
+#: the runtime (the last cycle), not through a departure notice.
+_started = False
+
+# The environment variables by which MPI launchers tell a process the size of its job.
+_LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+
+
+def _announce_departure_at_exit() -> None:
+    """A process of a multi-rank job that ends without starting horotopo tells the others,
+    whose init would otherwise wait for it until the start timeout.
+
+    When this process never started MPI, its peers are held in MPI's own start-up (it waits
+    for every process): starting MPI here lets them through, to read the notice.
+    """
+    if _started:
+        return
+    import os
+    import sys
+
+    if "mpi4py.MPI" not in sys.modules:
+        sizes = [os.environ.get(name, "") for name in _LAUNCHER_SIZES]
+        if not any(size.isdigit() and int(size) > 1 for size in sizes):
+            return
+    try:
+        from horotopo.transport import mpi as door
+
+        door.announce_departure()
+    except Exception as exc:  # noqa: BLE001 - exiting anyway; the start timeout still ends it
+        log.debug("horotopo: could not announce this process's departure: %s", exc)
+
+
+atexit.register(_announce_departure_at_exit)
 
 
 def _make_setup(comm: Any) -> Any:
@@ -397,7 +455,8 @@ def _liveness(comm: Any, thread_level: int) -> Any:
     return LivenessResponder(comm) if supports_threads(thread_level) else None
 
 
-def _make_engine(transport: Any, setup: Any, *, adapt: bool, timeout_s: float) -> Any:
+def _make_engine(transport: Any, setup: Any, *, adapt: bool, timeout_s: float,
+                 liveness: Any) -> Any:
     """The adaptive engine on ``transport``, which the caller keeps owning (and closes)."""
     from horotopo.adapt import AdaptiveEngine
     from horotopo.adapt.runtime import RUNTIME_DEFAULTS
@@ -406,4 +465,4 @@ def _make_engine(transport: Any, setup: Any, *, adapt: bool, timeout_s: float) -
     # not from constants of some other machine; the engine then learns from its own calls.
     return AdaptiveEngine(transport, setup.plan, setup.topology, adapt=adapt,
                           timeout_s=timeout_s, calibrate_s=config.get("HOROTOPO_CALIBRATE_S"),
-                          **RUNTIME_DEFAULTS)
+                          liveness=liveness, **RUNTIME_DEFAULTS)

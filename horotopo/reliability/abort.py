@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Callable, Optional, Tuple
 
 from ..transport import loaded_mpi
+from .liveness import FAULTY, faulty
 
 __all__ = ["abort", "install_excepthook", "uninstall_excepthook", "who", "ABORT_EXIT_CODE",
            "ABORT_GRACE_S"]
@@ -92,9 +93,12 @@ def _excepthook(etype: type, value: BaseException, tb: Any) -> None:
         # One process: nobody waits for it; behave like plain Python (traceback, exit 1).
         (_previous_hook or sys.__excepthook__)(etype, value, tb)
         return
-    abort(f"horotopo: unhandled exception on {who()}; aborting the job\n{text}"
-          f"horotopo: rank {world[1]} called MPI_Abort after an unhandled "
-          f"{etype.__name__}")
+    last = f"horotopo: rank {world[1]} called MPI_Abort after an unhandled {etype.__name__}"
+    if FAULTY not in text and not getattr(value, "job_ended", False):
+        # An error that blames other ranks (a peer left), or that ended every rank's job (a
+        # stall), does not make this one faulty.
+        last += f" ({faulty([world[1]], 'its unhandled exception ends the job')})"
+    abort(f"horotopo: unhandled exception on {who()}; aborting the job\n{text}{last}")
 
 
 def install_excepthook() -> None:

@@ -16,17 +16,46 @@ round for what it is.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from ..transport.base import Transport, TransportTimeout
 from ..transport.poll import DONE, IDLE, IDLE_NAP_S, PROGRESS, deadline_after, poll
 
-__all__ = ["LivenessResponder", "PING_TIMEOUT_S"]
+__all__ = ["LivenessResponder", "PING_TIMEOUT_S", "FAULTY", "faulty", "verdict"]
 
 #: How long :meth:`LivenessResponder.silent_ranks` waits for the answers by default.
 PING_TIMEOUT_S = 2.0
+
+#: The words that introduce the ranks a fault is blamed on, in every message that blames one:
+#: a reader (or a log filter) finds the culprits by this phrase, and no other rank number
+#: follows it.
+FAULTY = "faulty rank(s)"
+
+
+def faulty(ranks: Iterable[int], evidence: str) -> str:
+    """``faulty rank(s) 1, 3: <evidence>``: the one way a message blames ranks."""
+    return f"{FAULTY} {', '.join(str(r) for r in sorted(set(ranks)))}: {evidence}"
+
+
+def verdict(liveness: Optional["LivenessResponder"], waiting: str,
+            wait_s: float = PING_TIMEOUT_S) -> str:
+    """Whom a stuck wait should blame, from evidence: the ranks that do not answer a ping.
+
+    Who this rank happened to wait for proves nothing (a running rank may itself wait for the
+    stopped one), so ``waiting`` is only reported, never blamed; with no responder (MPI below
+    ``MPI_THREAD_MULTIPLE``) nobody is blamed.
+    """
+    if liveness is None:
+        return (f"{waiting}; no rank is blamed: liveness pings need MPI_THREAD_MULTIPLE, and "
+                f"who this rank waits for does not show who stopped")
+    silent = liveness.silent_ranks(wait_s)
+    if silent:
+        return faulty(silent, f"no answer to a liveness ping within {wait_s:g} s (the process "
+                              f"is stopped, frozen or dead)")
+    return (f"every rank answered a liveness ping within {wait_s:g} s, so none is stopped or "
+            f"dead; one is stuck in its own code outside horotopo's collectives ({waiting})")
 
 
 class LivenessResponder:
@@ -149,14 +178,10 @@ class LivenessResponder:
             return list(exc.missing)
         return []
 
-    def describe(self, wait_s: float = PING_TIMEOUT_S) -> str:
-        """The ping's verdict in words (for the watchdog's message)."""
-        silent = self.silent_ranks(wait_s)
-        if silent:
-            return (f"liveness ping: rank(s) {', '.join(map(str, silent))} did not answer "
-                    f"within {wait_s:g} s (dead or stopped)")
-        return ("liveness ping: every rank answered, so the ranks are alive and one is stuck "
-                "outside horotopo's collectives (or holds the others up from its own code)")
+    def describe(self, waiting: str = "waiting for the others",
+                 wait_s: float = PING_TIMEOUT_S) -> str:
+        """The ping's :func:`verdict` in words (for the watchdog's message)."""
+        return verdict(self, waiting, wait_s)
 
     def close(self) -> None:
         """Stop the thread; close the transport when the responder opened it."""

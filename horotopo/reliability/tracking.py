@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..transport.base import ReduceOp, Transport, WrappedTransport, allreduce_point_to_point
+from .liveness import faulty
 
 __all__ = ["TrackedTransport", "PeerFailure", "CONTROL_P2P_MAX_RANKS"]
 
@@ -165,10 +166,12 @@ class TrackedTransport(WrappedTransport):
                 failed.add(info[0])
                 self._pending.pop(id(req), None)
                 self._untimed.discard(id(req))
-        names = ", ".join(str(p) for p in sorted(failed)) or "unknown"
-        return PeerFailure(sorted(failed),
-                           f"rank {self.rank}: communication with rank(s) {names} failed "
-                           f"(the process died or its connection broke): {exc}")
+        if not failed:
+            return PeerFailure([], f"rank {self.rank}: a wait failed, and no request of it "
+                                   f"names the peer: {exc}")
+        return PeerFailure(sorted(failed), f"rank {self.rank}: " + faulty(
+            failed, f"communication with it failed (the process died or its connection "
+                    f"broke): {exc}"))
 
     def _forget(self, key: int) -> None:
         info = self._pending.pop(key, None)
@@ -212,12 +215,13 @@ class TrackedTransport(WrappedTransport):
         """Whom this rank waits for, in words (for the watchdog's message)."""
         peers = self.waiting_on()
         if self._in_collective and not peers:
-            return "a library collective with every rank (the slowest or a dead rank is there)"
+            return "waiting in a library collective with every rank"
         if not peers:
-            return "nothing outstanding (stuck outside the transport)"
+            return "waiting for no message (between two steps of the collective)"
         parts = [f"rank {p} ({d['recv']} receive(s), {d['send']} send(s))"
                  for p, d in sorted(peers.items())]
-        return "ranks " + ", ".join(str(p) for p in sorted(peers)) + ": " + "; ".join(parts)
+        return ("waiting for ranks " + ", ".join(str(p) for p in sorted(peers)) + ": "
+                + "; ".join(parts))
 
     def take_link_stats(self) -> Tuple[List[int], List[float]]:
         """``(bytes, busy seconds)`` per destination since the last call, then reset.

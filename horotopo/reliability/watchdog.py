@@ -2,12 +2,13 @@
 
 A guarded operation (a collective, a re-plan) that has not finished after ``timeout_s``
 (default 60 s, ``HOROTOPO_TIMEOUT_S``, read through :mod:`horotopo.config`) makes the watchdog
-print the ranks it was waiting for and abort the job (:func:`~horotopo.reliability.abort.
+print which ranks are at fault and abort the job (:func:`~horotopo.reliability.abort.
 abort`). A peer killed by a signal is normally noticed sooner by the launcher (MPICH's hydra
 kills the job when one process dies); the watchdog covers the peers that hang, stop or die
-where the launcher cannot see them. Whom it was waiting for comes from a ``describe``
-callable: :meth:`~horotopo.reliability.tracking.TrackedTransport.describe_wait`, plus a
-liveness ping (:mod:`horotopo.reliability.liveness`) where the wait names no peer.
+where the launcher cannot see them. Whom it blames comes from a ``describe`` callable; the
+runtime's is :func:`~horotopo.reliability.liveness.verdict`, which blames only the ranks that
+do not answer a liveness ping (who this rank happened to wait for is no evidence: a running
+rank may itself wait for the stopped one).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class Watchdog:
             engine.allreduce(x)
 
     When the deadline passes, the message names this rank, the operation, how long it waited
-    and ``describe()`` (whom it was waiting for), then :func:`abort` ends the job. ``on_expire``
+    and ``describe()`` (who is at fault, or whom it was waiting for), then :func:`abort` ends the job. ``on_expire``
     replaces the abort (tests).
 
     Parameters
@@ -61,7 +62,7 @@ class Watchdog:
             raise ConfigError(f"watchdog timeout must be a positive number of seconds, "
                               f"got {timeout_s!r}")
         self.timeout_s = float(timeout_s)
-        self.describe = describe or (lambda: "unknown peers")
+        self.describe = describe or (lambda: "no description of the wait")
         self.on_expire = on_expire
         self._cv = threading.Condition()
         self._what: Optional[str] = None
@@ -114,9 +115,13 @@ class Watchdog:
                 if self._what is None or token != self._token:
                     continue
                 waited = time.monotonic() - self._started
-                msg = (f"horotopo: {who()} waited {waited:.1f} s (> {TIMEOUT_ENV}="
-                       f"{self.timeout_s:g}) in {self._what}; waiting for "
-                       f"{self.describe()}. A peer has died or hung; aborting the job.")
+                what = self._what
+            # Outside the lock: the description may ping the other ranks for seconds.
+            msg = (f"horotopo: {who()} waited {waited:.1f} s (> {TIMEOUT_ENV}="
+                   f"{self.timeout_s:g}) in {what}; {self.describe()}. Aborting the job.")
+            with self._cv:
+                if self._what is None or token != self._token:
+                    continue  # it finished while the others were asked: no fault after all
                 self.fired = msg
                 self._what = None
             if self.on_expire is not None:

@@ -14,7 +14,8 @@ from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
 
 __all__ = ["MPITransport", "as_transport", "supports_threads", "thread_multiple", "missing_ranks",
-           "NAMED_MAX_RANKS", "ARRIVAL_TAG", "world_rank_size", "abort_world",
+           "NAMED_MAX_RANKS", "ARRIVAL_TAG", "DEPARTURE_TAG", "absent_ranks",
+           "announce_departure", "world_rank_size", "abort_world",
            "checked_thread_level", "world_comm", "as_comm", "group_comm"]
 
 # The library's op per horotopo.ops.ReduceOp, keyed by the members' plain names (a member
@@ -393,17 +394,29 @@ def missing_ranks(comm: "MPI.Comm", timeout_s: float,
                   members: Optional[Sequence[int]] = None) -> List[int]:
     """The ranks of ``comm`` that did not call this within ``timeout_s``; ``[]`` when all did.
 
+    :func:`absent_ranks`' first answer, for the callers that do not ask why.
+    """
+    return absent_ranks(comm, timeout_s, members)[0]
+
+
+def absent_ranks(comm: "MPI.Comm", timeout_s: float,
+                 members: Optional[Sequence[int]] = None) -> Tuple[List[int], List[int]]:
+    """``(missing, departed)``: the ranks of ``comm`` that did not call this within
+    ``timeout_s``, and those of them that are known to have left (their process announced its
+    exit: :func:`announce_departure`); ``([], [])`` when all came.
+
     Runs on the caller's communicator before any :class:`MPITransport` exists (its ``Dup`` is
     a collective that would wait for ever for a rank that never comes), hence a function of
     the MPI door rather than a transport step.
 
     The first member gathers an arrival message from every other member, waits until the
-    deadline, then sends each arrived member the list of arrivals, so every rank that arrived
-    in time returns the same list. A member that sees no answer from the first returns
-    ``[first]``: it has not arrived, or it already gave up before this member came. Only
-    point-to-point messages on ``comm`` with :data:`ARRIVAL_TAG`, so nothing blocks past the
-    deadline (a collective cannot say who is missing). The arrival send of a member that came
-    too late stays posted: init fails there anyway.
+    deadline or until every member has arrived or left, then sends each arrived member the
+    outcome, so every rank that arrived in time returns the same lists. A member that sees no
+    answer from the first returns ``[first]``: it has not arrived, or it already gave up before
+    this member came. Only point-to-point messages with :data:`ARRIVAL_TAG` (on ``comm``) and
+    :data:`DEPARTURE_TAG` (on ``COMM_WORLD``, the only communicator a leaving process knows),
+    so nothing blocks past the deadline (a collective cannot say who is missing). The arrival
+    send of a member that came too late stays posted: init fails there anyway.
 
     Parameters
     ----------
@@ -422,44 +435,128 @@ def missing_ranks(comm: "MPI.Comm", timeout_s: float,
     ranks = list(range(comm.Get_size())) if members is None else [int(r) for r in members]
     first, others = ranks[0], ranks[1:]
     deadline = time.perf_counter() + timeout_s
-    if comm.Get_rank() != first:
-        token = np.ones(1, dtype=np.int8)
-        # Issend completes only once the first member has received it: proof that it is here.
-        if not _done_by(comm.Issend(token, dest=first, tag=ARRIVAL_TAG), deadline):
-            return [first]
-        arrived = np.zeros(len(ranks), dtype=np.int8)
-        answer = comm.Irecv(arrived, source=first, tag=ARRIVAL_TAG)
-        if not _done_by(answer, deadline + timeout_s):
-            try:
-                answer.Cancel()
-            except Exception:  # noqa: BLE001 - best effort; the missing rank is what matters
-                pass
-            return [first]
-        return [r for r, ok in zip(ranks, arrived) if not ok]
+    gone = _Departures(comm)
+    try:
+        if comm.Get_rank() != first:
+            return _arrive(comm, ranks, gone, deadline, timeout_s)
+        return _gather_arrivals(comm, ranks, gone, deadline, timeout_s)
+    finally:
+        gone.close()
+
+
+#: The tag of the notices that a process leaving before init sends on ``COMM_WORLD``.
+DEPARTURE_TAG = ARRIVAL_TAG + 1
+# What an arrival answer says of each member.
+_MISSING, _ARRIVED, _DEPARTED = 0, 1, 2
+
+
+class _Departures:
+    """The departure notices that reach this rank while it waits for the others at init."""
+
+    def __init__(self, comm: "MPI.Comm") -> None:
+        self._world = MPI.COMM_WORLD
+        self._to_comm = (self._world.Get_group(), comm.Get_group())
+        self._buf = np.zeros(1, dtype=np.int32)
+        self._req = self._world.Irecv(self._buf, source=MPI.ANY_SOURCE, tag=DEPARTURE_TAG)
+        self.ranks: List[int] = []  # ranks of comm that left
+
+    def poll(self) -> None:
+        while self._req.Test():
+            mine = MPI.Group.Translate_ranks(self._to_comm[0], [int(self._buf[0])],
+                                             self._to_comm[1])[0]
+            if mine != MPI.UNDEFINED and mine not in self.ranks:
+                self.ranks.append(mine)
+            self._req = self._world.Irecv(self._buf, source=MPI.ANY_SOURCE, tag=DEPARTURE_TAG)
+
+    def close(self) -> None:
+        try:
+            self._req.Cancel()
+            self._req.Wait()
+        except Exception:  # noqa: BLE001 - best effort: a receive cancels cleanly
+            pass
+        for group in self._to_comm:
+            group.Free()
+
+
+def _arrive(comm: "MPI.Comm", ranks: List[int], gone: _Departures, deadline: float,
+            timeout_s: float) -> Tuple[List[int], List[int]]:
+    """A member other than the first: say it arrived, then take the first member's outcome."""
+    first = ranks[0]
+    outcome = np.zeros(len(ranks), dtype=np.int8)
+    answer = comm.Irecv(outcome, source=first, tag=ARRIVAL_TAG)
+    # Issend completes only once the first member has received it: proof that it is here.
+    hello = comm.Issend(np.ones(1, dtype=np.int8), dest=first, tag=ARRIVAL_TAG)
+    state = {"hello": False}
+
+    def step() -> int:
+        gone.poll()
+        if first in gone.ranks:
+            return DONE
+        if not state["hello"]:
+            state["hello"] = bool(hello.Test())
+        return DONE if state["hello"] and answer.Test() else IDLE
+
+    poll(step, deadline + timeout_s)
+    if first in gone.ranks:
+        return [first], [first]
+    if not state["hello"] or not answer.Test():
+        try:
+            answer.Cancel()
+        except Exception:  # noqa: BLE001 - best effort; the missing rank is what matters
+            pass
+        return [first], []
+    missing = [r for r, said in zip(ranks, outcome) if said != _ARRIVED]
+    return missing, [r for r, said in zip(ranks, outcome) if said == _DEPARTED]
+
+
+def _gather_arrivals(comm: "MPI.Comm", ranks: List[int], gone: _Departures,
+                     deadline: float, timeout_s: float) -> Tuple[List[int], List[int]]:
+    """The first member: take the arrivals until every member came or left, or the deadline."""
+    others = ranks[1:]
     tokens = [np.zeros(1, dtype=np.int8) for _ in others]
     recvs = [comm.Irecv(t, source=r, tag=ARRIVAL_TAG) for t, r in zip(tokens, others)]
     got = [False] * len(others)
 
     def step() -> int:
+        gone.poll()
         for k, req in enumerate(recvs):
             if not got[k] and req.Test():
                 got[k] = True
-        return DONE if all(got) else IDLE
+        return DONE if all(g or r in gone.ranks for g, r in zip(got, others)) else IDLE
 
-    if not poll(step, deadline):
-        for k, req in enumerate(recvs):
-            if not got[k]:  # named below; a receive cancels cleanly
-                try:
-                    req.Cancel()
-                except Exception:  # noqa: BLE001 - best effort
-                    pass
-    arrived = np.array([1] + [int(g) for g in got], dtype=np.int8)
+    poll(step, deadline)
+    for k, req in enumerate(recvs):
+        if not got[k]:  # named below; a receive cancels cleanly
+            try:
+                req.Cancel()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+    outcome = np.array([_ARRIVED] + [_ARRIVED if g else _DEPARTED if r in gone.ranks
+                                     else _MISSING for g, r in zip(got, others)], dtype=np.int8)
     to = [r for r, g in zip(others, got) if g]
-    sends = [comm.Isend(arrived, dest=r, tag=ARRIVAL_TAG) for r in to]
+    sends = [comm.Isend(outcome, dest=r, tag=ARRIVAL_TAG) for r in to]
     # The arrived ranks are waiting for exactly this message, so it completes at once.
     left = time.perf_counter() + timeout_s
     for r, req in zip(to, sends):
         if not _done_by(req, left):
             raise TransportTimeout(f"init: telling the ranks who arrived: rank {r} took no "
                                    f"answer within {timeout_s:g} s", [r])
-    return [r for r, g in zip(others, got) if not g]
+    missing = [r for r, g in zip(others, got) if not g]
+    return missing, [r for r in missing if r in gone.ranks]
+
+
+def announce_departure(wait_s: float = 1.0) -> None:
+    """Tell every other rank of ``COMM_WORLD`` that this process leaves before init, so that
+    their init fails at once naming it (:func:`absent_ranks`) instead of at the start timeout.
+
+    For a process's exit path: does nothing unless MPI is up (initialized, not finalized) with
+    more than one rank. The sends are given ``wait_s`` seconds to complete, then left.
+    """
+    place = world_rank_size()
+    if place is None or place[1] < 2:
+        return
+    me, size = place
+    notice = np.array([me], dtype=np.int32)
+    sends = [MPI.COMM_WORLD.Isend(notice, dest=r, tag=DEPARTURE_TAG)
+             for r in range(size) if r != me]
+    poll(lambda: DONE if MPI.Request.Testall(sends) else IDLE, time.perf_counter() + wait_s)
