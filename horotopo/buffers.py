@@ -20,12 +20,13 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
-from .ops import UFUNCS
+from .ops import CANONICAL_NAN_BITS, EXTREMES, UFUNCS, is_float_dtype, reduce_pair
 
 __all__ = ["BufferAdapter", "register_adapter", "unregister_adapter", "adapter_for",
            "is_device_array", "is_foreign", "as_array", "empty_like", "device_scope",
            "array_module", "flat_view", "contiguous_flat", "segment_bounds", "chunk_bounds",
            "reduce_into", "combine_into", "scale_into", "copy_into", "synchronize",
+           "canonical_nan_into", "has_nan_or_negative_zero", "order_keys", "from_order_keys",
            "ScratchPool"]
 
 # For host bfloat16 (ml_dtypes) these are ml_dtypes' own loops: each element is computed in
@@ -221,6 +222,9 @@ def reduce_into(dst: Any, src: Any, op: str) -> None:
     if is_device_array(dst):
         _gpu().reduce_into(dst, src, op)
         return
+    if op in EXTREMES:
+        reduce_pair(np, dst, src, op, dst)
+        return
     _UFUNCS[op](dst, src, out=dst)
 
 
@@ -230,6 +234,9 @@ def combine_into(out: Any, a: Any, b: Any, op: str) -> None:
         if out is not a:
             out[...] = a
         _gpu().reduce_into(out, b, op)
+        return
+    if op in EXTREMES:
+        reduce_pair(np, a, b, op, out)
         return
     _UFUNCS[op](a, b, out=out)
 
@@ -263,6 +270,101 @@ def scale_into(dst: Any, src: Any, factor: float) -> None:
     else:
         # float64 product, then C-style cast (truncation toward zero), as Horovod's ScaleBuffer.
         dst[...] = (src.astype(np.float64) * factor).astype(dst.dtype)
+
+
+def _float_layout(dtype: Any) -> Tuple[str, Any, int]:
+    """``(name, unsigned int dtype of its width, bits)`` of a float dtype (bfloat16 included)."""
+    dt = np.dtype(dtype)
+    name = "bfloat16" if dt.kind == "V" else dt.name
+    return name, np.dtype(f"u{dt.itemsize}"), 8 * dt.itemsize
+
+
+def canonical_nan_into(arr: Any) -> None:
+    """Replace every NaN of the flat float array ``arr`` (NumPy or CuPy) by the dtype's
+    canonical quiet NaN (:data:`horotopo.ops.CANONICAL_NAN_BITS`), in place.
+
+    Min and max results go through it, so that a NaN has the same bits whichever operand's
+    payload (or sign: x86 makes 0/0 a negative NaN) the path happened to keep. One pass when
+    there is no NaN.
+    """
+    name, utype, _ = _float_layout(arr.dtype)
+    nan = _isnan(arr)
+    if nan.any():
+        arr.view(utype)[nan] = utype.type(CANONICAL_NAN_BITS[name])
+
+
+def _isnan(arr: Any) -> Any:
+    """``isnan`` for every float dtype, bfloat16 on the device too (CuPy's isnan may not know
+    ml_dtypes' type, so there it reads the bits)."""
+    if not is_device_array(arr) or np.dtype(arr.dtype).kind == "f":
+        return array_module(arr).isnan(arr)
+    name, utype, width = _float_layout(arr.dtype)
+    return (arr.view(utype) & utype.type((1 << (width - 1)) - 1)) > utype.type(
+        _INFINITY_BITS[name])
+
+
+def has_nan_or_negative_zero(arr: Any) -> bool:
+    """Whether float ``arr`` holds a NaN or a -0.0: the values on which a library's float
+    min and max answer depend on the operand order."""
+    _, _, width = _float_layout(arr.dtype)
+    signed = np.dtype(f"i{width // 8}")
+    if bool(_isnan(arr).any()):
+        return True
+    return bool((arr.view(signed) == signed.type(np.iinfo(signed).min)).any())
+
+
+#: Bits of +infinity per float dtype: a magnitude above it is a NaN.
+_INFINITY_BITS = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F800000,
+                  "float64": 0x7FF0000000000000}
+
+
+def order_keys(arr: Any, op: str, pool: Optional["ScratchPool"] = None) -> Any:
+    """Signed integers that order as ``arr``'s floats do under ``op`` (``"min"``, ``"max"``),
+    for a library that reduces integers exactly but floats its own way.
+
+    A float's bits as a signed integer order non-negative floats already; flipping the
+    magnitude bits of negative ones orders them too (-0.0 becomes -1, just below +0.0, as IEEE
+    754-2019's minimum and maximum order them). Every NaN becomes the largest key of its width
+    for max and the smallest for min, so it wins against anything. 2-byte floats get int32 keys
+    (the transport has no 16-bit integer type), 4-byte ones int32, 8-byte ones int64; with
+    ``pool`` the keys are its scratch (valid until the pool's next use).
+    """
+    _, _, width = _float_layout(arr.dtype)
+    signed = np.dtype(f"i{width // 8}")
+    v = arr.view(signed)
+    if width == 16 or pool is None:
+        keys = v >> (width - 1)  # 0 for a clear sign bit, -1 for a set one
+    else:
+        keys = pool.get(v.size, v)
+        array_module(v).right_shift(v, width - 1, out=keys)
+    keys &= signed.type((1 << (width - 1)) - 1)
+    keys ^= v
+    nan = _isnan(arr)
+    if nan.any():
+        keys[nan] = _key_sentinel(signed, op)
+    if width == 16:
+        keys = keys.astype(np.int32)
+    return keys
+
+
+def from_order_keys(keys: Any, out: Any, op: str) -> None:
+    """Write into float ``out`` the values whose :func:`order_keys` are ``keys``. A NaN's key
+    comes back as a NaN with some payload: :func:`canonical_nan_into` makes it the canonical
+    one."""
+    _, _, width = _float_layout(out.dtype)
+    signed = np.dtype(f"i{width // 8}")
+    k = keys.astype(signed) if keys.dtype != signed else keys
+    v = out.view(signed)
+    array_module(k).right_shift(k, width - 1, out=v)
+    v &= signed.type((1 << (width - 1)) - 1)
+    v ^= k
+
+
+def _key_sentinel(dtype: Any, op: str) -> int:
+    # The extreme keys of the float's own width are NaN bit patterns (0x7fff... and, flipped
+    # back, 0xffff...), so no number has them and they read back as NaN.
+    info = np.iinfo(dtype)
+    return int(info.max) if op == "max" else int(info.min)
 
 
 def synchronize(arr: Any) -> None:

@@ -16,7 +16,9 @@ and never a corrupted result. Then:
 
 - prescale (Horovod's ``prescale_factor``) is applied to the input, into the output buffer;
 - the chosen algorithm reduces; ``"average"`` is a sum with ``1 / size`` folded into postscale;
-- postscale is applied to the result.
+- postscale is applied to the result;
+- a float min or max has each NaN made the dtype's canonical one, so that every path, and
+  every rank count, gives the same bits (see :mod:`horotopo.ops` for the semantics).
 
 Only one thread may call an Engine at a time.
 """
@@ -33,8 +35,8 @@ from .algorithms import DEFAULT_COST_MODEL, CostModel
 from .algorithms.cost import calibrated_model
 from .algorithms.registry import ALLREDUCE, BROADCAST, REGISTRY, Candidates
 from .algorithms.tree import Window
-from .buffers import (ScratchPool, array_module, as_array, contiguous_flat, copy_into,
-                      empty_like, flat_view, is_foreign, scale_into, synchronize)
+from .buffers import (ScratchPool, array_module, as_array, canonical_nan_into, contiguous_flat,
+                      copy_into, empty_like, flat_view, is_foreign, scale_into, synchronize)
 from .gpu.transport import transport_for
 from .plan import Plan
 
@@ -224,6 +226,8 @@ class Engine:
             self.last_messages = chosen.last_messages
         if post != 1.0:
             scale_into(out, out, post)
+        if base in _ops.EXTREMES and _ops.is_float_dtype(dtype):
+            canonical_nan_into(out)
         if tl is not None:
             # The op's execution span on the timeline, named by the algorithm that ran it
             # (TREE_ALLREDUCE, MPI_ALLREDUCE, RING_ALLREDUCE), as Horovod names its own.

@@ -14,6 +14,14 @@ precision (float16 through float32, rounded back once); integer buffers are mult
 and cast back, which truncates toward zero (so an int32 ``"average"`` of 3 and 4 over 2 ranks is
 3). Scaling is skipped entirely when the factor is exactly 1.
 
+``"min"`` and ``"max"`` on floating-point data are IEEE 754-2019's ``minimum`` and ``maximum``,
+whatever the path (tree, ring, double binary tree, the library's allreduce, the GPU kernels):
+an element is NaN when any rank's element is NaN, and then it is the dtype's one canonical quiet
+NaN (:data:`CANONICAL_NAN_BITS`, sign clear, payload zero); -0.0 orders below +0.0; infinities
+are ordinary values. Both are exact, so every path gives the same bits. :func:`reduce_pair` is
+the one elementwise step every host and CuPy path takes; docs/reductions.md states the
+semantics of every op.
+
 bfloat16 is the NumPy dtype of the ml-dtypes package (``ml_dtypes.bfloat16``; CuPy arrays of it
 too). ml_dtypes is imported only when a bfloat16 request first comes (it takes a large part of a
 second to import), and a bfloat16 request without it raises ValueError saying to install it.
@@ -21,14 +29,15 @@ second to import), and a bfloat16 request without it raises ValueError saying to
 from __future__ import annotations
 
 import enum
-from typing import Callable, Dict, Literal, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Literal, Optional, Set, Tuple
 
 import numpy as np
 
 __all__ = ["ReduceOp", "Reduction", "OPS", "REDUCTIONS", "UFUNCS", "ALLREDUCE_DTYPES",
            "BROADCAST_DTYPES", "BFLOAT16_MISSING", "bfloat16_dtype", "normalize_op",
            "reduction_of", "op_code", "dtype_code", "check_dtype", "is_allreduce_dtype",
-           "effective_scales"]
+           "effective_scales", "reduce_pair", "is_float_dtype", "CANONICAL_NAN_BITS",
+           "EXTREMES"]
 
 
 class ReduceOp(str, enum.Enum):
@@ -71,6 +80,13 @@ UFUNCS: Dict[str, Callable[..., object]] = {ReduceOp.SUM.value: np.add,
                                              ReduceOp.MIN.value: np.minimum,
                                              ReduceOp.MAX.value: np.maximum,
                                              ReduceOp.PRODUCT.value: np.multiply}
+#: The reductions whose float result follows IEEE 754-2019 minimum/maximum (see above).
+EXTREMES = frozenset({ReduceOp.MIN.value, ReduceOp.MAX.value})
+#: The bits of each float dtype's canonical quiet NaN, by item size (float16 and bfloat16 alike
+#: set the top mantissa bit: 0x7e00 is float16's, 0x7fc0 bfloat16's).
+CANONICAL_NAN_BITS: Dict[str, int] = {"float16": 0x7E00, "bfloat16": 0x7FC0,
+                                      "float32": 0x7FC00000, "float64": 0x7FF8000000000000}
+_UFUNC_NAMES: Dict[str, str] = {op: ufunc.__name__ for op, ufunc in UFUNCS.items()}
 ALLREDUCE_DTYPES: Tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int32",
                                      "int64")
 BROADCAST_DTYPES: Tuple[str, ...] = ALLREDUCE_DTYPES + ("uint8",)
@@ -199,3 +215,33 @@ def effective_scales(op: str, prescale: float, postscale: float, size: int) -> T
     if normalize_op(op) == "average":
         post /= size
     return pre, post
+
+
+def is_float_dtype(dtype: object) -> bool:
+    """Whether ``dtype`` is one of the float dtypes (bfloat16 included, which NumPy calls kind
+    ``"V"``)."""
+    return np.dtype(dtype).kind == "f" or _is_bfloat16(dtype)
+
+
+def reduce_pair(xp: Any, x: Any, y: Any, op: str, out: Any) -> Any:
+    """``out = x (op) y`` elementwise with the package's semantics; returns ``out``.
+
+    ``xp`` is numpy or cupy and ``x``, ``y``, ``out`` its arrays of one dtype (``out`` may be
+    ``x``). Sum and product are the ufuncs. Min and max of floats are IEEE 754-2019's: the
+    ufuncs already propagate NaN, but on -0.0 against +0.0 they return whichever operand their
+    loop happens to (NumPy's float16, float32 and bfloat16 loops differ), so where both operands
+    are zero the sign comes from arithmetic instead: ``x + y`` is -0.0 only when both are -0.0
+    (max), ``-((-x) + (-y))`` is -0.0 when either is (min). The NaN result keeps an operand's
+    payload here; the engine makes it canonical once the whole reduction is done.
+    """
+    ufunc = getattr(xp, _UFUNC_NAMES[op])
+    if op not in EXTREMES or not is_float_dtype(x.dtype):
+        return ufunc(x, y, out=out)
+    zeros = x == 0
+    zeros &= y == 0
+    if not zeros.any():
+        return ufunc(x, y, out=out)
+    signed = x + y if op == ReduceOp.MAX.value else -((-x) + (-y))
+    ufunc(x, y, out=out)
+    xp.copyto(out, signed, where=zeros)
+    return out

@@ -72,8 +72,11 @@ struct F64 {
     static __device__ __forceinline__ double store(double v) { return v; }
 };
 
-// min and max propagate NaN, like numpy.minimum / cupy.minimum (MPI leaves NaN undefined; a
-// silently dropped NaN would hide a diverged model).
+// min and max are IEEE 754-2019's minimum and maximum, as horotopo.ops.reduce_pair computes them
+// on the host: NaN if either operand is NaN (MPI's < comparisons would let the operand order
+// decide), and -0.0 below +0.0. Where both operands are zero the sign comes from arithmetic:
+// x + y is -0.0 only when both are (max), -((-x) + (-y)) is -0.0 when either is (min). The
+// engine makes every NaN result the canonical one afterwards, whatever payload is kept here.
 struct OpSum {
     template <class C> static __device__ __forceinline__ C apply(C x, C y) { return x + y; }
 };
@@ -82,12 +85,18 @@ struct OpProd {
 };
 struct OpMin {
     template <class C> static __device__ __forceinline__ C apply(C x, C y) {
-        return (x != x || x < y) ? x : y;
+        if (x != x) return x;
+        if (y != y) return y;
+        if (x == (C)0 && y == (C)0) return -((-x) + (-y));
+        return x < y ? x : y;
     }
 };
 struct OpMax {
     template <class C> static __device__ __forceinline__ C apply(C x, C y) {
-        return (x != x || x > y) ? x : y;
+        if (x != x) return x;
+        if (y != y) return y;
+        if (x == (C)0 && y == (C)0) return x + y;
+        return x > y ? x : y;
     }
 };
 

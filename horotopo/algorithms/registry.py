@@ -225,7 +225,7 @@ REGISTRY: Dict[str, List[Candidate]] = {
                   lambda t, plan, pool, window: RingAllreduce(t, pool=pool)),
         Candidate("mpi", ALLREDUCE, "a transport with a library allreduce and an allreduce "
                   "dtype", _library_enabled,
-                  lambda t, plan, pool, window: MPIAllreduce(t)),
+                  lambda t, plan, pool, window: MPIAllreduce(t, pool)),
         # NCCL's double binary tree in rank order: a peer to compare with, never chosen by
         # the cost model (which does not time it); forced by name.
         Candidate("dbtree", ALLREDUCE, "an allreduce dtype", _ring_enabled,

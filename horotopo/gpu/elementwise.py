@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..ops import UFUNCS, bfloat16_dtype
+from ..ops import UFUNCS, bfloat16_dtype, reduce_pair
 from ..transport.wire import wire_view
 from ._env import check_op, dtype_name
 
@@ -74,7 +74,8 @@ def reduce_arrays(xp: Any, dst: Any, src: Any, op: str, prescale: float = 1.0,
     dst, src : array
         Same size and dtype. ``dst`` is overwritten.
     op : str
-        "sum", "min", "max" or "product". min and max propagate NaN.
+        "sum", "min", "max" or "product". min and max are IEEE 754-2019's (NaN propagates,
+        -0.0 < +0.0), as :func:`horotopo.ops.reduce_pair` computes them.
     prescale, postscale, src_scale : float
         Factors fused into the step; anything but 1.0 needs a floating-point dtype.
     dtype : str, optional
@@ -116,10 +117,9 @@ def reduce_arrays(xp: Any, dst: Any, src: Any, op: str, prescale: float = 1.0,
     if src_scale != 1.0:
         y = y * compute(src_scale)
     if x is dst:
-        ufunc(dst, y, out=dst)
-        r = dst
+        r = reduce_pair(xp, dst, y, op, dst)
     else:
-        r = ufunc(x, y, out=x)
+        r = reduce_pair(xp, x, y, op, x)
     if postscale != 1.0:
         xp.multiply(r, compute(postscale), out=r)
     if name == "bfloat16":
