@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from .packing import (ArcModel, Packing, check_certificate, format_percent, pack,
+from .packing import (ArcModel, Packing, check_certificate, format_percent, pack, plural,
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
 from .packing.profiles import fill_crowding, forest_depths
@@ -282,14 +282,19 @@ class Plan:
         return replace(self, chunk_bytes=int(chunk_bytes),
                        trees=tuple(replace(t, chunk_bytes=None) for t in self.trees))
 
+    def ring_speedup(self, size: int) -> float:
+        """How many times faster than ring the plan is predicted for an allreduce of ``size``
+        bytes: ring's modelled time over the plan's, the one ratio to ring that is quoted."""
+        t_plan = self.predict_time(size)
+        return _ring_time(self, size) / t_plan if t_plan > 0 else math.inf
+
     def describe(self, size: Optional[int] = None) -> str:
         lines = [f"plan for {self.topology_name or 'topology'}: {self.n} ranks, "
-                 f"{len(self.trees)} trees, chunk {format_size(self.chunk_bytes)}, "
+                 f"{plural(len(self.trees), 'tree')}, chunk {format_size(self.chunk_bytes)}, "
                  f"digest {self.digest}"]
         lines.append(f"  modelled throughput R   {self.throughput_Bps / 1e6:12.3f} MB/s"
                      + sharing_note(self.planner))
-        lines.append(f"  ring on the same model  {self.ring_Bps / 1e6:12.3f} MB/s "
-                     f"({_ratio(self.throughput_Bps, self.ring_Bps)} ring)")
+        lines.append(f"  ring on the same model  {self.ring_Bps / 1e6:12.3f} MB/s")
         gap = self.gap
         if self.upper_bound_Bps is None or gap is None:
             lines.append("  certified upper bound   none (no certificate: the optimality gap "
@@ -304,8 +309,9 @@ class Plan:
                          f"share {t.share:6.3f} depth {t.depth}"
                          + ("" if t.chunk_bytes is None
                             else f" chunk {format_size(t.chunk_bytes)}"))
-            lines.append(f"      reduce {_arcs(t.reduce_parent)}")
-            lines.append(f"      bcast  {_arcs(t.bcast_parent)}")
+            # each arc in the direction its data flows: up to the root, then down from it
+            lines.append(f"      reduce {_arcs(t.reduce_parent, up=True)}")
+            lines.append(f"      bcast  {_arcs(t.bcast_parent, up=False)}")
         forest = self.planner.get("forest")
         if forest:
             lines += _ab.describe_choice(forest, format_size)
@@ -313,7 +319,7 @@ class Plan:
             t_plan = self.predict_time(size)
             t_ring = _ring_time(self, size)
             lines.append(f"  predicted allreduce of {format_size(size)}: {t_plan * 1e3:.3f} ms "
-                         f"(ring {t_ring * 1e3:.3f} ms, {_ratio(t_ring, t_plan)} faster)")
+                         f"(ring {t_ring * 1e3:.3f} ms)")
         return "\n".join(lines)
 
 
@@ -340,12 +346,15 @@ def _tree_json(t: Tree) -> Dict[str, Any]:
     return doc
 
 
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if b > 0 else "n/a"
-
-
-def _arcs(parent: Sequence[int]) -> str:
-    return " ".join(f"{v}->{p}" for v, p in enumerate(parent) if p >= 0) or "(single rank)"
+def _arcs(parent: Sequence[int], up: bool) -> str:
+    """The tree's arcs in the order data crosses them: a reduce from the deepest ranks up, a
+    broadcast from the root down."""
+    depth = hops_to_root(parent)  # None only for a cycle, which a Plan never holds
+    hops = [0] * len(parent) if depth is None else depth.tolist()
+    order = sorted((v for v, p in enumerate(parent) if p >= 0),
+                   key=lambda v: (-hops[v] if up else hops[v], v))
+    arcs = [(v, parent[v]) if up else (parent[v], v) for v in order]
+    return " ".join(f"{a}->{b}" for a, b in arcs) or "(single rank)"
 
 
 def _ring_time(plan: Plan, nbytes: int) -> float:

@@ -1,6 +1,7 @@
 """The network model that the planner optimizes.
 
-A :class:`Topology` is what both JSON forms of ``DESIGN.md`` load into: the ranks, a list of
+A :class:`Topology` is what both JSON forms (``docs/topology.md``, and the JSON Schema
+``horotopo/data/topology.schema.json``) load into: the ranks, a list of
 capacitated resources, and for every ordered rank pair ``(i, j)`` the route of resources that a
 transfer ``i -> j`` consumes. In the paper's notation (Zhang, Wu, Li, INFOCOM 2021) the
 resources are the links ``e`` with capacities ``c_e``; a route is the set of links a logical
@@ -17,8 +18,10 @@ Capacities are held in bytes/s; JSON files speak gbps (1e9 bits/s).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
+import reprlib
 from collections import abc
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +31,8 @@ import networkx as nx
 
 GBPS_TO_BPS = 1e9 / 8.0
 
-__all__ = ["Topology", "TopologyError", "load", "from_dict", "GBPS_TO_BPS", "bundled"]
+__all__ = ["Topology", "TopologyError", "load", "load_for_job", "resolve", "from_dict",
+           "check_schema", "schema", "GBPS_TO_BPS", "bundled", "bundled_names", "file_budget"]
 
 
 class TopologyError(ValueError):
@@ -96,31 +100,290 @@ class Topology:
         return "\n".join(lines)
 
 
+BUNDLED_DIR = Path(__file__).parent / "data" / "topologies"
+SCHEMA_PATH = Path(__file__).parent / "data" / "topology.schema.json"
+
+#: Nesting a topology file may have: a valid one nests 5 deep (``/shared/0/pairs/0/1``).
+MAX_DEPTH = 16
+#: Bytes a topology file may take whatever the job: about 3,000 ranks' measured matrices.
+MAX_FILE_BYTES = 1 << 30
+#: Bytes a topology file may take for a job of n ranks: this plus BYTES_PER_RANK_PAIR * n**2.
+#: A measured file holds n**2 rates and latencies, written at up to ~50 bytes each with the
+#: shared bottlenecks' pairs; a declared one grows with n alone. Twenty times what a real file
+#: needs, so that only a file for another job, or no topology at all, is refused by its size.
+BASE_FILE_BYTES = 1 << 20
+BYTES_PER_RANK_PAIR = 1 << 10
+
+
+def bundled_names() -> List[str]:
+    """Names of the topology files shipped with the package (``racks-2x3``, ``slow-nic``...)."""
+    return sorted(p.stem for p in BUNDLED_DIR.glob("*.json"))
+
+
 def bundled(name: str) -> Path:
     """Path of a topology file shipped with the package (``racks-2x3``, ``slow-nic``...)."""
-    path = Path(__file__).parent / "data" / "topologies" / f"{name}.json"
-    if not path.exists():
-        names = sorted(p.stem for p in path.parent.glob("*.json"))
-        raise TopologyError(f"no bundled topology {name!r}; bundled: {', '.join(names)}")
+    path = BUNDLED_DIR / f"{name}.json"
+    if "/" in name or not path.is_file():
+        raise TopologyError(f"no bundled topology {name!r}; bundled: "
+                            f"{', '.join(bundled_names())}")
     return path
 
 
-def load(path: Union[str, Path]) -> Topology:
-    """Load a topology file of either form; errors name the file and the field."""
-    path = Path(path)
+def resolve(spec: Union[str, Path]) -> Path:
+    """The topology file that ``spec`` names: a path, else the name of a bundled topology.
+
+    What the CLI's TOPOLOGY argument and ``HOROTOPO_TOPOLOGY`` both take. A file that exists
+    wins over a bundled name.
+
+    Raises
+    ------
+    TopologyError
+        Neither a file nor a bundled name; the message lists the bundled names.
+    """
+    path = Path(spec)
+    if path.is_file():
+        return path
+    text = str(spec)
+    if "/" not in text and not text.endswith(".json"):
+        if (BUNDLED_DIR / f"{text}.json").is_file():
+            return bundled(text)
+        raise TopologyError(f"{text!r} is neither a topology file nor a bundled topology; "
+                            f"bundled: {', '.join(bundled_names())}")
+    if path.is_dir():
+        raise TopologyError(f"topology file {path}: is a folder")
+    raise TopologyError(f"topology file {path}: cannot read: no such file")
+
+
+def file_budget(nranks: Optional[int] = None) -> int:
+    """The most bytes a topology file may take for a job of ``nranks`` ranks (None: any job)."""
+    if nranks is None:
+        return MAX_FILE_BYTES
+    return min(MAX_FILE_BYTES, BASE_FILE_BYTES + BYTES_PER_RANK_PAIR * nranks * nranks)
+
+
+def load(spec: Union[str, Path], nranks: Optional[int] = None) -> Topology:
+    """Load a topology file of either form (a path, or a bundled name: :func:`resolve`).
+
+    The checks run cheapest first, so that a file that cannot serve is refused before anything
+    is built from it: its size against :func:`file_budget`; its JSON (no NaN or Infinity) and
+    nesting (:data:`MAX_DEPTH`); with ``nranks``, its number of ranks against the job's; the
+    JSON Schema ``horotopo/data/topology.schema.json``; then what a schema cannot say (the
+    links connect the hosts, the matrices are ranks x ranks...). Every error names the file,
+    and the field as a JSON pointer (``/links/3/gbps``).
+
+    Raises
+    ------
+    TopologyError
+        The first check that fails, in one line.
+    """
+    path = resolve(spec)
+    where = f"topology file {path}"
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TopologyError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TopologyError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} "
-                            f"column {exc.colno}") from None
-    try:
+        doc = parse(path, nranks)
+        if nranks is not None:
+            _check_rank_count(doc, nranks)
+        check_schema(doc)
         return from_dict(doc)
     except TopologyError as exc:
-        raise TopologyError(f"{path}: {exc}") from None
+        raise TopologyError(f"{where}: {exc}") from None
+
+
+def load_for_job(spec: Union[str, Path], nranks: int) -> Topology:
+    """Load the topology a job of ``nranks`` ranks runs on (``HOROTOPO_TOPOLOGY``).
+
+    :func:`load` with the job's size: a file for another number of ranks is refused after
+    reading only its size, or its JSON, never after building its network, so that a wrong
+    file costs at most what a right one would.
+    """
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+        raise ValueError(f"nranks must be a positive int, got {nranks!r}")
+    return load(spec, nranks)
+
+
+def parse(path: Path, nranks: Optional[int] = None) -> Any:
+    """The JSON document in ``path``, within :func:`file_budget` and :data:`MAX_DEPTH`."""
+    try:
+        size = path.stat().st_size
+        budget = file_budget(nranks)
+        if size > budget:
+            job = "any job" if nranks is None else f"a job of {nranks} ranks"
+            raise TopologyError(f"{size} bytes, more than a topology for {job} can need "
+                                f"(at most {budget}); is it the file for another job?")
+        text = path.read_text()
+    except OSError as exc:
+        raise TopologyError(f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"not valid JSON: not UTF-8 text ({exc.reason} at byte "
+                            f"{exc.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"not valid JSON: {exc.msg} at line {exc.lineno} column "
+                            f"{exc.colno}") from None
+    except RecursionError:
+        raise TopologyError(f"not a topology: nested deeper than Python's JSON parser goes "
+                            f"(a topology nests at most {MAX_DEPTH} levels)") from None
+    depth = _depth(doc, MAX_DEPTH)
+    if depth > MAX_DEPTH:
+        raise TopologyError(f"not a topology: nested more than {MAX_DEPTH} levels")
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise TopologyError(f"not valid JSON: {name} is not a JSON number")
+
+
+def _depth(doc: Any, limit: int) -> int:
+    """How deep ``doc`` nests (a scalar 0), counted without recursion up to ``limit + 1``."""
+    deepest = 0
+    stack = [(doc, 1)] if isinstance(doc, (list, dict)) else []
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > limit:
+            break
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (list, dict)))
+    return deepest
+
+
+def _check_rank_count(doc: Any, nranks: int) -> None:
+    ranks = doc.get("ranks") if isinstance(doc, dict) else None
+    if isinstance(ranks, list) and len(ranks) != nranks:
+        raise TopologyError(f"the topology has {len(ranks)} ranks but this job has {nranks}")
+
+
+_validator: Any = None
+
+
+def check_schema(doc: Any) -> None:
+    """Check ``doc`` against the topology JSON Schema; the error names the JSON pointer.
+
+    Arrays of plain numbers (the measured matrices' rows) and of rank pairs are checked by a
+    test equivalent to their item schema, and by the validator only where that test fails:
+    the validator alone spends about 20 us an entry, 10 s on a 512-rank measured file.
+    """
+    global _validator
+    if _validator is None:
+        _validator = _make_validator()
+    error = _best_error(_validator, doc)
+    if error is not None:
+        pointer = "".join(f"/{p}" for p in error.absolute_path) or "top level"
+        raise TopologyError(f"{pointer}: {_short_message(error)}")
+
+
+def schema() -> Dict[str, Any]:
+    """The topology JSON Schema (draft 2020-12) shipped with the package."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def _make_validator() -> Any:
+    import jsonschema  # imported on the first file load: a tenth of a second
+
+    base = jsonschema.Draft202012Validator
+    slow_items = base.VALIDATORS["items"]
+
+    def items(validator: Any, item_schema: Any, instance: Any, parent: Any) -> Any:
+        every = _quick_test(item_schema)
+        if every is not None and validator.is_type(instance, "array") and every(instance):
+            return
+        yield from slow_items(validator, item_schema, instance, parent)
+
+    cls = jsonschema.validators.extend(base, {"items": items})
+    return cls(schema())
+
+
+_JSON_TYPES = {"null": type(None), "number": (int, float), "integer": int, "string": str}
+_quick_tests: Dict[str, Any] = {}
+
+
+def _quick_test(item_schema: Any) -> Any:
+    """A test that passes only values valid under ``item_schema``, for the schemas made of
+    ``type`` (scalars or arrays), ``minimum``, ``minItems``, ``maxItems`` and ``items`` alone;
+    None for any other schema. It takes the whole array of items at once."""
+    key = json.dumps(item_schema, sort_keys=True)
+    if key not in _quick_tests:
+        test = _compile_test(item_schema)
+        _quick_tests[key] = None if test is None else test.every
+    return _quick_tests[key]
+
+
+class _ScalarTest:
+    """Values of some JSON scalar types, numbers at least ``low``."""
+
+    def __init__(self, types: frozenset, low: float):
+        self.types, self.low = types, low
+
+    def every(self, values: List[Any]) -> bool:
+        if not set(map(type, values)) <= self.types:
+            return False
+        if self.low == -math.inf:
+            return True
+        numbers = [v for v in values if type(v) in (int, float)]
+        return not numbers or min(numbers) >= self.low
+
+
+class _ArrayTest:
+    """Arrays of ``low`` to ``high`` items that all pass ``items``."""
+
+    def __init__(self, items: Any, low: float, high: float):
+        self.items, self.low, self.high = items, low, high
+
+    def every(self, values: List[Any]) -> bool:
+        low, high = self.low, self.high
+        if not all(type(x) is list and low <= len(x) <= high for x in values):
+            return False
+        return self.items is None or self.items.every(list(itertools.chain.from_iterable(values)))
+
+
+def _compile_test(s: Any) -> Any:
+    if not isinstance(s, dict) or not set(s) <= {"type", "minimum", "minItems", "maxItems",
+                                                 "items"}:
+        return None
+    kinds = s.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds:
+        return None
+    if kinds == ["array"]:
+        inner = _compile_test(s["items"]) if "items" in s else None
+        if inner is None and "items" in s:
+            return None
+        return _ArrayTest(inner, s.get("minItems", 0), s.get("maxItems", math.inf))
+    if set(s) - {"type", "minimum"} or not all(k in _JSON_TYPES for k in kinds):
+        return None
+    types: set = set()
+    for k in kinds:
+        t = _JSON_TYPES[k]
+        types.update(t if isinstance(t, tuple) else (t,))
+    # type() is exact, so a bool (not a JSON number) is not an int here; NaN never reaches a
+    # test: the parser refuses it.
+    return _ScalarTest(frozenset(types), s.get("minimum", -math.inf))
+
+
+def _best_error(validator: Any, doc: Any) -> Any:
+    from jsonschema.exceptions import best_match, by_relevance
+
+    # the first errors are enough to name one; a broken matrix yields one per entry
+    errors = list(itertools.islice(validator.iter_errors(doc), 64))
+    order = {id(e): k for k, e in enumerate(errors)}
+    relevance = by_relevance()
+
+    def key(error: Any) -> tuple:
+        # as jsonschema ranks them, but of two errors equally deep, the first in the file
+        rank = relevance(error)
+        return (rank[0], -order.get(id(error), 0), *rank[2:])
+
+    return best_match(errors, key=key)
+
+
+def _short_message(error: Any) -> str:
+    """The validator's message, with a long value it quotes cut to a few elements."""
+    message = error.message
+    if isinstance(error.instance, (list, dict)):
+        full = repr(error.instance)
+        if message.startswith(full):
+            message = reprlib.repr(error.instance) + message[len(full):]
+    return message
 
 
 def from_dict(doc: Any) -> Topology:
@@ -170,19 +433,19 @@ def _list(x: Any, field: str, length: Optional[int] = None) -> list:
 def _name(doc: Mapping[str, Any]) -> str:
     name = doc.get("name", "unnamed")
     if not isinstance(name, str):
-        raise TopologyError(f"name: must be a string, got {_kind(name)}")
+        raise TopologyError(f"/name: must be a string, got {_kind(name)}")
     return name
 
 
 def _ranks(doc: Mapping[str, Any]) -> List[str]:
     if "ranks" not in doc:
-        raise TopologyError("ranks: missing (the host of each rank)")
-    ranks = _list(doc["ranks"], "ranks")
+        raise TopologyError("/ranks: missing (the host of each rank)")
+    ranks = _list(doc["ranks"], "/ranks")
     if not ranks:
-        raise TopologyError("ranks: must list at least one rank")
+        raise TopologyError("/ranks: must list at least one rank")
     for i, h in enumerate(ranks):
         if not isinstance(h, str) or not h:
-            raise TopologyError(f"ranks[{i}]: must be a non-empty host name, got {h!r}")
+            raise TopologyError(f"/ranks/{i}: must be a non-empty host name, got {h!r}")
     return ranks
 
 
@@ -198,16 +461,16 @@ def _declared(doc: Mapping[str, Any]) -> Topology:
     known = {"name", "switches", "links", "ranks"}
     for key in doc:
         if key not in known:
-            raise TopologyError(f"{key}: unknown field in a declared topology "
+            raise TopologyError(f"/{key}: unknown field in a declared topology "
                                 f"(known: {', '.join(sorted(known))})")
     name = _name(doc)
-    switches = _list(doc.get("switches", []), "switches")
+    switches = _list(doc.get("switches", []), "/switches")
     for i, s in enumerate(switches):
         if not isinstance(s, str) or not s:
-            raise TopologyError(f"switches[{i}]: must be a non-empty name, got {s!r}")
+            raise TopologyError(f"/switches/{i}: must be a non-empty name, got {s!r}")
     if len(set(switches)) != len(switches):
-        raise TopologyError("switches: names must be unique")
-    links = _list(doc["links"], "links")
+        raise TopologyError("/switches: names must be unique")
+    links = _list(doc["links"], "/links")
     ranks = _ranks(doc)
 
     graph = nx.DiGraph()
@@ -216,33 +479,33 @@ def _declared(doc: Mapping[str, Any]) -> Topology:
     capacity: List[float] = []
     seen = set()
     for k, link in enumerate(links):
-        field = f"links[{k}]"
+        field = f"/links/{k}"
         if not isinstance(link, dict):
             raise TopologyError(f"{field}: must be an object, got {_kind(link)}")
         for key in link:
             if key not in ("ends", "gbps", "latency_ms"):
-                raise TopologyError(f"{field}.{key}: unknown field (known: ends, gbps, latency_ms)")
-        ends = _list(link.get("ends"), f"{field}.ends")
+                raise TopologyError(f"{field}/{key}: unknown field (known: ends, gbps, latency_ms)")
+        ends = _list(link.get("ends"), f"{field}/ends")
         if len(ends) != 2 or not all(isinstance(e, str) and e for e in ends):
-            raise TopologyError(f"{field}.ends: must be two node names, got {ends!r}")
+            raise TopologyError(f"{field}/ends: must be two node names, got {ends!r}")
         a, b = ends
         if a == b:
-            raise TopologyError(f"{field}.ends: a link cannot join {a!r} to itself")
+            raise TopologyError(f"{field}/ends: a link cannot join {a!r} to itself")
         if frozenset(ends) in seen:
-            raise TopologyError(f"{field}.ends: a second link between {a!r} and {b!r}")
+            raise TopologyError(f"{field}/ends: a second link between {a!r} and {b!r}")
         seen.add(frozenset(ends))
         if "gbps" not in link:
-            raise TopologyError(f"{field}.gbps: missing")
+            raise TopologyError(f"{field}/gbps: missing")
         gbps = link["gbps"]
         if isinstance(gbps, list):
             if len(gbps) != 2:
-                raise TopologyError(f"{field}.gbps: an asymmetric link takes [a->b, b->a], "
+                raise TopologyError(f"{field}/gbps: an asymmetric link takes [a->b, b->a], "
                                     f"got {len(gbps)} values")
-            ab = _positive(gbps[0], f"{field}.gbps[0]")
-            ba = _positive(gbps[1], f"{field}.gbps[1]")
+            ab = _positive(gbps[0], f"{field}/gbps/0")
+            ba = _positive(gbps[1], f"{field}/gbps/1")
         else:
-            ab = ba = _positive(gbps, f"{field}.gbps")
-        lat = _nonnegative(link.get("latency_ms", 0.0), f"{field}.latency_ms") / 1e3
+            ab = ba = _positive(gbps, f"{field}/gbps")
+        lat = _nonnegative(link.get("latency_ms", 0.0), f"{field}/latency_ms") / 1e3
         for u, v, rate in ((a, b, ab), (b, a, ba)):
             graph.add_edge(u, v, resource=len(resources), latency=lat)
             resources.append(f"{u}->{v}")
@@ -251,14 +514,14 @@ def _declared(doc: Mapping[str, Any]) -> Topology:
     switch_set = set(switches)
     for i, h in enumerate(ranks):
         if h in switch_set:
-            raise TopologyError(f"ranks[{i}]: {h!r} is a switch; ranks run on hosts")
+            raise TopologyError(f"/ranks/{i}: {h!r} is a switch; ranks run on hosts")
         if h not in graph:
-            raise TopologyError(f"ranks[{i}]: host {h!r} is not an end of any link")
+            raise TopologyError(f"/ranks/{i}: host {h!r} is not an end of any link")
     if graph.number_of_nodes() == 0:
-        raise TopologyError("links: must list at least one link")
+        raise TopologyError("/links: must list at least one link")
     if not nx.is_weakly_connected(graph):
         parts = sorted((sorted(c) for c in nx.weakly_connected_components(graph)), key=len)
-        raise TopologyError(f"links: the graph is disconnected; {parts[0]} cannot reach "
+        raise TopologyError(f"/links: the graph is disconnected; {parts[0]} cannot reach "
                             f"{parts[-1]}")
 
     routes, latency = _declared_routes(graph, ranks)
@@ -388,10 +651,10 @@ def _matrix(x: Any, field: str, n: int, positive: bool) -> List[List[Optional[fl
     rows = _list(x, field, n)
     out: List[List[Optional[float]]] = []
     for i, row in enumerate(rows):
-        row = _list(row, f"{field}[{i}]", n)
+        row = _list(row, f"{field}/{i}", n)
         vals: List[Optional[float]] = []
         for j, v in enumerate(row):
-            f = f"{field}[{i}][{j}]"
+            f = f"{field}/{i}/{j}"
             if i == j:
                 if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)):
                     raise TopologyError(f"{f}: the diagonal must be null or a number, got {v!r}")
@@ -407,14 +670,14 @@ def _measured(doc: Mapping[str, Any]) -> Topology:
              "shared", "probe"}
     for key in doc:
         if key not in known:
-            raise TopologyError(f"{key}: unknown field in a measured topology "
+            raise TopologyError(f"/{key}: unknown field in a measured topology "
                                 f"(known: {', '.join(sorted(known))})")
     name = _name(doc)
     ranks = _ranks(doc)
     n = len(ranks)
-    bw = _matrix(doc["bandwidth_gbps"], "bandwidth_gbps", n, positive=True)
+    bw = _matrix(doc["bandwidth_gbps"], "/bandwidth_gbps", n, positive=True)
     if "latency_ms" in doc:
-        lat = _matrix(doc["latency_ms"], "latency_ms", n, positive=False)
+        lat = _matrix(doc["latency_ms"], "/latency_ms", n, positive=False)
     else:
         lat = [[0.0] * n for _ in range(n)]
 
@@ -431,35 +694,35 @@ def _measured(doc: Mapping[str, Any]) -> Topology:
     for key, label, is_src in (("egress_gbps", "egress", True), ("ingress_gbps", "ingress", False)):
         if key not in doc or doc[key] is None:
             continue
-        caps = _list(doc[key], key, n)
+        caps = _list(doc[key], f"/{key}", n)
         for k, v in enumerate(caps):
             if v is None:
                 continue
             r = len(resources)
             resources.append(f"{label} {k}")
-            capacity.append(_positive(v, f"{key}[{k}]") * GBPS_TO_BPS)
+            capacity.append(_positive(v, f"/{key}/{k}") * GBPS_TO_BPS)
             for other in range(n):
                 if other != k:
                     i, j = (k, other) if is_src else (other, k)
                     extra[i][j].append(r)
-    for s, group in enumerate(_list(doc.get("shared", []), "shared")):
-        field = f"shared[{s}]"
+    for s, group in enumerate(_list(doc.get("shared", []), "/shared")):
+        field = f"/shared/{s}"
         if not isinstance(group, dict):
             raise TopologyError(f"{field}: must be an object, got {_kind(group)}")
         for key in group:
             if key not in ("pairs", "gbps", "label"):
-                raise TopologyError(f"{field}.{key}: unknown field (known: pairs, gbps, label)")
+                raise TopologyError(f"{field}/{key}: unknown field (known: pairs, gbps, label)")
         if "gbps" not in group:
-            raise TopologyError(f"{field}.gbps: missing")
-        cap = _positive(group["gbps"], f"{field}.gbps")
-        pairs = _list(group.get("pairs"), f"{field}.pairs")
+            raise TopologyError(f"{field}/gbps: missing")
+        cap = _positive(group["gbps"], f"{field}/gbps")
+        pairs = _list(group.get("pairs"), f"{field}/pairs")
         if not pairs:
             raise TopologyError(f"{field}.pairs: must list at least one [i, j] pair")
         r = len(resources)
         resources.append(str(group.get("label", f"shared {s}")))
         capacity.append(cap * GBPS_TO_BPS)
         for p, pair in enumerate(pairs):
-            pf = f"{field}.pairs[{p}]"
+            pf = f"{field}/pairs/{p}"
             if (not isinstance(pair, list) or len(pair) != 2
                     or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
                 raise TopologyError(f"{pf}: must be [i, j] rank indices, got {pair!r}")

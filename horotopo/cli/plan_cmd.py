@@ -1,4 +1,4 @@
-"""``horotopo plan TOPOLOGY.json``: plan a topology and print or draw the result."""
+"""``horotopo plan TOPOLOGY``: plan a topology and print or draw the result."""
 from __future__ import annotations
 
 import argparse
@@ -8,24 +8,26 @@ import time
 
 from ..packing import format_percent
 from ..packing.depth import FORESTS
-from ..plan import format_size, make_plan, parse_size, target_size
-from ..topology import Topology, TopologyError, bundled, load
+from ..plan import Plan, format_size, make_plan, target_size
+from ..topology import bundled_names, load
+from . import CommandError, positive_size, writable_path, write_text
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plan", help="plan reduce/broadcast trees for a topology file",
-        description="Load a topology (declared or measured JSON form, see DESIGN.md), compute a "
-                    "certified near-optimal packing of reduce/broadcast trees, and print the "
-                    "trees, the predicted allreduce time, the comparison against ring allreduce "
-                    "and the certified optimality gap.",
+        description="Load a topology (declared or measured JSON form, see docs/topology.md), "
+                    "compute a certified near-optimal packing of reduce/broadcast trees, and "
+                    "print the trees (each arc in the direction its data flows), the predicted "
+                    "allreduce time against ring allreduce's, and the certified optimality "
+                    "gap.",
         epilog="Examples:\n  horotopo plan horotopo/data/topologies/racks-2x3.json --size 64M\n"
                "  horotopo plan racks-2x3 --json > plan.json   (bundled names work too)\n"
                "  horotopo plan topo.json --png trees.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("topology", help="topology JSON file, or the name of a bundled one "
-                                    "(racks-2x3, slow-nic, uniform-4)")
-    p.add_argument("--size", default=None, type=_size,
+                                    f"({', '.join(bundled_names())})")
+    p.add_argument("--size", default=None, type=positive_size,
                    help="allreduce size the plan is made for and predicted at: chunk sizes and "
                         "the deep-or-shallow forest are chosen for it (default: "
                         "HOROVOD_FUSION_THRESHOLD, 128M unless set; K, M, G are binary)")
@@ -48,10 +50,12 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="print only the plan's JSON on stdout (progress goes to stderr)")
     p.add_argument("-o", "--output", help="also write the plan's JSON to this file")
     p.add_argument("--png", metavar="FILE",
-                   help="draw the network (switches over their hosts, or the probe's rank "
-                        "clusters and shared bottlenecks), link rates, and each tree's arcs "
-                        "over it with how many cross each link (needs matplotlib)")
-    p.add_argument("--chunk", type=_size, default=None,
+                   help="draw the plan (needs matplotlib): the network (switches over their "
+                        "hosts, or the probe's rank clusters and shared bottlenecks) with its "
+                        "link rates and how many tree arcs cross each link, then one panel per "
+                        "tree: its root marked, its ranks by depth, reduce arcs up and "
+                        "broadcast arcs down")
+    p.add_argument("--chunk", type=positive_size, default=None,
                    help="chunk size of the pipeline (default: chosen from the model)")
     p.add_argument("--max-trees-per-root", type=int, default=4, metavar="K",
                    help="pruning keeps at most K reduce and K broadcast trees per root "
@@ -63,40 +67,24 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     return p
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc))
-
-
-def _load(spec: str) -> Topology:
-    if not spec.endswith(".json") and "/" not in spec:
-        try:
-            return load(bundled(spec))
-        except TopologyError:
-            pass
-    return load(spec)
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.max_trees_per_root < 1:
-        print("horotopo plan: --max-trees-per-root must be at least 1", file=sys.stderr)
-        return 2
-    if args.max_depth is not None and args.max_depth < 1:
-        print("horotopo plan: --max-depth must be at least 1", file=sys.stderr)
-        return 2
-    if args.max_host_trees is not None and args.max_host_trees < 1:
-        print("horotopo plan: --max-host-trees must be at least 1", file=sys.stderr)
-        return 2
+    for option, value in (("--max-trees-per-root", args.max_trees_per_root),
+                          ("--max-depth", args.max_depth),
+                          ("--max-host-trees", args.max_host_trees)):
+        if value is not None and value < 1:
+            raise CommandError(f"{option} must be at least 1, got {value}")
     if not 0 < args.target_gap < 1:
-        print("horotopo plan: --target-gap must be between 0 and 1", file=sys.stderr)
-        return 2
-    try:
-        topology = _load(args.topology)
-    except TopologyError as exc:
-        print(f"horotopo plan: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(f"--target-gap must be between 0 and 1, got {args.target_gap}")
+    # output paths are checked before the planner runs, so that a typo costs no planning
+    if args.output:
+        writable_path("-o", args.output)
+    if args.png:
+        writable_path("--png", args.png)
+        try:
+            from .draw import draw  # matplotlib is optional: only --png needs it
+        except ImportError:
+            raise CommandError("--png needs matplotlib (pip install 'horotopo[plot]')") from None
+    topology = load(args.topology)
 
     def progress(msg: str) -> None:
         if not args.quiet:
@@ -110,37 +98,46 @@ def run(args: argparse.Namespace) -> int:
                      forest=args.forest, max_depth=args.max_depth,
                      max_host_trees=args.max_host_trees)
     progress(f"planned in {time.perf_counter() - start:.2f} s")
+    speedup = plan.ring_speedup(size)
     doc = plan.to_json()
-    doc["predicted_time_s"] = plan.predict_time(size)
     doc["size"] = size
+    doc["predicted_time_s"] = plan.predict_time(size)
+    doc["ring_speedup"] = speedup
     if args.output:
-        with open(args.output, "w") as fh:
-            json.dump(plan.to_json(), fh, indent=1)
+        write_text("-o", args.output, json.dumps(plan.to_json(), indent=1))
         progress(f"wrote {args.output}")
     if args.png:
         try:
-            from .draw import draw  # matplotlib is optional: only --png needs it
-
             draw(topology, plan, args.png)
-        except ImportError:
-            print("horotopo plan: --png needs matplotlib (pip install 'horotopo[plot]')",
-                  file=sys.stderr)
-            return 2
+        except OSError as exc:
+            raise CommandError(f"--png {args.png}: cannot write: {exc.strerror or exc}") from None
         progress(f"drew {args.png}")
     if args.json:
         print(json.dumps(doc))
-    else:
-        print(plan.describe(size=size))
-        ratio = plan.throughput_Bps / plan.ring_Bps if plan.ring_Bps > 0 else float("inf")
-        gap = plan.gap
-        certified = ("no optimality certificate" if gap is None
-                     else f"certified within {format_percent(gap)} of optimal")
-        if gap is not None and plan.throughput_Bps < plan.packed_Bps:
-            # the certificate is the LP packing's; fair sharing gives the trees less
-            certified = (f"the LP packing {certified}, the trees' fair-shared rate "
-                         f"{format_percent(1 - plan.throughput_Bps / plan.upper_bound_Bps)} "
-                         f"below the bound")
-        print(f"verdict: {ratio:.2f}x ring on the model for {format_size(size)}, "
-              f"{certified}")
+        return 0
+    print(plan.describe(size=size))
+    print(f"verdict: {_versus_ring(speedup)} on the model for {format_size(size)}, "
+          f"{_certificate(plan)}")
     return 0
 
+
+def _versus_ring(speedup: float) -> str:
+    """The plan against ring, from ring's predicted time over the plan's."""
+    if round(speedup, 2) > 1:
+        return f"{speedup:.2f}x faster than ring"
+    if round(speedup, 2) < 1:
+        return f"slower than ring ({speedup:.2f}x its speed)"
+    return "as fast as ring (1.00x)"
+
+
+def _certificate(plan: Plan) -> str:
+    gap = plan.gap
+    if gap is None:
+        return "no optimality certificate"
+    certified = f"certified within {format_percent(gap)} of optimal"
+    if plan.throughput_Bps < plan.packed_Bps:
+        # the certificate is the LP packing's; fair sharing gives the trees less
+        below = 1 - plan.throughput_Bps / plan.upper_bound_Bps
+        certified = (f"the LP packing {certified}, the trees' fair-shared rate "
+                     f"{format_percent(below)} below the bound")
+    return certified

@@ -8,10 +8,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, Dict, Optional
 
+from . import CommandError, writable_path, write_text
+
 __all__ = ["add_parser", "run", "measure"]
+
+#: How long the ranks wait for rank 0's verdict on the arguments: they start together, give or
+#: take the launcher's spread.
+ARGUMENTS_TIMEOUT_S = 120.0
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -74,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
     transport = MPITransport.world()
     rank = transport.rank
-    overrides: dict = {}
+    overrides: Dict[str, Any] = {}
+    problem: Optional[str] = None
     try:
         if args.max_bytes is not None:
             overrides["max_bytes"] = parse_size(args.max_bytes)
@@ -84,17 +90,25 @@ def run(args: argparse.Namespace) -> int:
             overrides["timeout_s"] = args.timeout
         if args.concurrent_pairs:
             overrides["concurrent_pairs"] = True
-    except ValueError as exc:
-        if rank == 0:
-            print(f"horotopo probe: error: {exc}", file=sys.stderr)
+        if rank == 0 and args.output:
+            writable_path("-o", args.output)  # before the probe, not after its minutes
+    except (ValueError, CommandError) as exc:
+        problem = str(exc)
+    # Rank 0 alone writes the output: its verdict on the arguments is every rank's, so that
+    # all stop together and the job says it once.
+    verdict = transport.broadcast_bytes((problem or "").encode() if rank == 0 else None, 0,
+                                        ARGUMENTS_TIMEOUT_S, "probe: checking the arguments")
+    if verdict:
         transport.close()
+        if rank == 0:
+            raise CommandError(verdict.decode())
         return 2
 
     doc = measure(transport, "quick" if args.quick else "full", name=args.name,
                   quiet=args.quiet, command="horotopo probe", **overrides)
     if rank == 0:
         if args.output:
-            Path(args.output).write_text(json.dumps(doc, indent=1) + "\n")
+            write_text("-o", args.output, json.dumps(doc, indent=1) + "\n")
             if not args.quiet:
                 print(f"[probe] wrote {args.output}", file=sys.stderr, flush=True)
         print(json.dumps(doc, indent=1) if args.json else format_report(doc), flush=True)

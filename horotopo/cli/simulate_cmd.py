@@ -23,8 +23,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..generate import GENERATORS, describe_generators, generate
-from ..plan import Plan, format_size, make_plan, parse_size, ring_plan
-from ..topology import Topology, TopologyError, bundled, from_dict, load
+from ..plan import Plan, format_size, make_plan, ring_plan
+from ..topology import Topology, TopologyError, from_dict, load
+from . import CommandError, positive_size
 
 __all__ = ["add_parser", "simulate", "resolve", "ALGORITHMS", "PROBES"]
 
@@ -60,7 +61,7 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p.add_argument("topology", help="topology JSON file, bundled name, or GENERATOR spec")
     p.add_argument("--ranks", type=int, default=None,
                    help="ranks of a generated cluster (required with a generator)")
-    p.add_argument("--size", default="64M", type=parse_size,
+    p.add_argument("--size", default="64M", type=positive_size,
                    help="allreduce size in bytes (default 64M; K, M, G are binary)")
     p.add_argument("--probe", default="declared", choices=PROBES,
                    help="quick or full: run horotopo's probe in the simulation and plan the "
@@ -71,7 +72,7 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p.add_argument("--algorithms", default=",".join(ALGORITHMS), type=parse_algorithms,
                    help="comma-separated subset of %(default)s to run (ring's 2 n (n - 1) "
                         "messages dominate a simulation of thousands of ranks)")
-    p.add_argument("--chunk", default=None, type=parse_size,
+    p.add_argument("--chunk", default=None, type=positive_size,
                    help="full-size chunk for every algorithm instead of the plans' (fewer, "
                         "larger messages: a faster simulation of a different engine setting)")
     p.add_argument("--plan", default=None,
@@ -144,10 +145,7 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
             return from_dict(generate(text, ranks))
         except ValueError as exc:
             raise TopologyError(str(exc)) from None
-    try:
-        topology = load(text)
-    except (OSError, TopologyError):
-        topology = load(bundled(text))
+    topology = load(text)
     if ranks is not None and ranks != topology.n:
         raise TopologyError(f"{text} has {topology.n} ranks, not --ranks {ranks}")
     return topology
@@ -329,28 +327,34 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def _given_plan(path: str) -> Plan:
+    """A plan JSON file: ``horotopo plan --json`` or ``-o``, or a simulation's ``--json``."""
     try:
-        topology = resolve(args.topology, args.ranks)
-    except (OSError, TopologyError) as exc:
-        print(f"horotopo simulate: {exc}", file=sys.stderr)
-        return 2
+        doc = json.loads(Path(path).read_text())
+        return Plan.from_json(doc["plan"] if "rows" in doc else doc)
+    except OSError as exc:
+        raise CommandError(f"--plan {path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--plan {path}: not valid JSON: {exc.msg} at line {exc.lineno}") \
+            from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CommandError(f"--plan {path}: not a plan: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    topology = resolve(args.topology, args.ranks)
+    given = _given_plan(args.plan) if args.plan else None
     from ..transport.simulated import SimulatorMissing
 
     _say(f"simulating {topology.name!r}: {topology.n} ranks, {format_size(args.size)}, "
          f"probe {args.probe}")
     try:
-        given = None
-        if args.plan:
-            doc = json.loads(Path(args.plan).read_text())
-            given = Plan.from_json(doc["plan"] if "rows" in doc else doc)  # a --json result
         res = simulate(topology, args.size, args.probe, progress=_say,
                        algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
                        software_costs=args.software_costs, simgrid_config=args.simgrid_cfg,
                        max_host_trees=args.max_host_trees, window=args.window)
-    except (SimulatorMissing, OSError, ValueError) as exc:
-        print(f"horotopo simulate: {exc}", file=sys.stderr)
-        return 2
+    except (SimulatorMissing, ValueError) as exc:
+        raise CommandError(str(exc)) from None
     if args.json:
         print(json.dumps(res))
         return 0

@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import config
 from ..topology import Topology
+from .certificate import plural
 from .profiles import Crowding, tree_profiles
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
@@ -526,6 +527,6 @@ def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
             if got.get("bottleneck"):
                 bound += ", the bottleneck pair alone"
             out.append(f"    {kind:<8} predicted {got['predicted_s'] * 1e3:12.3f} ms, "
-                       f"R {got['throughput_Bps'] / 1e6:.3f} MB/s, {got['trees']} trees, "
-                       f"deepest {got['max_hops']} hops{bound}")
+                       f"R {got['throughput_Bps'] / 1e6:.3f} MB/s, {plural(got['trees'], 'tree')}, "
+                       f"deepest {plural(got['max_hops'], 'hop')}{bound}")
     return out

@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..topology import HostRoutes, Topology
+from .certificate import plural
 from .model import TreeRate
 
 __all__ = ["Usage", "usage_of", "tree_usage", "fair_rates", "fair_subset", "share_fairly",
@@ -362,5 +363,5 @@ def sharing_note(planner: Dict[str, Any]) -> str:
     got = planner.get("sharing")
     if not got or got.get("fair_Bps") is None:
         return ""
-    return (f" (max-min fair rates of {got['kept']} of {got['trees']} trees; at the LP's rates "
-            f"{planner['packed_Bps'] / 1e6:.3f} MB/s)")
+    return (f" (max-min fair rates of {got['kept']} of {plural(got['trees'], 'tree')}; at the "
+            f"LP's rates {planner['packed_Bps'] / 1e6:.3f} MB/s)")
