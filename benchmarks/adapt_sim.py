@@ -36,6 +36,7 @@ after the re-plan that ran the plan the job ended with (the trial's calls when i
 plan; the calls after the revert when it did not). Exit status 1 when a result is wrong, no re-plan
 followed the slowdown, one preceded it, or the recovered time is more than ``--tolerance``
 (15%) above the fresh plan's (with ``--no-fresh``: the declared slowed topology's plan's).
+``--markdown [PATH]`` also writes the report to docs/results/adapt_sim.md.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -58,6 +60,9 @@ from horotopo.probe.hostinfer import generated_hosts
 from horotopo.schedule import window_for
 from horotopo.simulation import run_simulated
 from horotopo.simulation.platform import set_link_rate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 from horotopo.topology import Topology, from_dict
 
 DEFAULT_GENERATOR = "racks:hosts_per_rack=2,gpus=8,oversub=2"
@@ -340,6 +345,7 @@ def parser() -> argparse.ArgumentParser:
                          "its 256 rank-level trees are about 524,000 messages a call, too many "
                          "to simulate a dozen calls here")
     ap.add_argument("--json", action="store_true", help="print the JSON document only")
+    results_doc.add_markdown_option(ap, "adapt_sim")
     ap.add_argument("--dump", metavar="PATH",
                     help="also write the JSON document, with the first, final and fresh plans "
                          "and models, to PATH")
@@ -359,35 +365,53 @@ def main(argv: Any = None) -> int:
     if args.dump:
         with open(args.dump, "w") as f:
             json.dump({**res, **kept, "summary": summary}, f, default=float)
+    report = report_lines(res, args)
     if args.json:
         print(json.dumps({**res, "summary": summary}, default=float))
-        return 0 if summary["ok"] else 1
-    print(f"{res['topology']}: {res['ranks']} ranks on {res['hosts']} hosts, "
-          f"{format_size(res['size'])} allreduce, {format_size(res['chunk'])} chunks; "
-          f"{'+'.join(res['links'])} to {res['factor']:g} before call {args.degrade_at}")
-    print("\n".join(series_lines(res)))
+    else:
+        print("\n".join(report))
+        print("summary: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                      for k, v in summary.items()))
+    if args.markdown:
+        results_doc.write(
+            args.markdown, "adapt_sim: a rack uplink slows mid-run, simulated",
+            [("Calls and re-plan", "```\n" + "\n".join(report) + "\n```"),
+             ("Summary", results_doc.key_value_table(summary))],
+            summary="Times are simulated seconds (the slowest rank's per call); the planner "
+                    "runs for real on rank 0. The summary's ok is the benchmark's verdict.")
+    return 0 if summary["ok"] else 1
+
+
+def report_lines(res: Dict[str, Any], args: argparse.Namespace) -> List[str]:
+    """The printed report: the run, the series of calls, what the model lowered, the
+    comparison plans and the simulation's cost."""
+    lines = [f"{res['topology']}: {res['ranks']} ranks on {res['hosts']} hosts, "
+             f"{format_size(res['size'])} allreduce, {format_size(res['chunk'])} chunks; "
+             f"{'+'.join(res['links'])} to {res['factor']:g} before call {args.degrade_at}"]
+    lines += series_lines(res)
     shown = res["lowered_gbps"][:12]
-    print(f"lowered in the model ({len(res['lowered_gbps'])} resources): " + "; ".join(
+    lines.append(f"lowered in the model ({len(res['lowered_gbps'])} resources): " + "; ".join(
         f"{name} {a:.2f} -> {b:.2f} gbps" for name, a, b in shown)
         + (" ..." if len(res["lowered_gbps"]) > len(shown) else ""))
     if res["init_probe_s"] is not None:
-        print(f"init: quick probe {res['init_probe_s']:.2f} s simulated, plan model "
-              f"{res['plan_model_Bps'] * 8e-9:.3f} gbps")
+        lines.append(f"init: quick probe {res['init_probe_s']:.2f} s simulated, plan model "
+                     f"{res['plan_model_Bps'] * 8e-9:.3f} gbps")
     if res["fresh_s"]:
-        print(f"fresh plan (quick probe {res['fresh_probe_s']:.2f} s simulated, model "
-              f"{res['fresh_model_Bps'] * 8e-9:.3f} gbps): "
-              + ", ".join(f"{v * 1e3:.1f}" for v in res["fresh_s"]) + " ms")
+        lines.append(f"fresh plan (quick probe {res['fresh_probe_s']:.2f} s simulated, model "
+                     f"{res['fresh_model_Bps'] * 8e-9:.3f} gbps): "
+                     + ", ".join(f"{v * 1e3:.1f}" for v in res["fresh_s"]) + " ms")
     if res["reference_s"]:
-        print(f"declared slowed topology's plan (model {res['reference_model_Bps'] * 8e-9:.3f}"
-              f" gbps): " + ", ".join(f"{v * 1e3:.1f}" for v in res["reference_s"]) + " ms")
+        lines.append(f"declared slowed topology's plan (model "
+                     f"{res['reference_model_Bps'] * 8e-9:.3f} gbps): "
+                     + ", ".join(f"{v * 1e3:.1f}" for v in res["reference_s"]) + " ms")
     if res["flat_reference_s"]:
-        print(f"its flat plan (model {res['flat_reference_model_Bps'] * 8e-9:.3f} gbps): "
-              + ", ".join(f"{v * 1e3:.1f}" for v in res["flat_reference_s"]) + " ms")
-    print(f"simulation: {res['simulation_wall_s']:.1f} s wall, {res['simulation_cpu_s']:.1f} s "
-          f"CPU, {res['messages']} messages; first plan {res['planner_wall_s']:.1f} s wall")
-    print("summary: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                                  for k, v in summary.items()))
-    return 0 if summary["ok"] else 1
+        lines.append(f"its flat plan (model {res['flat_reference_model_Bps'] * 8e-9:.3f} "
+                     f"gbps): " + ", ".join(f"{v * 1e3:.1f}" for v in res["flat_reference_s"])
+                     + " ms")
+    lines.append(f"simulation: {res['simulation_wall_s']:.1f} s wall, "
+                 f"{res['simulation_cpu_s']:.1f} s CPU, {res['messages']} messages; first plan "
+                 f"{res['planner_wall_s']:.1f} s wall")
+    return lines
 
 
 if __name__ == "__main__":

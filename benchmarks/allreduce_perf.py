@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 import time
 from typing import Any, Dict, List, Optional
 
@@ -28,7 +29,8 @@ from horotopo.ops import ALLREDUCE_DTYPES, OPS, check_dtype
 from horotopo.packing import ring_parents
 from horotopo.plan import Plan, parse_size, plan_from_trees
 
-import results as results_doc
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 
 def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -233,14 +235,16 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]], argv: Optiona
         ("MPI / horotopo time", lambda r: fmt(r["ratio"], ".2f")),
         ("predicted (us)", lambda r: fmt(r["predicted_time_s"], ".1f", 1e6))]
     chunk = rows[0]["chunk_bytes"] if rows else None
-    summary = (f"{ranks} ranks, {args.datatype} {args.op}, horotopo algorithm "
+    plan = (f"the plan of {args.plan}" if args.plan else f"planned from {args.topology}"
+            if args.topology else "no plan given: ring chains at equal rates")
+    summary = (f"{ranks} ranks, {plan}, {args.datatype} {args.op}, horotopo algorithm "
                f"{args.algorithm}, chunk {chunk} B, {args.iters} timed iterations after "
                f"{args.warmup_iters} warm-up (mean of each rank, slowest rank). "
                f"MPI / horotopo above 1 means horotopo was faster. The predicted column is "
                f"the plan's model, shown only for a plan made from a topology.")
-    results_doc.write(args.markdown, "allreduce_perf: horotopo against MPI_Allreduce",
-                      [("", results_doc.md_table(rows, columns))], summary=summary,
-                      command=results_doc.command_line(argv, ranks=ranks))
+    results_doc.write_table(args.markdown, "allreduce_perf: horotopo against MPI_Allreduce",
+                            rows, columns, summary=summary,
+                            command=results_doc.command_line(argv, ranks=ranks))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

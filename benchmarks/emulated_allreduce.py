@@ -11,6 +11,8 @@ same run, the plan's prediction, and a one-line verdict.
 Without root (or without ip netns / tc) it says so and runs the same benchmark on plain local
 ranks; the links are then not the topology's, so the prediction does not apply.
 
+``--markdown [PATH]`` also writes the table and the verdict to docs/results/emulated_allreduce.md.
+
 Exit status: 0 when every row has zero mismatched elements; 1 otherwise, or when the planner or
 the benchmark fails (there is no fallback plan: a planner error is the job's error).
 """
@@ -28,6 +30,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOPOLOGY = ROOT / "horotopo" / "data" / "topologies" / "racks-2x3.json"
 BENCH = ROOT / "benchmarks" / "allreduce_perf.py"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results as results_doc  # noqa: E402
 
 
 def _log(msg: str) -> None:
@@ -125,6 +130,28 @@ def report(rows: Sequence[Dict[str, Any]], plan: Any, emulated: bool) -> Tuple[s
     return "\n".join(lines + [verdict]), ok
 
 
+def markdown(path: str, rows: Sequence[Dict[str, Any]], plan: Any, emulated: bool,
+             verdict: str, where: str) -> None:
+    """The results file: per size horotopo, MPI_Allreduce and the prediction, then the
+    verdict."""
+    fmt = results_doc.fmt
+    columns: List[results_doc.Column] = [
+        ("size", lambda r: _fmt_size(int(r["size"]))),
+        ("horotopo (ms)", lambda r: fmt(r["time_s"], ".1f", 1e3)),
+        ("MPI_Allreduce (ms)", lambda r: fmt(r["mpi_time_s"], ".1f", 1e3)),
+        ("MPI / horotopo", lambda r: fmt(r["ratio"], ".2f")),
+        ("predicted (ms)", lambda r: fmt(plan.predict_time(int(r["size"])), ".1f", 1e3)
+         if emulated else "-"),
+        ("#wrong", lambda r: int(r.get("wrong", 0)))]
+    summary = (f"Allreduce of float32 on {plan.n} ranks, {where}. Both timed in the same run, "
+               f"interleaved; MPI / horotopo above 1 means horotopo was faster."
+               + ("" if emulated else " The ranks were plain local ones, not the topology's "
+                  "links, so the plan's prediction does not apply."))
+    results_doc.write(path, "emulated_allreduce: horotopo against MPI_Allreduce on an emulated "
+                      "cluster", [("", results_doc.md_table(rows, columns)),
+                                  ("Verdict", verdict)], summary=summary)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,6 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="chunks of scratch per tree and reduce child (they bound the chunks "
                         "in flight too); default: the engine's automatic window "
                         "(horotopo.schedule.window_for: 32 at 64 KiB chunks)")
+    results_doc.add_markdown_option(p, "emulated_allreduce")
     args = p.parse_args(argv)
 
     topology = Path(args.topology).resolve()
@@ -193,6 +221,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\nallreduce on {plan.n} ranks, {where} ({topology.name}):")
     text, good = report(rows, plan, emulated)
     print(text)
+    if args.markdown:
+        verdict = text.splitlines()[-1] if rows else "the benchmark returned no rows"
+        markdown(args.markdown, rows, plan, emulated, verdict, f"{where} ({topology.name})")
     return 0 if good else 1
 
 

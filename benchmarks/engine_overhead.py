@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 import time
 from typing import Any, Dict, List
 
@@ -26,7 +27,8 @@ from horotopo.packing import ring_parents
 from horotopo.plan import parse_size, plan_from_trees
 from horotopo.transport import MPITransport
 
-import results as results_doc
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 
 class TimedTransport(MPITransport):

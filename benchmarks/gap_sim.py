@@ -18,14 +18,13 @@ chunk) under four settings, each removing one more effect:
 
 Each row gives the simulated times and their share of the optimum (optimum / time), so the
 drop from one setting to the next is what that effect costs, where the effects are
-independent. They are not always: at racks-256 the plan ran slower without the software costs
-(369.2 ms against 359.9), which pace the sends. Simulated times do not depend on the machine's
-load.
+independent. They are not always: on a large cluster the software costs pace the sends, and
+the plan can run slower without them. Simulated times do not depend on the machine's load.
 
     python benchmarks/gap_sim.py --ranks 64 --chunk 256K [--json]
 
-Prints a Markdown table (or JSON), progress on stderr. Exit status 1 if any run gave a wrong
-result.
+Prints a Markdown table (or JSON), progress on stderr; ``--markdown [PATH]`` also writes it to
+docs/results/gap_sim.md. Exit status 1 if any run gave a wrong result.
 """
 from __future__ import annotations
 
@@ -40,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from horotopo.cli.simulate_cmd import resolve, simulate  # noqa: E402
 from horotopo.plan import format_size, make_plan, parse_size  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 CLUSTERS = ("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
             "fattree:hosts_per_leaf=8,spines=4,gpus=8",
@@ -108,6 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--algorithms", default="tree,dbtree",
                     help="tree, dbtree or both (default both)")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(ap, "gap_sim")
     args = ap.parse_args(argv)
     algorithms = [a for a in args.algorithms.split(",") if a]
     if not algorithms or any(a not in ("tree", "dbtree") for a in algorithms):
@@ -115,12 +118,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows: List[Dict[str, Any]] = []
     for spec in [s for s in args.clusters.split(";") if s]:
         rows += cluster_rows(spec, args.ranks, args.size, args.chunk, algorithms)
+    chunk = format_size(args.chunk) if args.chunk else "the plan's own"
+    heading = f"{format_size(args.size)} allreduce, chunk {chunk}; simulated"
     if args.json:
         print(json.dumps({"rows": rows}))
     else:
-        chunk = format_size(args.chunk) if args.chunk else "the plan's own"
-        print(f"{format_size(args.size)} allreduce, chunk {chunk}; simulated")
+        print(heading)
         print(table(rows, algorithms))
+    if args.markdown:
+        results_doc.write(args.markdown, "gap_sim: where a simulated allreduce loses to the "
+                          "optimum", [("", table(rows, algorithms))],
+                          summary=f"{heading}, {args.ranks} ranks per cluster. Settings, each "
+                                  f"removing one more effect: full; no costs (no software "
+                                  f"costs); no acks (no TCP acknowledgements either); no "
+                                  f"headers (no TCP/IP header overhead either). \"of optimum\" "
+                                  f"is the optimum's time over the algorithm's.")
     bad = [r for r in rows if r["wrong"]]
     for r in bad:
         say(f"WRONG: {r['topology']} {r['setting']}: {r['wrong']} wrong elements")

@@ -17,6 +17,7 @@ Prints JSON ``{"rows": [...]}`` on stdout with ``--json`` (rank 0), a table othe
 holds ``alg, size, in_place, extra_bytes`` (max over ranks), ``extra_over_M`` and the bound
 the plan implies for the tree (``tree_window_bytes``). A throwaway run per algorithm first
 warms MPI's own once-per-process pools, so the rows are a running job's steady state.
+``--markdown [PATH]`` also writes the table to docs/results/memory_allreduce.md.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ import gc
 import json
 import os
 import sys
+from pathlib import Path
+from typing import List
 
 if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
     # Large blocks from mmap go back to the kernel when freed; otherwise the heap keeps the
@@ -39,6 +42,9 @@ from horotopo.algorithms import tree as _tree
 from horotopo.engine import Engine
 from horotopo.packing import ring_parents
 from horotopo.plan import format_size, parse_size, plan_from_trees
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 
 def _status(key: str) -> int:
@@ -82,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--algs", default="tree,ring,mpi")
     ap.add_argument("--chunk", default="1M", help="plan chunk size (default 1M)")
     ap.add_argument("--json", action="store_true")
+    results_doc.add_markdown_option(ap, "memory_allreduce")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     n = comm.size
@@ -124,6 +131,20 @@ def main(argv=None) -> int:
                 print(f"{r['alg']:<5} {format_size(r['size']):>8} "
                       f"{'in place' if r['in_place'] else 'out':<12} "
                       f"{r['extra_bytes'] / 2**20:10.2f} {r['extra_over_M']:8.3f}")
+        if args.markdown:
+            columns: List[results_doc.Column] = [
+                ("algorithm", lambda r: r["alg"]), ("M", lambda r: format_size(r["size"])),
+                ("mode", lambda r: "in place" if r["in_place"] else "out of place"),
+                ("extra (MiB)", lambda r: f"{r['extra_bytes'] / 2**20:.2f}"),
+                ("extra / M", lambda r: f"{r['extra_over_M']:.3f}")]
+            results_doc.write_table(
+                args.markdown, "memory_allreduce: memory an allreduce needs beyond its buffers",
+                rows, columns,
+                summary=f"{n} ranks, ring chains in {format_size(chunk)} chunks. Extra: the "
+                        f"peak resident set during one allreduce minus the resident set just "
+                        f"before it, the most over the ranks. The tree's scratch bound here is "
+                        f"{window / 2**20:.1f} MiB.",
+                command=results_doc.command_line(argv, ranks=n))
     return 0
 
 

@@ -27,7 +27,8 @@ from horotopo import generate
 from horotopo.plan import make_plan
 from horotopo.topology import Topology, bundled, from_dict, load
 
-import results as results_doc
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 import time
 from typing import Any, Dict, List, Optional
 
@@ -30,7 +31,8 @@ from horotopo.packing.hierarchy import pack_hierarchical, ring_throughput
 from horotopo.plan import make_plan
 from horotopo.topology import from_dict
 
-import results as results_doc
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 SPECS = ("racks:hosts_per_rack=8,gpus=8,oversub=4,slow=0.25",
          "fattree:hosts_per_leaf=8,spines=4,gpus=8",

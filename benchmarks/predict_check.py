@@ -16,8 +16,9 @@ the simulator's own (``DEFAULT_COSTS``, the same measurements as the engine's mo
 
     python benchmarks/predict_check.py --ranks 16,64,256 --sizes 1M,64M [--json]
 
-Prints a Markdown table (or ``--json``); progress on stderr. Exit status 1 when a prediction
-is off by more than ``--tolerance`` (default 15%) of the simulated time, listing those rows.
+Prints a Markdown table (or ``--json``); progress on stderr; ``--markdown [PATH]`` also writes
+it to docs/results/predict_check.md. Exit status 1 when a prediction is off by more than
+``--tolerance`` (default 15%) of the simulated time, listing those rows.
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ from horotopo.plan import Plan, format_size, make_plan, parse_size  # noqa: E402
 from horotopo.simulation import run_simulated  # noqa: E402
 from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
 from horotopo.transport.simulated import DEFAULT_COSTS, SimCosts  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 CLUSTERS = ("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
               "fattree:hosts_per_leaf=8,spines=4,gpus=8",
@@ -235,6 +239,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="network the deep-or-shallow choice is predicted on (default: the "
                          "simulator's, as measured)")
     ap.add_argument("--json", action="store_true")
+    results_doc.add_markdown_option(ap, "predict_check")
     args = ap.parse_args(argv)
     network = measure_network()
     costs = software_costs()
@@ -248,16 +253,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows += check(spec, n, sizes, network, costs, args.timeout,
                           args.choose_on == "simulator")
     misses = [r for r in rows if "error_frac" in r and abs(r["error_frac"]) > args.tolerance]
+    measured = (f"simulator's network: latency x{network.latency_factor:.2f}, rates "
+                f"x{network.bandwidth_factor:.3f}, TCP window {network.tcp_window_bytes}")
+    missed = [f"MISS: {r['topology']} {format_size(r['size'])} {r['forest']}: predicted "
+              f"{r['predicted_s'] * 1e3:.2f} ms vs simulated {r['time_s'] * 1e3:.2f} ms "
+              f"({r['error_frac'] * 100:+.1f}%)" for r in misses]
     if args.json:
         print(json.dumps({"network": network.__dict__, "rows": rows}))
     else:
-        print(f"simulator's network: latency x{network.latency_factor:.2f}, rates "
-              f"x{network.bandwidth_factor:.3f}, TCP window {network.tcp_window_bytes}")
+        print(measured)
         print(table(rows))
-        for r in misses:
-            print(f"MISS: {r['topology']} {format_size(r['size'])} {r['forest']}: predicted "
-                  f"{r['predicted_s'] * 1e3:.2f} ms vs simulated {r['time_s'] * 1e3:.2f} ms "
-                  f"({r['error_frac'] * 100:+.1f}%)")
+        print("\n".join(missed))
+    if args.markdown:
+        verdict = ("Every prediction within " f"{args.tolerance * 100:g}% of the simulated time."
+                   if not missed else "\n".join(f"- {m}" for m in missed))
+        results_doc.write(args.markdown, "predict_check: predicted against simulated allreduce "
+                          "time", [("", table(rows)), ("Verdict", verdict)],
+                          summary=f"The {measured}. Forests chosen on the "
+                                  f"{args.choose_on} network.")
     return 1 if misses else 0
 
 

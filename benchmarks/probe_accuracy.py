@@ -21,6 +21,7 @@ prints:
 
 Targets: pairwise within 15%, optimum within 15%, allreduce ratio at least 0.85.
 ``--json`` prints one JSON object per topology on stdout; progress goes to stderr.
+``--markdown [PATH]`` also writes a table to docs/results/probe_accuracy.md.
 Exit status 0 when every figure meets its target.
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ["racks-2x3", "slow-nic", "uniform-4"]
@@ -221,6 +225,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="also time both plans' allreduce of SIZE bytes (e.g. 8M)")
     p.add_argument("--iters", type=int, default=5, help="allreduce iterations per plan")
     p.add_argument("--json", action="store_true", help="one JSON object per topology")
+    results_doc.add_markdown_option(p, "probe_accuracy")
     args = p.parse_args(argv)
     emulate = emulate_module()
     ok, why = emulate.available()
@@ -228,11 +233,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         _log(f"cannot emulate a cluster here: {why}")
         return 2
     failed = False
+    done: List[Dict[str, Any]] = []
     for doc in _topologies(args):
         _log(f"{doc.get('name')}: building the cluster and probing")
         row = evaluate(doc, args.quick, args.allreduce, args.iters)
         misses = verdict(row)
         failed |= bool(misses)
+        done.append({**row, "misses": misses})
         if args.json:
             print(json.dumps(row), flush=True)
             continue
@@ -255,7 +262,34 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"{ar['same_chunk_ratio']:.3f}")
         print(f"   verdict: {'meets the targets' if not misses else '; '.join(misses)}",
               flush=True)
+    if args.markdown:
+        markdown(args.markdown, done)
     return 1 if failed else 0
+
+
+def markdown(path: str, rows: List[Dict[str, Any]]) -> None:
+    """The results file: one row per topology, the targets it missed in the last column."""
+    fmt = results_doc.fmt
+
+    def allreduce(r: Dict[str, Any], key: str, spec: str) -> str:
+        return fmt(r["allreduce"][key], spec) if "allreduce" in r else "-"
+
+    columns: List[results_doc.Column] = [
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
+        ("probe", lambda r: r["mode"]), ("probe (s)", lambda r: fmt(r["probe_s"], ".2f")),
+        ("pairs within 15%", lambda r: f"{r['pairs_within_15pct']}/{r['pairs']}"),
+        ("worst pair error", lambda r: fmt(r["pair_error_max"], ".1f", 100) + "%"),
+        ("probed / declared optimum", lambda r: fmt(r["optimum_ratio"], ".3f")),
+        ("probed plan / declared plan (model)", lambda r: fmt(r["modelled_plan_ratio"], ".3f")),
+        ("probed plan / declared plan (allreduce)", lambda r: allreduce(r, "ratio", ".3f")),
+        ("#wrong", lambda r: allreduce(r, "wrong", "d")),
+        ("verdict", lambda r: "meets the targets" if not r["misses"]
+         else "; ".join(r["misses"]))]
+    results_doc.write_table(
+        path, "probe_accuracy: the probe on emulated clusters", rows, columns,
+        summary="Targets: pairwise within 15%, optimum within 15%, allreduce ratio at least "
+                "0.85. Ratios are probed over declared: the plan of what the probe measured "
+                "against the plan of the topology as declared.")
 
 
 if __name__ == "__main__":

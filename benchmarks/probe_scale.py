@@ -16,7 +16,8 @@ declares it (:func:`horotopo.probe.hostinfer.generated_hosts`). It reports:
 
 The simulated transport charges the probe's messages their software cost per message, but not
 the per-byte receive cost the engine pays for its reductions and copies (the probe's receives
-land in place: ``--recv-cost`` charges it anyway). ``--json`` prints the rows as JSON.
+land in place: ``--recv-cost`` charges it anyway). ``--json`` prints the rows as JSON;
+``--markdown [PATH]`` also writes the table to docs/results/probe_scale.md.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 import time
 from typing import Any, Dict, List, Set, Tuple
 
@@ -35,6 +37,9 @@ from horotopo.probe.hostinfer import generated_hosts
 from horotopo.simulation import run_simulated
 from horotopo.topology import GBPS_TO_BPS, from_dict
 from horotopo.transport.simulated import DEFAULT_COSTS, SimCosts
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 WITHIN = 0.15
 
@@ -168,6 +173,7 @@ def main(argv: Any = None) -> int:
                     help="charge the simulator's per-byte receive cost to the probe too")
     ap.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per run")
     ap.add_argument("--json", action="store_true")
+    results_doc.add_markdown_option(ap, "probe_scale")
     ap.add_argument("--save", default="", metavar="DIR",
                     help="write each run's probe record (the document's 'probe' part: host "
                          "figures, group tests, shared links) to DIR/NAME.json")
@@ -183,22 +189,32 @@ def main(argv: Any = None) -> int:
                   f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"
                   f"{row['links']}, wall {row['wall_s']:.1f} s\n# row {json.dumps(row)}",
                   file=sys.stderr, flush=True)
+    columns: List[results_doc.Column] = [
+        ("cluster", lambda r: r["name"]), ("ranks", lambda r: r["ranks"]),
+        ("hosts", lambda r: r["hosts"]), ("probe s (sim)", lambda r: f"{r['probe_s']:.2f}"),
+        ("leaders s", lambda r: f"{r['leaders_s']:.2f}"), ("rounds", lambda r: r["rounds"]),
+        ("tests", lambda r: r["tests"]),
+        ("host pairs within 15%", lambda r: f"{r['pairs_within']}/{r['pairs']} "
+         f"({100 * r['pairs_within'] / max(r['pairs'], 1):.0f}%)"),
+        ("links found within 15%", lambda r: f"{r['links_found']}/{r['links']}"),
+        ("wall s", lambda r: f"{r['wall_s']:.0f}")]
+    missed = [f"{r['name']}: {x['link']} {x['declared_gbps']:g} gbps not found (closest "
+              f"{x['found_gbps']:.3f})" for r in rows for x in r["link_rows"] if not x["found"]]
     if args.json:
         print(json.dumps({"rows": rows}, indent=1))
-        return 0
-    print("| cluster | ranks | hosts | probe s (sim) | leaders s | rounds | tests | host pairs "
-          "within 15% | links found within 15% | wall s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['name']} | {r['ranks']} | {r['hosts']} | {r['probe_s']:.2f} | "
-              f"{r['leaders_s']:.2f} | {r['rounds']} | {r['tests']} | {r['pairs_within']}/"
-              f"{r['pairs']} ({100 * r['pairs_within'] / max(r['pairs'], 1):.0f}%) | "
-              f"{r['links_found']}/{r['links']} | {r['wall_s']:.0f} |")
-    for r in rows:
-        missed = [x for x in r["link_rows"] if not x["found"]]
-        for x in missed:
-            print(f"# {r['name']}: {x['link']} {x['declared_gbps']:g} gbps not found "
-                  f"(closest {x['found_gbps']:.3f})")
+    else:
+        print(results_doc.md_table(rows, columns))
+        for line in missed:
+            print(f"# {line}")
+    if args.markdown:
+        results_doc.write(
+            args.markdown, "probe_scale: the probe by hosts at scale, simulated",
+            [("", results_doc.md_table(rows, columns)),
+             ("Shared links not found", "\n".join(f"- {m}" for m in missed) or "None.")],
+            summary="Every rank runs the quick probe over the simulated transport. Host pairs: "
+                    "within 15% of the declared rate alone; links: each rack uplink and WAN "
+                    "direction found with its capacity within 15%. Probe times are simulated; "
+                    "wall time is this machine's.")
     return 0
 
 

@@ -141,15 +141,18 @@ def command_line(argv: Optional[Sequence[str]] = None, ranks: Optional[int] = No
 
 # Taken when the benchmark starts: the code it runs is the code of that moment, even if the
 # tree changes while it runs.
-_STARTED = (datetime.datetime.now(datetime.timezone.utc), commit())
+_STARTED = (datetime.datetime.now(datetime.timezone.utc), commit(), os.getloadavg()[0])
 
 
 def stamp(command: str) -> str:
     """The Markdown lines that open every results file."""
-    started, started_commit = _STARTED
+    started, started_commit, load_at_start = _STARTED
     lines = [f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')} (start of the run)",
              f"- commit: `{started_commit}`"]
     lines += [f"- {key}: {value}" for key, value in machine().items()]
+    # Wall times on a shared machine depend on what else runs there.
+    lines.append(f"- load average (1 min): {load_at_start:.1f} at the start, "
+                 f"{os.getloadavg()[0]:.1f} at the end")
     lines.append(f"- command: `{command}`")
     return "\n".join(lines)
 
@@ -162,6 +165,13 @@ def md_table(rows: Sequence[Dict[str, Any]], columns: Sequence[Column]) -> str:
     for r in rows:
         out.append("| " + " | ".join(str(cell(r)) for _, cell in columns) + " |")
     return "\n".join(out)
+
+
+def key_value_table(values: Dict[str, Any]) -> str:
+    """A two-column Markdown table of named figures (floats to 4 significant digits)."""
+    rows = [{"key": k, "value": f"{v:.4g}" if isinstance(v, float) else v}
+            for k, v in values.items()]
+    return md_table(rows, [("figure", lambda r: r["key"]), ("value", lambda r: r["value"])])
 
 
 def fmt(value: Optional[float], spec: str, scale: float = 1.0) -> str:
@@ -187,3 +197,10 @@ def write(path: str, title: str, sections: List[Tuple[str, str]], *,
     target.write_text(text)
     print(f"results: {target}", file=sys.stderr, flush=True)
     return target
+
+
+def write_table(path: str, title: str, rows: Sequence[Dict[str, Any]],
+                columns: Sequence[Column], *, summary: str = "",
+                command: Optional[str] = None) -> Path:
+    """:func:`write` for the common case: one table of ``rows``."""
+    return write(path, title, [("", md_table(rows, columns))], summary=summary, command=command)

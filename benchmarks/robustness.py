@@ -33,6 +33,7 @@ than MPI_Allreduce by more than 5% (T_hvd <= 1.05 T_mpi). The exit status is 1 w
 missed (every miss is listed), a job fails or a result is wrong; 0 otherwise. Without root or
 ip netns it says why and exits 2 having measured nothing.
 
+``--markdown [PATH]`` also writes the table and the misses to docs/results/robustness.md.
 ``--json`` prints only the JSON document ({"config", "load", "topologies": [...], "misses"})
 on stdout; progress always goes to stderr.
 """
@@ -47,6 +48,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY_DIRS = (ROOT / "horotopo" / "data" / "topologies",)
@@ -270,6 +274,32 @@ def _print_table(results: Sequence[Dict[str, Any]]) -> None:
                   f"{r['min']:6.2f} / {r['median']:5.2f} / {r['max']:5.2f}  {algs}")
 
 
+def markdown(path: str, results: Sequence[Dict[str, Any]], misses: Sequence[str],
+             args: argparse.Namespace) -> None:
+    """The results file: per topology and size the spread over the jobs, then the misses."""
+    def spread(s: Dict[str, float]) -> str:
+        return f"{s['min']:.2f} / {s['median']:.2f} / {s['max']:.2f}"
+
+    rows = [{**s, "name": res["name"], "jobs": res["jobs"]}
+            for res in results for s in res["sizes"]]
+    columns: List[results_doc.Column] = [
+        ("topology", lambda r: r["name"]), ("size", lambda r: f"{r['size'] >> 20} MiB"),
+        ("jobs", lambda r: r["jobs"]),
+        ("fraction of optimum (min / median / max)", lambda r: spread(r["fraction"])),
+        ("MPI time / horotopo (min / median / max)", lambda r: spread(r["ratio_to_mpi"])),
+        ("algorithms", lambda r: ", ".join(f"{a} {c}" for a, c in
+                                           sorted(r["algorithms"].items())))]
+    verdict = ("All targets met." if not misses else "\n".join(f"- missed: {m}" for m in misses))
+    results_doc.write(
+        path, "robustness: fresh jobs on emulated clusters",
+        [("", results_doc.md_table(rows, columns)), ("Targets at 16 MiB", verdict)],
+        summary=f"{args.jobs} fresh jobs per topology, each with the default init (the quick "
+                f"probe, the plan, calibration); per size {args.warmup} untimed and "
+                f"{args.iters} timed calls, interleaved with MPI_Allreduce. Targets: minimum "
+                f"fraction of the optimum {MIN_FRACTION}, median {MEDIAN_FRACTION}, no job "
+                f"slower than {MPI_SLACK}x MPI_Allreduce.")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -288,6 +318,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--prefix", default="htrob", help="namespace prefix of the cluster")
     p.add_argument("--json", action="store_true", help="print only the JSON document")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    results_doc.add_markdown_option(p, "robustness")
     args = p.parse_args(argv)
     from horotopo.plan import parse_size
 
@@ -329,6 +360,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("targets at 16 MiB: " + ("all met" if not misses else "MISSED:"))
         for m in misses:
             print("  " + m)
+    if args.markdown:
+        markdown(args.markdown, results, misses, args)
     return 1 if misses else 0
 
 

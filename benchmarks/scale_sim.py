@@ -34,7 +34,8 @@ from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, sim
 from horotopo.plan import Plan, parse_size
 from horotopo.simulation import SimulationError
 
-import results as results_doc
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 DEFAULT_GENERATORS = ["racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
                       "fattree:hosts_per_leaf=8,spines=4,gpus=8",

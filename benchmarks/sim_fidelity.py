@@ -16,7 +16,8 @@ settings (the plan's chunk size, the engine's default window) run twice:
 Prints per topology, algorithm and size: emulated ms, simulated ms, their ratio
 (simulated / emulated), and the load average around each emulated run (the emulated ranks
 share this machine's cores with everything else; the simulated times do not depend on load).
-``--json`` prints ``{"rows": [...]}`` instead. Exit status 1 when a result was wrong.
+``--json`` prints ``{"rows": [...]}`` instead; ``--markdown [PATH]`` also writes the table to
+docs/results/sim_fidelity.md. Exit status 1 when a result was wrong.
 
 Example:
   python benchmarks/sim_fidelity.py --sizes 4M,16M
@@ -35,8 +36,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulated_allreduce import BENCH, _rows  # noqa: E402
+import results as results_doc  # noqa: E402
 
-from horotopo.plan import Plan, make_plan, parse_size  # noqa: E402
+from horotopo.plan import Plan, format_size, make_plan, parse_size  # noqa: E402
 from horotopo.topology import Topology, bundled, load  # noqa: E402
 
 TOPOLOGIES = ("racks-2x3", "slow-nic", "uniform-4")
@@ -125,6 +127,29 @@ def table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(path: str, rows: List[Dict[str, Any]], args: argparse.Namespace) -> None:
+    """The results file: the printed table's figures."""
+    fmt = results_doc.fmt
+
+    def ratio(r: Dict[str, Any]) -> str:
+        emu, sim = r.get("emulated_s"), r.get("simulated_s")
+        return "-" if emu is None or sim is None else f"{sim / emu:.2f}"
+
+    columns: List[results_doc.Column] = [
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
+        ("algorithm", lambda r: r["algorithm"]), ("size", lambda r: format_size(r["size"])),
+        ("emulated (ms)", lambda r: fmt(r.get("emulated_s"), ".1f", 1e3)),
+        ("simulated (ms)", lambda r: fmt(r.get("simulated_s"), ".1f", 1e3)),
+        ("simulated / emulated", ratio),
+        ("MPI_Allreduce emulated (ms)", lambda r: fmt(r.get("mpi_emulated_s"), ".1f", 1e3)),
+        ("load", lambda r: fmt(r.get("load"), ".1f")), ("#wrong", lambda r: r["wrong"])]
+    summary = (f"The same plan run on the emulated cluster (mean of {args.iters} iterations "
+               f"after {args.warmup} warm-up; the load average beside it) and in the "
+               f"simulator (one run: a simulation has no noise).")
+    results_doc.write_table(path, "sim_fidelity: simulated against emulated allreduce time",
+                            rows, columns, summary=summary)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,6 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--warmup", type=int, default=1, help="emulated warm-up iterations")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per emulated run")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(ap, "sim_fidelity")
     args = ap.parse_args(argv)
     sizes = sorted(parse_size(s) for s in args.sizes.split(","))
     algorithms = [a for a in args.algorithms.split(",") if a]
@@ -169,6 +195,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps({"rows": rows}))
     else:
         print(table(rows))
+    if args.markdown:
+        markdown(args.markdown, rows, args)
     return 1 if any(r["wrong"] for r in rows) else 0
 
 

@@ -9,14 +9,15 @@ simcall (a post, a wait) hands control from the actor's thread to SimGrid's maes
 and the GIL with it. This benchmark times bare actors in pairs, each sender posting ``--batch``
 ``put_async`` at a time and waiting for them all (``Comm.wait_all``), each receiver posting as
 many ``get_async``: no horotopo code runs, so the figure is what any Python program pays per
-message in this simulator, on this machine. A horotopo simulation of ``M`` messages takes at
-least ``M`` times it (``horotopo simulate`` prints its messages).
+message in this simulator, on the machine it runs on. A horotopo simulation of ``M`` messages
+takes at least ``M`` times it (``horotopo simulate`` prints its messages).
 
     python benchmarks/simgrid_floor.py [--pairs 64] [--messages 512] [--batch 1,8,64] [--json]
 
 Prints one row per batch size (wall microseconds per message, CPU per message), and the
 wall-time floor of 2.1 million messages (a 64 MiB tree allreduce at 1024 ranks and 64 KiB
-chunks: about ``2 n`` messages per chunk of the buffer).
+chunks: about ``2 n`` messages per chunk of the buffer). ``--markdown [PATH]`` also writes
+the table to docs/results/simgrid_floor.md.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from horotopo.simulation.runner import pin_to_one_cpu  # noqa: E402
 from horotopo.transport.simulated import load_simgrid  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 #: Messages of a 64 MiB allreduce at 1024 ranks in 64 KiB chunks over trees: 2 (n - 1) arcs
 #: times 1024 chunks: 2.1 million.
@@ -104,6 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--batch", default="1,8,64",
                     help="messages posted before each wait, comma-separated (default 1,8,64)")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(ap, "simgrid_floor")
     args = ap.parse_args(argv)
     try:
         batches = [int(b) for b in args.batch.split(",") if b]
@@ -112,17 +117,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.pairs < 1 or not batches or min(batches) < 1:
         ap.error("need --pairs >= 1 and batches >= 1")
     rows: List[Dict[str, Any]] = [measure(args.pairs, args.messages, b) for b in batches]
+    fmt = results_doc.fmt
+    columns: List[results_doc.Column] = [
+        ("pairs", lambda r: r["pairs"]), ("batch", lambda r: r["batch"]),
+        ("pinned to", lambda r: "-" if r["pinned_cpu"] is None else f"CPU {r['pinned_cpu']}"),
+        ("messages", lambda r: r["messages"]),
+        ("wall us/msg", lambda r: fmt(r["wall_us_per_message"], ".1f")),
+        ("CPU us/msg", lambda r: fmt(r["cpu_us_per_message"], ".1f")),
+        ("floor of 2.1 M messages (s)", lambda r: fmt(r["floor_s_at_1024"], ".0f"))]
     if args.json:
         print(json.dumps({"rows": rows}))
-        return 0
-    print("| pairs | batch | pinned to | messages | wall us/msg | CPU us/msg | floor of 2.1 M "
-          "messages (s) |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
-    for r in rows:
-        pinned = "-" if r["pinned_cpu"] is None else f"CPU {r['pinned_cpu']}"
-        print(f"| {r['pairs']} | {r['batch']} | {pinned} | {r['messages']} | "
-              f"{r['wall_us_per_message']:.1f} | {r['cpu_us_per_message']:.1f} | "
-              f"{r['floor_s_at_1024']:.0f} |")
+    else:
+        print(results_doc.md_table(rows, columns))
+    if args.markdown:
+        results_doc.write(args.markdown, "simgrid_floor: SimGrid's own cost per message",
+                          [("", results_doc.md_table(rows, columns))],
+                          summary="Bare SimGrid actors in sender/receiver pairs, no horotopo "
+                                  "code: the wall time any simulation pays per message here. "
+                                  "The last column is the floor for a 64 MiB tree allreduce "
+                                  "at 1024 ranks in 64 KiB chunks (2.1 million messages).")
     return 0
 
 

@@ -20,7 +20,8 @@ Checked on every rank, and agreed across ranks at the end:
   scratch pool and MPI's buffers).
 
 Prints one JSON object on stdout (rank 0) with ``--json``, else a summary; progress on stderr.
-Exit status 1 when a check fails (``--max-growth-mib``, default 16).
+``--markdown [PATH]`` also writes the summary to docs/results/soak_allreduce.md. Exit status 1
+when a check fails (``--max-growth-mib``, default 16).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import argparse
 import gc
 import json
 import sys
+from pathlib import Path
 import time
 
 import numpy as np
@@ -38,6 +40,9 @@ from horotopo.packing import ring_parents
 from horotopo.plan import plan_from_trees
 from horotopo.reliability import TrackedTransport
 from horotopo.transport import as_transport
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 DTYPES = ("float32", "float64", "int32", "int64", "float16")
 OPS = ("sum", "min", "max", "average")
@@ -85,6 +90,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--max-growth-mib", type=float, default=16.0)
     ap.add_argument("--json", action="store_true")
+    results_doc.add_markdown_option(ap, "soak_allreduce")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     n, me = comm.size, comm.rank
@@ -153,6 +159,15 @@ def main(argv=None) -> int:
             print(json.dumps(result))
         else:
             print(" ".join(f"{k}={v}" for k, v in result.items()))
+        if args.markdown:
+            results_doc.write(
+                args.markdown, "soak_allreduce: many mixed allreduces, every result verified",
+                [("", results_doc.key_value_table(result))],
+                summary=f"{n} ranks, {args.iters} calls of random size, dtype, op, algorithm "
+                        f"and placement (seed {args.seed}); ok requires no wrong element, no "
+                        f"leaked or unfinished request and resident memory growth of at most "
+                        f"{args.max_growth_mib:g} MiB.",
+                command=results_doc.command_line(argv, ranks=n))
     return 0 if ok else 1
 
 

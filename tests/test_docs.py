@@ -135,3 +135,25 @@ def test_link_parser_finds_relative_links_only() -> None:
             "`[code](not/a/link.md)`\n```\n[fenced](no.md)\n```\n[ref]: docs/y.md\n")
     assert [t for t in _links(text) if _is_relative(t)] == ["docs/x.md", "img/p.png",
                                                             "docs/y.md"]
+
+
+def test_a_benchmark_writes_a_stamped_results_file(tmp_path: Path) -> None:
+    """``--markdown PATH``: the file opens with the stamp, then the benchmark's own table."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "planner_scale.md"
+    argv = ["benchmarks/planner_scale.py", "--ranks", "16", "--generators",
+            "sites:gpus=8,wan_gbps=10", "--markdown", str(out)]
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# planner_scale")
+    stamp = {line.split(":", 1)[0]: line.split(":", 1)[1].strip()
+             for line in text.splitlines() if line.startswith("- ")}
+    assert stamp["- command"] == "`python " + " ".join(argv) + "`"
+    assert stamp["- commit"].strip("`").split("+")[0].isalnum()
+    for field in ("- date", "- CPU", "- cores", "- memory", "- OS", "- Python", "- MPI", "- GPU"):
+        assert stamp.get(field), f"no {field[2:]} in the stamp"
+    assert "| sites-16-wan10 | 16 |" in text
