@@ -18,7 +18,8 @@ exits 0 having measured nothing. The driver (this process, outside the ranks):
 
 It prints the time series (the slowest rank's time per call): the time degrades after the
 reshape, the runtime re-plans, and the time should recover to within ``--tolerance`` (15%) of
-the fresh plan. ``--json`` prints {"series", "events", "fresh_s", "summary"} on stdout.
+the fresh plan. ``--json`` prints {"series", "events", "fresh_s", "summary"} on stdout;
+``--markdown [PATH]`` also writes the series and the summary to docs/results/adapt_emulated.md.
 Exit status: 1 when a result is wrong, no re-plan happened, or the recovery misses the target.
 """
 from __future__ import annotations
@@ -35,6 +36,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 
 def _log(msg: str) -> None:
@@ -167,6 +171,7 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--prefix", default="htadp")
     ap.add_argument("--json", action="store_true")
+    results_doc.add_markdown_option(ap, "adapt_emulated")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -244,7 +249,33 @@ def main(argv: Any = None) -> int:
               f"{'=' if res['adapted_digest'] == res['fresh_digest'] else '!='} fresh plan)")
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in summary.items()))
+    if args.markdown:
+        markdown(args.markdown, res, summary)
     return 0 if summary["ok"] else 1
+
+
+def markdown(path: str, res: Dict[str, Any], summary: Dict[str, Any]) -> None:
+    """The results file: each call's time and plan, the re-plans, and the summary."""
+    columns: List[results_doc.Column] = [
+        ("call", lambda s: s["step"]), ("phase", lambda s: s["phase"]),
+        ("time (ms)", lambda s: f"{s['seconds'] * 1e3:.1f}"),
+        ("plan", lambda s: s["plan"] + (" (re-planned)" if s["replanned"] else ""))]
+    events = "\n".join(
+        f"- after call {e['step']}: {e['reason']}; suspects {e['suspects']}; probed "
+        f"{e['probed_gbps']} gbps; model {e['old_model_Bps'] * 8e-9:.3f} -> "
+        f"{e['new_model_Bps'] * 8e-9:.3f} gbps; {e['seconds']:.2f} s {e['note']}"
+        for e in res["events"]) or "None."
+    fresh = (f"Fresh plan on the new network: {statistics.median(res['fresh_s']) * 1e3:.1f} ms "
+             f"(model {res['fresh_model_Bps'] * 8e-9:.3f} gbps; the adapted plan "
+             f"{'is' if res['adapted_digest'] == res['fresh_digest'] else 'is not'} the fresh "
+             f"plan).")
+    results_doc.write(
+        path, "adapt_emulated: a link slows mid-job on an emulated cluster",
+        [("Calls", results_doc.md_table(res["series"], columns)), ("Re-plans", events),
+         ("Summary", fresh + "\n\n" + results_doc.key_value_table(summary))],
+        summary=f"{summary['topology']}, {summary['ranks']} ranks, {summary['size']} bytes per "
+                f"allreduce; {summary['link']} reshaped to {summary['factor']:g} of its rate "
+                f"half-way. Times are the slowest rank's per call, on this machine.")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ and tc (needs root; see docs/emulation.md); horotopo plans on the
 declared topology (``HOROTOPO_TOPOLOGY``) instead of probing. ``--local`` runs plain local
 ranks instead (``-np``, default 2), where the links are this machine's memory.
 
+``--markdown [PATH]`` also writes the table to docs/results/ddp_step.md.
+
 Exit status: 0 when the run finished and every variant matched gloo's parameters; 1 otherwise.
 """
 from __future__ import annotations
@@ -42,6 +44,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOPOLOGY = ROOT / "horotopo" / "data" / "topologies" / "racks-2x3.json"
@@ -77,6 +82,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--master", default="127.0.0.1:29500", help=argparse.SUPPRESS)
+    results_doc.add_markdown_option(p, "ddp_step")
     args = p.parse_args(argv)
     for name in ("hidden", "layers", "batch", "rounds", "steps", "np"):
         if getattr(args, name) < 1:
@@ -183,6 +189,23 @@ def report(doc: Dict[str, Any], where: str) -> str:
     return "\n".join(lines)
 
 
+def markdown(path: str, doc: Dict[str, Any], where: str) -> None:
+    """The results file: the report's table, one row per variant."""
+    columns: List[results_doc.Column] = [
+        ("variant", lambda r: r["variant"]), ("process group", lambda r: r["process_group"]),
+        ("reducer", lambda r: r["reducer"]), ("images/s", lambda r: f"{r['images_per_s']:.1f}"),
+        ("step (ms, median)", lambda r: f"{r['step_ms_median']:.0f}"),
+        ("vs gloo", lambda r: f"{r['ratio_vs_gloo']:.2f}x"),
+        ("max param difference vs gloo", lambda r: f"{r['max_param_diff_vs_gloo']:.1e}")]
+    results_doc.write_table(
+        path, "ddp_step: a DistributedDataParallel step, horotopo against gloo", doc["rows"],
+        columns, summary=f"DDP on {doc['ranks']} ranks, {where}; MLP of "
+                         f"{doc['params'] / 1e6:.2f}M parameters ({doc['gradient_bytes'] / 1e6:.1f}"
+                         f" MB of float32 gradients), batch {doc['batch_per_rank']} per rank, "
+                         f"{doc['rounds']} rounds x {doc['steps_per_round']} steps per variant, "
+                         f"alternating.")
+
+
 def _document(stdout: str) -> Dict[str, Any]:
     for line in reversed(stdout.splitlines()):
         if line.startswith("{") and '"rows"' in line:
@@ -242,6 +265,8 @@ def drive(args: argparse.Namespace) -> int:
     doc = _document(proc.stdout)
     doc["where"] = where
     print(json.dumps(doc) if args.json else report(doc, where))
+    if args.markdown:
+        markdown(args.markdown, doc, where)
     bad = [r["variant"] for r in doc["rows"] if r["max_param_diff_vs_gloo"] > TOLERANCE]
     if bad:
         _log(f"{', '.join(bad)} ended more than {TOLERANCE:g} away from gloo's parameters: "

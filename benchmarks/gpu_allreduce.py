@@ -10,7 +10,8 @@ two trees) on float32 CuPy buffers and, as the baseline, MPI_Allreduce of host c
 the device<->host copies. With --json rank 0 prints only {"cuda_aware": ..., "rows": [...]} on
 stdout; each row: size, type, redop, transport, time_s, algbw_GBps, baseline_time_s, ratio
 (baseline over horotopo), wrong (elements that differ from the host reference on any rank).
-Exit status 1 when any element is wrong.
+``--markdown [PATH]`` also writes the table to docs/results/gpu_allreduce.md. Exit status 1
+when any element is wrong.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
+from typing import List
 
 import numpy as np
 from mpi4py import MPI
@@ -26,6 +29,9 @@ from horotopo import gpu
 from horotopo.engine import Engine
 from horotopo.plan import Plan, parse_size, plan_from_trees
 from horotopo.transport import MPITransport
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 
 def two_tree_plan(n: int, chunk_bytes: int) -> Plan:
@@ -56,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1M,16M,64M")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", action="store_true")
+    results_doc.add_markdown_option(ap, "gpu_allreduce")
     args = ap.parse_args(argv)
     comm = MPI.COMM_WORLD
     ok, why = gpu.device_status()
@@ -109,6 +116,23 @@ def main(argv=None) -> int:
         t.close()
     if comm.rank == 0 and args.json:
         print(json.dumps({"cuda_aware": aware, "ranks": comm.size, "rows": rows}))
+    if comm.rank == 0 and args.markdown:
+        columns: List[results_doc.Column] = [
+            ("size (B)", lambda r: r["size"]), ("count", lambda r: r["count"]),
+            ("type", lambda r: r["type"]), ("redop", lambda r: r["redop"]),
+            ("transport", lambda r: r["transport"]),
+            ("time (ms)", lambda r: f"{r['time_s'] * 1e3:.3f}"),
+            ("algbw (GB/s)", lambda r: f"{r['algbw_GBps']:.2f}"),
+            ("host-MPI baseline (ms)", lambda r: f"{r['baseline_time_s'] * 1e3:.3f}"),
+            ("baseline / horotopo", lambda r: f"{r['ratio']:.2f}"),
+            ("#wrong", lambda r: r["wrong"])]
+        results_doc.write_table(
+            args.markdown, "gpu_allreduce: CuPy buffers through the engine", rows, columns,
+            summary=f"{comm.size} ranks sharing the GPUs round-robin; CUDA-aware MPI: "
+                    f"{'yes' if aware else 'no'}. Tree algorithm over a plan of two trees; the "
+                    f"baseline is MPI_Allreduce of host copies, device copies included. Best "
+                    f"of {args.repeats} calls, slowest rank.",
+            command=results_doc.command_line(argv, ranks=comm.size))
     return 1 if any(r["wrong"] for r in rows) else 0
 
 

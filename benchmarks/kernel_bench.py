@@ -10,6 +10,7 @@ memory speed the device shows for a plain copy.
 With --json only JSON goes to stdout: {"device": ..., "copy_GBps": ..., "rows": [...]}; each row
 holds dtype, op, path, bytes, time_s, GBps, fraction_of_copy, and ``wrong``, the number of
 elements where the native and fallback results differ (they must be bit-equal).
+``--markdown [PATH]`` also writes the table to docs/results/kernel_bench.md.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import json
 import os
 import statistics
 import sys
+from pathlib import Path
+from typing import List
 
 import numpy as np
 
@@ -25,6 +28,9 @@ from horotopo import gpu
 from horotopo.gpu import elementwise as ew
 from horotopo.gpu import kernels
 from horotopo.plan import parse_size
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+import results as results_doc  # noqa: E402
 
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 OPS = ["sum", "min", "max", "product"]
@@ -74,6 +80,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="256M", help="bytes per buffer (default 256M)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    results_doc.add_markdown_option(ap, "kernel_bench")
     args = ap.parse_args(argv)
     ok, why = gpu.device_status()
     if not ok:
@@ -117,6 +124,17 @@ def main(argv=None) -> int:
     doc = {"device": name, "copy_GBps": copy_gbps, "bytes_per_buffer": nbytes, "rows": rows}
     if args.json:
         print(json.dumps(doc))
+    if args.markdown:
+        columns: List[results_doc.Column] = [
+            ("dtype", lambda r: r["dtype"]), ("op", lambda r: r["op"]),
+            ("path", lambda r: r["path"]), ("GB/s", lambda r: f"{r['GBps']:.1f}"),
+            ("of copy", lambda r: f"{r['fraction_of_copy']:.2f}"),
+            ("native != fallback", lambda r: r["wrong"])]
+        results_doc.write_table(
+            args.markdown, "kernel_bench: the reduce step on one GPU", rows, columns,
+            summary=f"{name}: device-to-device copy {copy_gbps:.1f} GB/s; {nbytes} bytes per "
+                    f"buffer, median of {args.repeats} calls. A reduce step moves 3 x the "
+                    f"bytes, a copy 2 x; \"of copy\" 1.00 is the copy's memory speed.")
     bad = sum(r["wrong"] for r in rows)
     if bad:
         print(f"kernel_bench: native and fallback disagree on {bad} elements", file=sys.stderr)
