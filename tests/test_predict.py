@@ -172,7 +172,7 @@ def test_shallow_forest_respects_the_depth_bound(bound):
 
 
 def test_choice_is_shallow_for_small_allreduces_across_a_wan():
-    # (at 16 ranks the deep forest's 9 hops now predict as fast: a tie keeps it)
+    # (at 16 ranks the deep forest's 9 hops predict as fast: a tie keeps it)
     topo = from_dict(generate("sites:gpus=4,wan_gbps=10", 32))
     plan = make_plan(topo, size=256 << 10)
     record = plan.planner["forest"]

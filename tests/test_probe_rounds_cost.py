@@ -1,18 +1,15 @@
 """The fixed cost of the leaders' rounds in the probe by hosts.
 
 On two sites joined by a 5 ms WAN link every control allreduce ends with the slowest pair
-(a WAN flow's acknowledgement) and crosses the WAN: at 256 ranks it cost 13 ms a round
-direction and two of them ran per direction (one per attempt, at least two attempts). Where
-the round trip is at least the target, a round now runs its first two attempts back to back and
-ends them with one allreduce (``measure(paired=True)``), and it hands the next round a size
-fitted to the target: handed on as used, the rounds past the budget (one sample each) kept an
-overshoot, and at 1024 ranks their attempts lasted about four targets (24.98 s simulated,
-13.78 s with both changes).
+(a WAN flow's acknowledgement) and crosses the WAN, so each allreduce of a round costs a WAN
+round trip. Where the round trip is at least the target, a round runs its first two attempts
+back to back and ends them with one allreduce (``measure(paired=True)``), and it hands the next
+round a size fitted to the target, so that the rounds past the budget (one sample each) do not
+keep an overshoot.
 
-Since, a round with far pairs (a round trip of at least the target) runs both directions of
-every pair in one test, each flow sized by what its kind (far or near) moved in the target the
-last time, and a far pair is pinged once after the connection's first round trip: 8.9 s at
-1024 ranks.
+A round with far pairs (a round trip of at least the target) runs both directions of every
+pair in one test, each flow sized by what its kind (far or near) moved in the target the last
+time, and a far pair is pinged once after the connection's first round trip.
 """
 from __future__ import annotations
 
@@ -135,9 +132,9 @@ def test_near_pairs_in_a_round_over_the_wan_move_their_own_size() -> None:
 
 
 def test_measure_pairs_runs_over_the_pairs_ranks_only(monkeypatch) -> None:
-    # An adaptive re-plan re-probes a few pairs; each attempt's control allreduce once took
-    # every rank of the job (1024 at scale). Only the pairs' ranks take part now, and the
-    # rest get the figures by one broadcast.
+    # An adaptive re-plan re-probes a few pairs; only the pairs' ranks take part in each
+    # attempt's control allreduce (not every rank of the job, 1024 at scale), and the rest
+    # get the figures by one broadcast.
     from horotopo.probe import measure_pairs
     import threading
     made: List[Any] = []  # (world rank, the prober's ranks): the actors share this process

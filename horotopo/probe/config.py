@@ -46,7 +46,7 @@ class ProbeConfig:
         Each timed message follows a warm-up of ``min(size, max(size / 4, warm_bytes))``.
     chunk_bytes : int
         Warm-up and timed bytes go as trains of messages of at most this size (MPICH over
-        UCX moved single messages of a few MiB unevenly in our runs).
+        UCX can move single messages of a few MiB unevenly).
     tolerance : float
         Repeats stop once the two best samples of every figure agree within this fraction.
     min_samples, max_samples : int
