@@ -83,8 +83,7 @@ def test_chosen_on_sites_and_fattree_not_on_racks_with_slow_nics():
         assert record["hosts"]["max_hops"] <= 8
         # 4 or 8 host trees (every rotation): with the fill's crowding 8 are predicted about
         # 5% slower than 4, their channels crowding more NICs at once; simulated, the two are
-        # within 3% (sites 202.4 ms with 4 against 196.0 with 8, fattree 142.1 against 143.6;
-        # `horotopo simulate SPEC --ranks 64 --algorithms tree --plan P`)
+        # within 3% (`horotopo simulate SPEC --ranks 64 --algorithms tree --plan P`)
         tried = record["hosts"]["tried"]
         # the bottleneck pair alone is offered too; on these it is predicted slower
         assert tried["1 bottleneck"] > record["hosts"]["predicted_s"]
@@ -126,8 +125,8 @@ def test_sites_with_racks_group_in_two_levels_one_wan_crossing_and_one_per_rack(
     """sites at 128 ranks: 2 sites of 2 racks of 4 hosts. The groups nest (sites by the WAN,
     then racks by their uplink); every tree crosses the WAN once each way and has 3 arcs
     between racks (4 racks - 1, the fewest a tree spanning them can have), and the forest
-    reaches the host-level optimum H c / (2 (H - 1)) = 666.7 MB/s. One level of 4 rack
-    groups hung every other rack's head from the root: 2 WAN crossings, 625 MB/s."""
+    reaches the host-level optimum H c / (2 (H - 1)) = 666.7 MB/s. (One level of 4 rack
+    groups would hang every other rack's head from the root: 2 WAN crossings, 625 MB/s.)"""
     topo = from_dict(generate(SITES, 128))
     assert host_groups(HostModel(topo)) == [[[0, 1, 2, 3], [4, 5, 6, 7]],
                                             [[8, 9, 10, 11], [12, 13, 14, 15]]]
@@ -157,8 +156,7 @@ def test_nested_groups_rotate_every_role():
 def test_plan_over_hosts_offers_the_host_forest_and_keeps_it_where_predicted_faster():
     """128 ranks planned over hosts (hierarchy on): on sites the host forest is predicted
     more than the margin faster than the deep one (about 112 against 127 ms at 64 MiB) and
-    is kept; on racks with slow NICs it is slower and deep is kept. Before, the plan over
-    hosts always took the deep forest and never predicted the host one."""
+    is kept; on racks with slow NICs it is slower and deep is kept."""
     plan = make_plan(from_dict(generate(SITES, 128)), hierarchy="on", size=64 * MiB)
     record = plan.planner["forest"]
     assert record["chosen"] == "hosts"
