@@ -284,7 +284,7 @@ def test_kept_rotations_balance_the_loads_on_the_generators(spec):
             assert sends.max() / (count * 2 * (model.n - 1) / model.n) <= 1.17, count
             assert ratio >= (0.999 if count >= 16 else 0.85), (count, ratio)
             # the roots spread evenly over the top groups (2 sites; fattree's 4 leaf
-            # switches): before, every root of 4-16 trees was in site A on sites
+            # switches): the rotations' loads alone put every root of 4-16 trees in site A
             top = host_groups(model)
             side = {h: k for k, g in enumerate(top) for h in (g if spec != SITES else _flat(g))}
             per = np.bincount([side[t] for t in kept], minlength=len(top))

@@ -398,8 +398,8 @@ class SimulatedTransport(SimCollectives, Transport):
             if ready:
                 return ready
             # The first completed head in the list's order, as wait_any would report it, found
-            # without a simcall; one completion per call, as before, so that the CPU costs are
-            # charged in the same order (a receive's, then what its callback posts).
+            # without a simcall; one completion per call, as wait_any gives, so that the CPU
+            # costs are charged in the same order (a receive's, then what its callback posts).
             for r in requests:
                 head = r if r.comm is not None else self._head(r)
                 if self._finished(head):
