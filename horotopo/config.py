@@ -197,7 +197,8 @@ SETTINGS: Dict[str, Setting] = _registry(
        "stage (on), over ranks (off), or hosts when a host has several ranks and there are "
        "more than 64 ranks (auto).", choices=("auto", "on", "off")),
     _S("HOROTOPO_TOPOLOGY", "str", None, "A topology JSON file to plan on instead of "
-       "probing.", blank_ok=False, default_doc="unset: probe (HOROTOPO_PROBE)"),
+       "probing, or the name of a bundled one (racks-2x3, slow-nic, uniform-4); see "
+       "docs/topology.md.", blank_ok=False, default_doc="unset: probe (HOROTOPO_PROBE)"),
     _S("HOROTOPO_ADAPT", "bool", None, "Re-plan when the engine's transfers stay slower than "
        "the plan.", default_doc="on, except with HOROTOPO_PROBE=off"),
     _S("HOROTOPO_CALIBRATE_S", "float", 1.5, "Seconds init() may spend timing the tree and "

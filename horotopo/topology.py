@@ -17,6 +17,7 @@ Capacities are held in bytes/s; JSON files speak gbps (1e9 bits/s).
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import json
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import networkx as nx
+import numpy as np
 
 GBPS_TO_BPS = 1e9 / 8.0
 
@@ -107,12 +109,14 @@ SCHEMA_PATH = Path(__file__).parent / "data" / "topology.schema.json"
 MAX_DEPTH = 16
 #: Bytes a topology file may take whatever the job: about 3,000 ranks' measured matrices.
 MAX_FILE_BYTES = 1 << 30
-#: Bytes a topology file may take for a job of n ranks: this plus BYTES_PER_RANK_PAIR * n**2.
-#: A measured file holds n**2 rates and latencies, written at up to ~50 bytes each with the
-#: shared bottlenecks' pairs; a declared one grows with n alone. Twenty times what a real file
-#: needs, so that only a file for another job, or no topology at all, is refused by its size.
+#: Bytes a topology file may take for a job of n ranks: this plus BYTES_PER_RANK_PAIR * n**2
+#: for a measured one, which holds n**2 rates and latencies, written at up to ~50 bytes each
+#: with the shared bottlenecks' pairs; plus BYTES_PER_RANK * n for a declared one, whose links
+#: and hosts grow with n alone. Twenty times what a real file needs, so that only a file for
+#: another job, or no topology at all, is refused by its size.
 BASE_FILE_BYTES = 1 << 20
 BYTES_PER_RANK_PAIR = 1 << 10
+BYTES_PER_RANK = 4 << 10
 
 
 def bundled_names() -> List[str]:
@@ -154,11 +158,13 @@ def resolve(spec: Union[str, Path]) -> Path:
     raise TopologyError(f"topology file {path}: cannot read: no such file")
 
 
-def file_budget(nranks: Optional[int] = None) -> int:
-    """The most bytes a topology file may take for a job of ``nranks`` ranks (None: any job)."""
+def file_budget(nranks: Optional[int] = None, measured: bool = True) -> int:
+    """The most bytes a topology file may take for a job of ``nranks`` ranks (None: any job),
+    in the measured form or the declared one."""
     if nranks is None:
         return MAX_FILE_BYTES
-    return min(MAX_FILE_BYTES, BASE_FILE_BYTES + BYTES_PER_RANK_PAIR * nranks * nranks)
+    grows = BYTES_PER_RANK_PAIR * nranks * nranks if measured else BYTES_PER_RANK * nranks
+    return min(MAX_FILE_BYTES, BASE_FILE_BYTES + grows)
 
 
 def load(spec: Union[str, Path], nranks: Optional[int] = None) -> Topology:
@@ -204,47 +210,62 @@ def parse(path: Path, nranks: Optional[int] = None) -> Any:
     """The JSON document in ``path``, within :func:`file_budget` and :data:`MAX_DEPTH`."""
     try:
         size = path.stat().st_size
-        budget = file_budget(nranks)
-        if size > budget:
-            job = "any job" if nranks is None else f"a job of {nranks} ranks"
-            raise TopologyError(f"{size} bytes, more than a topology for {job} can need "
-                                f"(at most {budget}); is it the file for another job?")
-        text = path.read_text()
+        _check_size(size, nranks, measured=True)
+        data = path.read_bytes()
     except OSError as exc:
         raise TopologyError(f"cannot read: {exc.strerror or exc}") from None
+    if b'"bandwidth_gbps"' not in data:  # so not the measured form: the tighter budget
+        _check_size(size, nranks, measured=False)
+    if _nesting(data) > MAX_DEPTH:
+        raise TopologyError(f"not a topology: nested more than {MAX_DEPTH} levels")
+    collecting = gc.isenabled()
+    # Millions of new containers would each wake the cycle collector, which then walks them
+    # all again: parsing a 50 MB file took 9x as long with it on.
+    gc.disable()
+    try:
+        return json.loads(data.decode(), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
         raise TopologyError(f"not valid JSON: not UTF-8 text ({exc.reason} at byte "
                             f"{exc.start})") from None
-    try:
-        doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise TopologyError(f"not valid JSON: {exc.msg} at line {exc.lineno} column "
                             f"{exc.colno}") from None
-    except RecursionError:
-        raise TopologyError(f"not a topology: nested deeper than Python's JSON parser goes "
-                            f"(a topology nests at most {MAX_DEPTH} levels)") from None
-    depth = _depth(doc, MAX_DEPTH)
-    if depth > MAX_DEPTH:
-        raise TopologyError(f"not a topology: nested more than {MAX_DEPTH} levels")
-    return doc
+    except RecursionError:  # only in text that is not JSON, which _nesting may misread
+        raise TopologyError("not valid JSON: nested deeper than the parser goes") from None
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check_size(size: int, nranks: Optional[int], measured: bool) -> None:
+    budget = file_budget(nranks, measured)
+    if size > budget:
+        job = "any job" if nranks is None else f"a job of {nranks} ranks"
+        form = "" if measured else "declared "  # the measured budget is any form's
+        raise TopologyError(f"{size} bytes, more than a {form}topology for {job} can need "
+                            f"(at most {budget}); is it the file for another job?")
 
 
 def _no_constant(name: str) -> Any:
     raise TopologyError(f"not valid JSON: {name} is not a JSON number")
 
 
-def _depth(doc: Any, limit: int) -> int:
-    """How deep ``doc`` nests (a scalar 0), counted without recursion up to ``limit + 1``."""
-    deepest = 0
-    stack = [(doc, 1)] if isinstance(doc, (list, dict)) else []
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if depth > limit:
-            break
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (list, dict)))
-    return deepest
+def _nesting(data: bytes) -> int:
+    """How deep the arrays and objects of JSON text ``data`` nest, read without parsing it
+    (a 200,000-deep file must be refused before the parser recurses into it)."""
+    if b"\\" in data:
+        # escapes parse left to right and only "\\" has a backslash second: after these two
+        # replacements no quote is escaped
+        data = data.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    text = np.frombuffer(data, np.uint8)
+    in_string = np.bitwise_xor.accumulate((text == ord('"')).view(np.uint8))
+    outside = in_string == 0
+    opens = ((text == ord("[")) | (text == ord("{"))) & outside
+    closes = ((text == ord("]")) | (text == ord("}"))) & outside
+    brackets = np.flatnonzero(opens | closes)
+    if not len(brackets):
+        return 0
+    return int(np.cumsum(np.where(opens[brackets], 1, -1), dtype=np.int64).max())
 
 
 def _check_rank_count(doc: Any, nranks: int) -> None:
