@@ -1,6 +1,6 @@
 """An emulated cluster on one machine: real, shaped networks between network namespaces.
 
-From a declared topology (hosts, switches, links; see DESIGN.md), :class:`EmulatedCluster`
+From a declared topology (hosts, switches, links; see docs/topology.md), :class:`EmulatedCluster`
 builds, as root:
 
 - one network namespace per node, hosts and switches alike, named ``<prefix>-<node>``; in each

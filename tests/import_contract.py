@@ -1,6 +1,6 @@
 """The package's import contract: layers that import only downwards, and one door to MPI.
 
-Read by tests/test_layers.py. The layers follow DESIGN.md's data flow (probe -> topology ->
+Read by tests/test_layers.py. The layers follow the data flow (probe -> topology ->
 packing -> plan -> algorithms/engine -> API) read as *import* direction: a stage imports the
 values of the stages below it (the probe builds a Topology, so it sits above topology), never
 the other way round. Modules of one layer may import each other.

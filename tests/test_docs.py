@@ -114,7 +114,7 @@ def test_nothing_points_outside_the_repository() -> None:
 def test_relative_links_resolve() -> None:
     broken = broken_links()
     assert not broken, "links to files that do not exist:\n" + "\n".join(
-        f"{md}: {target}" for md, target in broken)
+        f"{md}: {target}" for md, target in sorted(set(broken)))
 
 
 RESULTS = sorted((ROOT / "docs" / "results").glob("*.md"))
