@@ -90,7 +90,8 @@ def markdown(path: str, summary: Dict[str, Any]) -> None:
         path, "engine_overhead: per-message cost of the tree engine",
         [("Per chunk size", results_doc.md_table(summary["rows"], columns)),
          ("Fixed costs (the cost model's constants)", results_doc.md_table(
-             cost_rows, [("constant", lambda r: r["what"]), ("us", lambda r: fmt(r["us"], ".2f", 1e6))]))],
+             cost_rows, [("constant", lambda r: r["what"]),
+                         ("us", lambda r: fmt(r["us"], ".2f", 1e6))]))],
         summary=text, command=results_doc.command_line(ranks=summary["ranks"]))
 
 

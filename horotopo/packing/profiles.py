@@ -144,10 +144,10 @@ class Crowding:
     each first chunk gets an eighth of it (priced at the links' full rates, such a plan is
     predicted several times faster than it runs). Trees of different shapes reach a link at
     different depths and mostly do not crowd it (charged at the trees' steady rates, as if
-    every flow were always there, they would be predicted far slower than they run). A flow of a reduce (half 0) or broadcast (half 1) arc whose
-    child end is ``depth`` hops from its root crowds the others of that half and depth on
-    every resource of its route; an arc's *shared rate* is the least over its route of the
-    resource's capacity over its crowd.
+    every flow were always there, they would be predicted far slower than they run). A flow
+    of a reduce (half 0) or broadcast (half 1) arc whose child end is ``depth`` hops from its
+    root crowds the others of that half and depth on every resource of its route; an arc's
+    *shared rate* is the least over its route of the resource's capacity over its crowd.
     """
 
     def __init__(self, n: int, keys: np.ndarray, shared: np.ndarray):

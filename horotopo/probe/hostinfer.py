@@ -10,7 +10,8 @@ what the concurrent rounds between host leaders say, and the measured-topology d
 - :func:`group_flows`: the flows of a group test (a group's hosts to hosts of other groups).
 - :func:`alone_estimates`: the host-pair rates alone, from the concurrent figures, the shared
   links found and the pairs measured alone.
-- :func:`rank_document`: the measured-form document (docs/topology.md) over ranks, from host figures.
+- :func:`rank_document`: the measured-form document (docs/topology.md) over ranks, from host
+  figures.
 
 Rates are in one unit chosen by the caller (the probe passes gbps); only ratios matter.
 """

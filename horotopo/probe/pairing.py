@@ -63,10 +63,10 @@ def bipartitions(n: int) -> List[List[List[int]]]:
     Shared links hide from the rate clustering when they are no slower than the NICs behind
     them: on ``random_declared(4, 12)`` a rack's 0.285 gbps uplink sits behind NICs of 0.29 and
     0.89 gbps, so every pair reads 0.28-0.38 gbps, one level, and without a group test the
-    plan sends three flows through that uplink at once. In a tree network two flows that share a link have their sources on one
-    side of it and their destinations on the other, so a link crossed by two disjoint pairs
-    shows up in the group test of some split: its sources on one side, destinations on the
-    other.
+    plan sends three flows through that uplink at once. In a tree network two flows that share
+    a link have their sources on one side of it and their destinations on the other, so a
+    link crossed by two disjoint pairs shows up in the group test of some split: its sources
+    on one side, destinations on the other.
 
     Returns
     -------

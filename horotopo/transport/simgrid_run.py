@@ -250,8 +250,8 @@ class Simulation:
         self._reported_at = self._run_started = t0
         # The cyclic collector walks every live object each time it runs, and a simulation of
         # hundreds of actors holds many (their frames, requests, buffers), and walking them
-        # costs a good share of the simulation's CPU. The run's cycles are few (callbacks bound to their runs) and die
-        # with the child process that holds the simulation.
+        # costs a good share of the simulation's CPU. The run's cycles are few (callbacks bound
+        # to their runs) and die with the child process that holds the simulation.
         collecting = gc.isenabled()
         gc.disable()
         try:
