@@ -69,3 +69,15 @@ def test_a_barrier_releases_the_ranks_that_have_not_joined_as_horovods_does():
     (resp,) = c.respond(_asks(3, r0=[(JOIN_NAME, JOIN)], r1=[("b", BARRIER)],
                               r2=[("b", BARRIER)]), False)
     assert (resp.kind, resp.error) == (BARRIER, None)
+
+
+def test_with_a_rank_joined_each_rank_gets_its_allgather_error_without_waiting_for_the_others():
+    """Unnamed calls are numbered per rank, so ranks that sat in join at different times ask
+    under different names: each request fails on its own, and nobody waits for a name that
+    another rank will never ask for. An allreduce still waits for every rank."""
+    c = Coordinator(3, Settings.from_env())
+    got = c.respond(_asks(3, r1=[(JOIN_NAME, JOIN)], r0=[("allgather.noname.4", ALLGATHER)],
+                          r2=[("allgather.noname.5", ALLGATHER), ("s", ALLREDUCE)]), False)
+    assert sorted((r.name, r.error.split(" is ")[0]) for r in got) == [
+        ("allgather.noname.4", "Allgather"), ("allgather.noname.5", "Allgather")]
+    assert c.respond(_asks(3, r0=[("s", ALLREDUCE)]), False)[0].error is None

@@ -199,8 +199,12 @@ class Coordinator:
         responses = self._mismatched_calls(touched, joined)
         # A joined rank counts as having asked for every name of the global set (it will send
         # zeros); a process set's name is ready once the set's ranks have asked.
+        # While a rank is joined, a global collective of JOIN_ERRORS can only fail: each request
+        # is answered at once, as ranks whose unnamed calls were numbered apart (one of them sat
+        # in join) would otherwise wait for each other's names.
         ready = [n for n, slot in self.table.items()
-                 if self._complete(slot.reqs, next(iter(slot.reqs.values())).pset, joined)]
+                 if self._complete(slot.reqs, next(iter(slot.reqs.values())).pset, joined)
+                 or (joined and self._fails_with_join(slot))]
         slots = [(n, self.table.pop(n)) for n in ready]
         for _, slot in slots:
             # Answered (every rank asked for it, or a joined rank stands in): its calls are
@@ -217,6 +221,11 @@ class Coordinator:
             self.joined = []
             self._join_sig = None
         return responses
+
+    @staticmethod
+    def _fails_with_join(slot: _Slot) -> bool:
+        sig = next(iter(slot.reqs.values()))
+        return sig.pset == 0 and sig.kind in JOIN_ERRORS
 
     def _members_of(self, slot: _Slot) -> Tuple[int, ...]:
         return self.expected(next(iter(slot.reqs.values())).pset)

@@ -151,8 +151,12 @@ def _table() -> "SetTable":
     return _runtime().sets
 
 
-def resolve(process_set: Any, what: str) -> Tuple[int, Tuple[int, ...]]:
+def resolve(process_set: Any, what: str,
+            member_required: bool = True) -> Tuple[int, Tuple[int, ...]]:
     """``(id, ranks)`` of the set a collective ``what`` ("Allreduce"...) was called on.
+
+    ``member_required=False`` accepts a set this rank is not in (a DistributedOptimizer on
+    such a rank leaves its gradients local, as Horovod's does).
 
     Raises
     ------
@@ -170,7 +174,7 @@ def resolve(process_set: Any, what: str) -> Tuple[int, Tuple[int, ...]]:
     ranks = rt.sets.get(pid) if pid is not None else None
     if ranks is None:
         raise ValueError(f"{what}: {NOT_REGISTERED}")
-    if rt.rank not in ranks:
+    if member_required and rt.rank not in ranks:
         raise ValueError(f"{what}: Rank {rt.rank} is not a member of the provided process set.")
     return pid, ranks
 

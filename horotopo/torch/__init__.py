@@ -3,6 +3,7 @@
 Same names, signatures and defaults as Horovod 0.28; the collectives run on horotopo's runtime
 (see :mod:`horotopo.api.runtime`) along the planned reduce/broadcast trees.
 """
+from .. import __version__
 from ..api.basics import (ProcessSet, add_process_set, ccl_built, cross_rank, cross_size,
                           cuda_built, ddl_built, global_process_set, gloo_built, gloo_enabled,
                           is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
@@ -45,7 +46,7 @@ def shutdown() -> None:
 
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "__version__", "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled",
     "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
     "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "retune",

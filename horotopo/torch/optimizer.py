@@ -12,7 +12,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..api.basics import check_process_set, global_process_set, size
+from ..api.basics import global_process_set, size
+from ..api.process_sets import resolve
 from ..api.ops import Adasum, Average
 from .compression import Compression
 from .functions import broadcast_object
@@ -133,7 +134,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._groups = groups
         self._p_to_group: Dict[Any, Tuple[Any, ...]] = {}
         self._group_counts: Dict[Tuple[Any, ...], int] = {}
-        if size() > 1:
+        # A rank outside the process set reduces nothing: its gradients stay local and step()
+        # applies them as they are (Horovod's behaviour).
+        self._member = process_set is global_process_set or bool(process_set.included())
+        if self._member and size() > 1:
             self._register_hooks()
 
     # -------------------------------------------------------------------------------- hooks
@@ -143,8 +147,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                      if p.requires_grad]
         if self._groups is not None:
             # Every rank must form the same groups in the same order: take rank 0's order.
+            # Only the set's ranks get here, so the order comes from the set's first rank.
+            root = 0 if self.process_set is global_process_set else self.process_set.ranks[0]
             order = broadcast_object([self._parameter_names.get(p) for p in trainable],
-                                     root_rank=0, name="DistributedOptimizer.order")
+                                     root_rank=root, name="DistributedOptimizer.order",
+                                     process_set=self.process_set)
             position = {n: k for k, n in enumerate(order)}
             trainable.sort(key=lambda p: position.get(self._parameter_names.get(p), 1 << 30))
             if isinstance(self._groups, list):
@@ -233,6 +240,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self) -> None:
         """Wait for every gradient allreduce (starting the ones no hook started)."""
+        if not self._member:
+            self._synchronized = True
+            return
         done: set = set()
         for key in self._handles:
             done.update(key if isinstance(key, tuple) else (key,))
@@ -420,8 +430,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         Densify sparse gradients for the allreduce (otherwise they are allgathered); the
         reduced gradient goes back to sparse before the step.
     process_set : ProcessSet
-        The ranks whose gradients are averaged (this rank must be one of them); Adasum takes
-        only the global set, as Horovod's.
+        The ranks whose gradients are averaged. On a rank outside the set nothing is
+        reduced and ``step()`` applies the local gradients (as Horovod). Adasum takes only the
+        global set, as Horovod's.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -432,8 +443,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
-    # The global set needs no runtime to check (the optimizer may be built before init).
-    pset = 0 if process_set is global_process_set else check_process_set(process_set)[0]
+    # The global set needs no runtime to check (the optimizer may be built before init); any
+    # other must be registered, but this rank need not be in it.
+    pset = (0 if process_set is global_process_set
+            else resolve(process_set, "DistributedOptimizer", member_required=False)[0])
     if op == Adasum and pset:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if op == Adasum:

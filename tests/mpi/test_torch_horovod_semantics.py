@@ -1,6 +1,7 @@
-"""Multi-rank tests of horotopo.torch where Horovod 0.28.1's semantics are easy to miss (issue
-14): the callable sparse handle, a fresh optimizer's state broadcast, reducescatter's gradient,
-sparse_as_dense with a sparse-only optimizer, and join. Works at any size."""
+"""Multi-rank tests of horotopo.torch where Horovod 0.28.1's semantics are easy to miss:
+the callable sparse handle, a fresh optimizer's state broadcast, reducescatter's gradient,
+sparse_as_dense with a sparse-only optimizer, join, and a DistributedOptimizer over a process
+set seen from a rank outside it. Works at any size."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="horotopo.torch needs torch (the [torch] extra)")
@@ -333,3 +334,50 @@ def test_adasum_distributed_optimizer_combines_the_ranks_steps():
         combined = _adasum_reference([d[k].reshape(-1).numpy() for d in deltas])
         want = s + torch.from_numpy(combined).reshape(s.shape)
         assert torch.allclose(p.detach(), want, atol=1e-10), k
+
+
+def _local_grads(r: int) -> "list":
+    """The gradients rank r's batch gives the _linear model, computed locally."""
+    ref = _linear()
+    ref(_batch(0, r)).sum().backward()
+    return [p.grad.clone() for p in ref.parameters()]
+
+
+@pytest.mark.parametrize("groups", [None, 1], ids=["per-tensor", "grouped"])
+def test_distributed_optimizer_on_a_set_leaves_the_other_ranks_gradients_local(groups):
+    """DistributedOptimizer(process_set=even ranks): the even ranks step with the gradient
+    averaged over the even ranks; the odd ranks build it, reduce nothing and step with their
+    own gradient (Horovod's behaviour, not an error)."""
+    from horotopo.api import process_sets as ps_module
+
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs two ranks: at one rank every set is the global set")
+    saved = ps_module._dynamic
+    ps_module.allow_dynamic()
+    even = [q for q in range(n) if q % 2 == 0]
+    even_set = hvd.add_process_set(even)
+    try:
+        model = _linear()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(),
+                                       groups=groups, process_set=even_set)
+        model(_batch(0, r)).sum().backward()
+        opt.step()
+        mine = _local_grads(r)
+        if r in even:
+            every = [_local_grads(q) for q in even]
+            want = [sum(g[k] for g in every) / len(even) for k in range(len(mine))]
+            for p, w in zip(model.parameters(), want):
+                assert torch.allclose(p.grad, w, rtol=0, atol=1e-6)
+        else:
+            want = mine
+            for p, w in zip(model.parameters(), want):
+                assert torch.equal(p.grad, w)
+        # The step applied exactly those gradients.
+        with torch.no_grad():
+            for p, p0, w in zip(model.parameters(), _linear().parameters(), want):
+                assert torch.allclose(p, p0 - 0.1 * w, rtol=0, atol=1e-6)
+    finally:
+        hvd.remove_process_set(even_set)
+        ps_module._dynamic = saved
