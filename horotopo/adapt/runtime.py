@@ -34,6 +34,7 @@ what ``horotopo.retune()`` should call.
 """
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -54,7 +55,10 @@ from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, split_
 from .reprobe import probe_pairs, true_size
 from .trial import Trial
 
-__all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS"]
+__all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS",
+           "slowdown_notice"]
+
+log = logging.getLogger("horotopo")
 
 #: What the hvd runtime adds to the AdaptiveEngine's defaults: a slow run must also last a
 #: second before it re-plans (a burst of scheduling noise on a busy machine rarely does; a
@@ -172,6 +176,10 @@ class AdaptiveEngine:
         self._engine_kwargs = engine_kwargs
         self.step = 0
         self.last_seconds = 0.0  # the agreed (slowest rank's) time of the last monitored call
+        self._last_call = (0, 0.0, 0.0)  # (bytes, predicted s, agreed s) of the last tree call
+        #: The sustained slowdown that no plan could help, in words, once told (every rank
+        #: keeps it; rank 0 logs it); cleared when a re-plan is kept.
+        self.slowdown: Optional[str] = None
         self.events: List[ReplanEvent] = []
         timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
         self.exchange_timeout_s = timeout if timeout > 0 else EXCHANGE_TIMEOUT_S
@@ -295,11 +303,17 @@ class AdaptiveEngine:
             predicted = self.plan.predict_time(nbytes, self.engine.chunk_bytes)
         else:
             predicted = nbytes / self.plan.ring_Bps if self.plan.ring_Bps else 0.0
-        if self.detector.update(predicted, self.last_seconds, size_bucket(nbytes)) \
-                and self.adapt:
-            self.replan(f"slower than the plan for {self.detector.needed} calls "
-                        f"({self.detector.min_slow_s * self.detector.factor:g} s or more) "
-                        f"in a row")
+        self._last_call = (nbytes, predicted, self.last_seconds)
+        if not self.detector.update(predicted, self.last_seconds, size_bucket(nbytes)):
+            return
+        if not self.adapt:
+            self._tell_slowdown(None, "re-planning is off (HOROTOPO_ADAPT)")
+            return
+        event = self.replan(f"slower than the plan for {self.detector.needed} calls "
+                            f"({self.detector.min_slow_s * self.detector.factor:g} s or more) "
+                            f"in a row")
+        if not event.switched:
+            self._tell_slowdown(event, event.note)
 
     def _verdict(self) -> bool:
         """End the trial: rank 0's verdict from the agreed times, broadcast (so every rank
@@ -311,7 +325,11 @@ class AdaptiveEngine:
             trial.keep_new() if self.rank == 0 else None, 0, *self._exchange("trial verdict"))
         event.kept, event.decided_step = bool(keep), self.step
         event.trial_old, event.trial_new = trial.old_s, trial.new_s
-        if not keep:
+        if keep:
+            self.slowdown = None  # a faster plan: a later slowdown is news again
+        else:
+            self._tell_slowdown(event, f"the re-plan ran {trial.new_s / trial.old_s:.2f}x the "
+                                       f"old plan's time on trial, so no plan is faster")
             factor = self.detector.factor
             self._install(trial.old_plan, self.topology)  # the refreshed model stays
             self.detector.factor = factor
@@ -319,6 +337,17 @@ class AdaptiveEngine:
             event.note = (f"{event.note}; the new plan ran {trial.new_s / trial.old_s:.3f}x "
                           f"the old plan's time on trial: back to the old plan").lstrip("; ")
         return bool(keep)
+
+    def _tell_slowdown(self, event: Optional["ReplanEvent"], why: str) -> None:
+        """Say once that calls stay slower than predicted and no plan helps: which link, the
+        predicted and the observed time (rank 0 logs it; every rank keeps it)."""
+        if self.slowdown is not None:
+            return
+        nbytes, predicted, observed = self._last_call
+        self.slowdown = slowdown_notice(self.plan, self.topology, event, nbytes, predicted,
+                                        observed, why)
+        if self.rank == 0:
+            log.warning("%s", self.slowdown)
 
     def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
         """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""
@@ -490,6 +519,32 @@ def retune(engine: AdaptiveEngine, mode: str = "quick") -> ReplanEvent:
     """Explicit re-probe and re-plan of ``engine`` (collective); see
     :meth:`AdaptiveEngine.retune`."""
     return engine.retune(mode)
+
+
+def slowdown_notice(plan: Plan, topology: Optional[Topology], event: Optional[ReplanEvent],
+                    nbytes: int, predicted_s: float, observed_s: float, why: str) -> str:
+    """The words for a sustained slowdown that no plan helps.
+
+    The link named is the worst re-probed pair of ``event`` (its measured rate against the
+    model's), or without a re-probe the plan's most loaded tree edge.
+    """
+    ratio = observed_s / predicted_s if predicted_s > 0 else float("inf")
+    head = (f"horotopo: allreduce calls stay slower than the plan predicts: {nbytes} bytes "
+            f"took {observed_s:.4g} s against {predicted_s:.4g} s predicted ({ratio:.1f}x)")
+    link = ""
+    probed = event.probed_gbps if event is not None else {}
+    if probed:
+        key = min(probed, key=lambda k: (probed[k], k))
+        a, b = (int(v) for v in key.split("->"))
+        link = f"; the slowest link re-probed is rank {a} -> rank {b} at {probed[key]:g} Gbit/s"
+        if topology is not None:
+            link += f" (the plan was made for {topology.pair_capacity_Bps(a, b) * 8 / 1e9:g})"
+    else:
+        arcs = plan_arcs(plan)
+        if arcs:
+            link = (f"; the plan's most loaded tree edge is rank {arcs[0][0]} -> rank "
+                    f"{arcs[0][1]}")
+    return f"{head}{link}. No re-plan: {why}. Running on with the current plan."
 
 
 def _nbytes(buf: Any) -> int:

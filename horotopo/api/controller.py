@@ -11,7 +11,8 @@ Every cycle (``HOROVOD_CYCLE_TIME`` ms, default 1):
    that the AND computes an OR: "some rank wants to shut down", "some rank has uncached
    requests", "some rank saw a cached name with different parameters".
 2. If any rank has uncached requests, they are negotiated *by name* through rank 0 (the
-   transport's gather and broadcast of objects), so ranks may submit in any order. Rank 0
+   transport's gather and broadcast of plain values: :mod:`horotopo.transport.wire`), so
+   ranks may submit in any order. Rank 0
    (:class:`Coordinator`) checks that every rank asked for the same thing and answers with
    Horovod's mismatch message otherwise (:mod:`.checks`). New responses enter the cache in the
    same order on every rank, so the caches (and their bit positions) stay identical without
@@ -39,7 +40,8 @@ from ..transport.base import TransportTimeout
 from .checks import first_mismatch
 from .errors import SHUT_DOWN
 from .records import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, GATHERS, JOIN, JOIN_NAME,
-                      REDUCESCATTER, Entry, Request, Response, Signature)
+                      REDUCESCATTER, Entry, Request, Response, Signature, request_rows,
+                      requests_from, response_rows, responses_from)
 from .settings import Settings, log
 
 __all__ = ["ResponseCache", "bits_of", "Coordinator", "Controller", "trace_negotiations"]
@@ -528,10 +530,12 @@ class Controller:
         msgs = [Request(e.name, e.sig, now - e.t0, e.call, e.count) for e in to_send]
         for e in to_send:
             e.sent = True
-        gathered = self.transport.gather_object(msgs, 0, self.backstop_s,
+        gathered = self.transport.gather_object(request_rows(msgs), 0, self.backstop_s,
                                                 what="negotiation (gather to rank 0)")
-        responses = None
+        rows = None
         if self.rank == 0:
-            responses = self.coordinator.respond(gathered, keep_ready_times)
-        return self.transport.broadcast_object(responses, 0, self.backstop_s,
-                                               what="negotiation (rank 0's responses)")
+            assert gathered is not None
+            rows = response_rows(self.coordinator.respond(
+                [requests_from(got) for got in gathered], keep_ready_times))
+        return responses_from(self.transport.broadcast_object(
+            rows, 0, self.backstop_s, what="negotiation (rank 0's responses)"))

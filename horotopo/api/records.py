@@ -5,7 +5,8 @@ Plain typed values shared by the parts of the runtime (:mod:`.controller`, :mod:
 the response cache) and is compared every cycle, so it is a ``NamedTuple``: immutable, compared
 and built at tuple speed (a frozen dataclass costs about 3 us to build, which at a few hundred
 tensors a step shows in the step time). The other records live on one rank or cross it once
-per negotiation; they are slotted dataclasses.
+per negotiation; they are slotted dataclasses, and cross as rows of plain values
+(:func:`request_rows`, :func:`response_rows`) that the receiver rebuilds.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ __all__ = ["ALLREDUCE", "REDUCESCATTER", "ALLGATHER", "ALLTOALL", "GATHERS", "BR
            "BARRIER_NAME",
            "RETUNE_MODES",
            "NATIVE_DTYPES", "WIDENED_DTYPES", "SUPPORTED_DTYPES", "dtype_name", "Signature",
-           "Handle", "Entry", "Request", "Response"]
+           "Handle", "Entry", "Request", "Response", "request_rows", "requests_from",
+           "response_rows", "responses_from"]
 
 ALLREDUCE = "ALLREDUCE"
 # A reduce-scatter runs as an allreduce (then each rank keeps its block), under its own kind so
@@ -206,3 +208,35 @@ class Response:
     error: Optional[str]
     sig: Signature
     extra: Optional[List[int]] = None
+
+
+# Negotiation's messages in the control plane's plain encoding (horotopo.transport.wire):
+# rows of plain values, rebuilt into records on arrival, so that no peer's bytes are unpickled.
+
+def request_rows(requests: List[Request]) -> List[Tuple[Any, ...]]:
+    """``requests`` as rows of plain values (:func:`requests_from`)."""
+    return [(r.name, tuple(r.sig), r.age_s, r.call, r.count) for r in requests]
+
+
+def requests_from(rows: Any) -> List[Request]:
+    """The requests of :func:`request_rows`' rows; TypeError or ValueError when malformed."""
+    return [Request(str(name), _signature(sig), float(age), str(call), int(count))
+            for name, sig, age, call, count in rows]
+
+
+def response_rows(responses: List[Response]) -> List[Tuple[Any, ...]]:
+    """``responses`` as rows of plain values (:func:`responses_from`)."""
+    return [(r.kind, r.name, r.error, tuple(r.sig), r.extra) for r in responses]
+
+
+def responses_from(rows: Any) -> List[Response]:
+    """The responses of :func:`response_rows`' rows; TypeError or ValueError when malformed."""
+    return [Response(str(kind), str(name), None if error is None else str(error),
+                     _signature(sig), None if extra is None else [int(v) for v in extra])
+            for kind, name, error, sig, extra in rows]
+
+
+def _signature(row: Any) -> Signature:
+    kind, dtype, shape, op, prescale, postscale, root, device, pset = row
+    return Signature(str(kind), str(dtype), tuple(int(d) for d in shape), int(op),
+                     float(prescale), float(postscale), int(root), int(device), int(pset))

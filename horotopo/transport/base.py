@@ -3,7 +3,8 @@
 Two kinds of calls: the point-to-point messages the collective algorithms are written against
 (``isend``/``irecv``/``test``/``waitsome``), and the few small collective steps the layers
 above need to agree on things (settings, a Plan, a probe's timings): ``broadcast_bytes``,
-``gather_bytes``, ``allgather_bytes`` (and their pickled ``*_object`` forms), the control
+``gather_bytes``, ``allgather_bytes`` (and their ``*_object`` forms for plain values, in the
+control plane's encoding: :mod:`horotopo.transport.wire`), the control
 allreduce and ``barrier``. Each step takes a deadline in seconds; one that passes raises
 :class:`TransportTimeout` naming the peers still missing. The steps are written once over
 point-to-point (:mod:`horotopo.transport.p2p`), so every transport has them; a transport may
@@ -11,13 +12,12 @@ override them with its library's own collectives.
 """
 from __future__ import annotations
 
-import pickle
 import socket
 import time
 from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
 
 from ..ops import Reduction
-from . import p2p
+from . import p2p, wire
 from .p2p import Describe, allreduce_point_to_point
 from .poll import IDLE_NAP_S, TransportError, TransportTimeout
 
@@ -180,26 +180,27 @@ class Transport:
         """Every rank's ``data``, in rank order, on every rank."""
         return p2p.allgather_bytes(self, data, timeout_s, what)
 
-    # Pickled forms, for plain values (dicts, lists, numbers, strings) that both ends created:
-    # the ranks of one job trust each other as much as they trust their own code.
+    # The same for plain values (numbers, strings, lists, tuples, dicts, numeric arrays) in
+    # the control plane's encoding (:mod:`.wire`): a peer's message is read as data, never
+    # unpickled, and within a size limit.
 
     def broadcast_object(self, obj: Any, root: int, timeout_s: float,
                          what: str = "broadcast") -> Any:
-        """:meth:`broadcast_bytes` of a picklable ``obj`` (read on ``root`` only)."""
-        data = pickle.dumps(obj) if self.rank == root else None
-        return pickle.loads(self.broadcast_bytes(data, root, timeout_s, what))
+        """:meth:`broadcast_bytes` of a plain value ``obj`` (read on ``root`` only)."""
+        data = wire.encode(obj) if self.rank == root else None
+        return wire.decode(self.broadcast_bytes(data, root, timeout_s, what))
 
     def gather_object(self, obj: Any, root: int, timeout_s: float, what: str = "gather"
                       ) -> Optional[List[Any]]:
-        """:meth:`gather_bytes` of a picklable ``obj``."""
-        got = self.gather_bytes(pickle.dumps(obj), root, timeout_s, what)
-        return None if got is None else [pickle.loads(b) for b in got]
+        """:meth:`gather_bytes` of a plain value ``obj``."""
+        got = self.gather_bytes(wire.encode(obj), root, timeout_s, what)
+        return None if got is None else [wire.decode(b) for b in got]
 
     def allgather_object(self, obj: Any, timeout_s: float, what: str = "allgather"
                          ) -> List[Any]:
-        """:meth:`allgather_bytes` of a picklable ``obj``."""
-        return [pickle.loads(b) for b in self.allgather_bytes(pickle.dumps(obj), timeout_s,
-                                                              what)]
+        """:meth:`allgather_bytes` of a plain value ``obj``."""
+        return [wire.decode(b) for b in self.allgather_bytes(wire.encode(obj), timeout_s,
+                                                             what)]
 
     def close(self) -> None:
         """Release the transport's resources; further calls fail."""
