@@ -33,7 +33,7 @@ from .packing.gk import PHASE_START
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
-           "parse_size", "format_size", "children", "depth"]
+           "ring_time", "parse_size", "format_size", "children", "depth"]
 
 PLAN_VERSION = 1
 MIN_CHUNK = 64 << 10
@@ -286,7 +286,7 @@ class Plan:
         """How many times faster than ring the plan is predicted for an allreduce of ``size``
         bytes: ring's modelled time over the plan's, the one ratio to ring that is quoted."""
         t_plan = self.predict_time(size)
-        return _ring_time(self, size) / t_plan if t_plan > 0 else math.inf
+        return ring_time(self, size) / t_plan if t_plan > 0 else math.inf
 
     def describe(self, size: Optional[int] = None) -> str:
         lines = [f"plan for {self.topology_name or 'topology'}: {self.n} ranks, "
@@ -317,7 +317,7 @@ class Plan:
             lines += _ab.describe_choice(forest, format_size)
         if size is not None:
             t_plan = self.predict_time(size)
-            t_ring = _ring_time(self, size)
+            t_ring = ring_time(self, size)
             lines.append(f"  predicted allreduce of {format_size(size)}: {t_plan * 1e3:.3f} ms "
                          f"(ring {t_ring * 1e3:.3f} ms)")
         return "\n".join(lines)
@@ -357,7 +357,7 @@ def _arcs(parent: Sequence[int], up: bool) -> str:
     return " ".join(f"{a}->{b}" for a, b in arcs) or "(single rank)"
 
 
-def _ring_time(plan: Plan, nbytes: int) -> float:
+def ring_time(plan: Plan, nbytes: int) -> float:
     """Ring's modelled time: 2(n-1) steps of M/n bytes at the ring's per-step rate."""
     if plan.n == 1 or plan.ring_Bps <= 0:
         return 0.0

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 def summarize_plan(doc: Dict[str, Any], size: int) -> Tuple[PlanSummary, Dict[str, Any]]:
     """The plan ``init()`` would make of the measured document, for an allreduce of ``size``
     bytes, in figures (and the plan's own JSON)."""
-    from ..plan import _ring_time, format_size, make_plan
+    from ..plan import format_size, make_plan, ring_time
     from ..topology import from_dict
 
     plan = make_plan(from_dict(doc), size=size)
@@ -153,7 +153,7 @@ def summarize_plan(doc: Dict[str, Any], size: int) -> Tuple[PlanSummary, Dict[st
     summary = PlanSummary(trees=len(plan.trees), roots=tuple(t.root for t in plan.trees),
                           throughput_Bps=plan.throughput_Bps, ring_Bps=plan.ring_Bps,
                           size=size, size_label=format_size(size),
-                          plan_s=plan.predict_time(size), ring_s=_ring_time(plan, size),
+                          plan_s=plan.predict_time(size), ring_s=ring_time(plan, size),
                           forest=str(forest.get("chosen", "")))
     return summary, plan.to_json()
 
