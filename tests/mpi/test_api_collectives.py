@@ -233,6 +233,60 @@ def test_alltoall_and_reducescatter():
     assert mine.shape == (counts[r], 3) and np.all(mine == n * (n + 1) / 2)
 
 
+INT_DTYPES = [np.int32, np.int64, np.int8, np.uint8, np.int16]
+
+
+def _horovod_int_average(total: np.ndarray, n: int, dtype) -> np.ndarray:
+    """Horovod's integer Average: the sum times the float64 factor 1/size, cast back to the
+    integer type in C's way (toward zero): 1 and 2 average to 1, -1 and -2 to -1."""
+    return (total.astype(np.float64) * (1.0 / n)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_average_truncates_toward_zero_as_horovod(dtype):
+    n, r = hvd.size(), hvd.rank()
+    signed = np.dtype(dtype).kind == "i"
+    values = np.array([r + 1, 2 * r + 1, 7, 0] + ([-(r + 1), -7 - r] if signed else []))
+    every = sum(np.array([q + 1, 2 * q + 1, 7, 0] + ([-(q + 1), -7 - q] if signed else []))
+                for q in range(n))
+    want = _horovod_int_average(every, n, dtype)
+    if n == 2:
+        # The documented cases: 1 and 2 average to 1; -1 and -2 to -1 (not floor's -2).
+        assert want[0] == 1 and (not signed or want[4] == -1)
+    x = values.astype(dtype)
+    got = hvd.allreduce(x, op=hvd.Average, name=f"int.avg.{np.dtype(dtype).name}")
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, want)
+    # Fused with other tensors of its dtype (one engine call over a fusion buffer).
+    grouped = hvd.grouped_allreduce([x, x[::-1].copy()], op=hvd.Average)
+    np.testing.assert_array_equal(grouped[0], want)
+    np.testing.assert_array_equal(grouped[1], want[::-1])
+    # The reduce-scatter's Average is the same arithmetic on this rank's rows.
+    rows = np.tile(x, (n, 1))
+    mine = hvd.reducescatter(rows, op=hvd.Average)
+    np.testing.assert_array_equal(mine, np.tile(want, (1, 1)))
+
+
+@pytest.mark.parametrize("algorithm", ["tree", "ring", "dbtree", "mpi"])
+def test_integer_average_is_the_same_on_every_engine_path(algorithm):
+    """Each allreduce algorithm gives Horovod's integer Average, bit for bit."""
+    from mpi4py import MPI
+
+    from horotopo.engine import Engine
+    from horotopo.packing import ring_parents
+    from horotopo.plan import plan_from_trees
+
+    comm = MPI.COMM_WORLD
+    n, r = comm.size, comm.rank
+    plan = plan_from_trees(n, [(q, *ring_parents(n, q), 1.0) for q in range(n)],
+                           chunk_bytes=16)   # several chunks per call
+    x = np.array([r + 1, -(r + 1), 3 * r - 4, 1000 + r] * 5, dtype=np.int32)
+    every = sum(np.array([q + 1, -(q + 1), 3 * q - 4, 1000 + q] * 5) for q in range(n))
+    with Engine(comm, plan) as eng:
+        got = eng.allreduce(x, op="average", algorithm=algorithm)
+    np.testing.assert_array_equal(got, _horovod_int_average(every, n, np.int32))
+
+
 def test_mismatched_shapes_fail_everywhere_and_the_job_continues():
     need_two()
     r = hvd.rank()

@@ -381,3 +381,16 @@ def test_distributed_optimizer_on_a_set_leaves_the_other_ranks_gradients_local(g
     finally:
         hvd.remove_process_set(even_set)
         ps_module._dynamic = saved
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_average_of_torch_tensors_truncates_toward_zero(dtype):
+    """Horovod's integer Average: sum * (1.0 / size) in float64, cast toward zero."""
+    n, r = hvd.size(), hvd.rank()
+    x = torch.tensor([r + 1, -(r + 1), 5 * r], dtype=getattr(torch, dtype))
+    total = sum(torch.tensor([q + 1, -(q + 1), 5 * q], dtype=torch.float64) for q in range(n))
+    want = (total * (1.0 / n)).to(getattr(torch, dtype))   # float -> int truncates toward 0
+    got = hvd.allreduce(x, op=hvd.Average, name=f"sem.int.avg.{dtype}")
+    assert got.dtype == x.dtype and torch.equal(got, want)
+    if n == 2:
+        assert got[:2].tolist() == [1, -1]
