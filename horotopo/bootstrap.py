@@ -15,8 +15,10 @@ returning only the Plan):
 Steps 3 and 4 are :func:`horotopo.planning_protocol.share_plan`, the one protocol for sharing
 a plan. Everything here speaks to a :class:`~horotopo.transport.base.Transport`, never to MPI.
 
-Any failure on rank 0 (unreadable file, wrong rank count, planner error) is broadcast, so every
-rank raises the same :class:`BootstrapError` instead of waiting for a plan that never comes.
+Any failure on rank 0 (unreadable file, wrong rank count, planner error, or any exception at
+all while it loads and plans) is broadcast, so every rank raises the same
+:class:`BootstrapError` within a broadcast's time instead of waiting for a plan that never
+comes; an unexpected one reads ``rank 0 failed in init: RecursionError: ...``.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from . import config
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import EXCHANGE_TIMEOUT_S, PLAN_TIMEOUT_S, share_plan
 from .probe import ProbeError, probe
-from .topology import Topology, TopologyError, from_dict, load, measured_document
+from .topology import Topology, TopologyError, from_dict, load_for_job, measured_document
 from .transport.base import Transport, TransportTimeout
 
 __all__ = ["setup", "Setup", "setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
@@ -141,53 +143,55 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
                 f"{_show(everyone[0])}, rank {r} has {_show(theirs)}; give every rank the same")
     mode, path = everyone[0]["mode"], everyone[0]["path"]
 
-    # 2. the topology (rank 0 needs it; a probe document exists on every rank)
-    topology: Optional[Topology] = None
-    error: Optional[str] = None
-    use_ring = False
-    if path is not None:
-        if rank == 0:
-            try:
-                topology = load(path)
-                say(f"horotopo: topology from HOROTOPO_TOPOLOGY={path}: {topology.name!r}, "
-                    f"{topology.n} ranks ({topology.kind})")
-            except TopologyError as exc:
-                error = f"HOROTOPO_TOPOLOGY={path}: {exc}"
-    elif mode != "off":
+    # 2. a probe is collective (every rank measures); the rest is rank 0's alone: loading the
+    # model, checking it and planning it all run inside build(), so that anything raised
+    # there (a bad file, a planner bug, a RecursionError or MemoryError) is sent to every rank
+    # as rank 0's error instead of leaving them waiting for a plan.
+    doc = None
+    if path is None and mode != "off":
         doc = probe(transport, mode, progress=say, **dict(probe_options or {}))
-        if rank == 0:
-            topology = from_dict(doc)
-            say(f"horotopo: probed {topology.n} ranks ({mode}) in {doc['probe']['seconds']:.2f} s, "
-                f"{len(doc.get('shared', []))} shared bottlenecks")
-    else:
-        use_ring = True
-        if rank == 0:
+    use_ring = path is None and mode == "off"
+
+    def model() -> Topology:
+        if path is not None:
+            try:
+                topology = load_for_job(path, size)
+            except TopologyError as exc:
+                raise BootstrapError(f"HOROTOPO_TOPOLOGY={path}: {exc}") from exc
+            say(f"horotopo: topology from HOROTOPO_TOPOLOGY={path}: {topology.name!r}, "
+                f"{topology.n} ranks ({topology.kind})")
+        elif use_ring:
             topology = from_dict(uniform_document(size))
             say("horotopo: HOROTOPO_PROBE=off and no HOROTOPO_TOPOLOGY: ring plan over a "
                 "uniform model")
-    if rank == 0 and topology is not None and topology.n != size:
-        error = (f"HOROTOPO_TOPOLOGY={path}: the topology has {topology.n} ranks but this job "
-                 f"has {size}")
+        else:
+            topology = from_dict(doc)
+            say(f"horotopo: probed {topology.n} ranks ({mode}) in "
+                f"{doc['probe']['seconds']:.2f} s, {len(doc.get('shared', []))} shared "
+                "bottlenecks")
+        if topology.n != size:
+            raise BootstrapError(f"HOROTOPO_TOPOLOGY={path}: the topology has {topology.n} "
+                                 f"ranks but this job has {size}")
+        return topology
 
     # 3 and 4. rank 0 plans (or says why it cannot), every rank gets the plan, digests compared
     def build() -> Tuple[Plan, Optional[Topology]]:
-        if error is not None:
-            raise BootstrapError(error)
-        assert topology is not None
+        topology = model()
         try:
             return (ring_plan(topology) if use_ring else make_plan(topology)), topology
         except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
             raise BootstrapError(f"planning {topology.name!r} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
 
-    plan, model = share_plan(transport, build, what="init", error=BootstrapError,
-                             timeout_s=PLAN_TIMEOUT_S, check_timeout_s=EXCHANGE_TIMEOUT_S)
-    assert model is not None  # build always returns the model it planned on
+    plan, planned_on = share_plan(transport, build, what="init", error=BootstrapError,
+                                  failure="rank 0 failed in init", timeout_s=PLAN_TIMEOUT_S,
+                                  check_timeout_s=EXCHANGE_TIMEOUT_S)
+    assert planned_on is not None  # build always returns the model it planned on
     say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
         f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "
         f"{time.perf_counter() - start:.2f} s")
     source = "file" if path is not None else ("uniform" if use_ring else "probe")
-    return Setup(plan, model, source)
+    return Setup(plan, planned_on, source)
 
 
 def _show(settings: Mapping[str, Any]) -> str:

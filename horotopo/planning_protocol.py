@@ -4,8 +4,9 @@
 runs it again whenever the model changes. It speaks only to the transport, so it runs over
 MPI and over a simulator alike:
 
-1. the root calls ``build()`` (the planner, with whatever it needs from the model); a failure
-   there becomes a message, so that no rank waits for a plan that never comes;
+1. the root calls ``build()`` (the planner, with whatever it needs from the model); any
+   exception there becomes a one-line message, so that no rank waits for a plan that never
+   comes;
 2. the root broadcasts the Plan's JSON and its model's (or the failure) to every rank;
 3. every rank rebuilds the Plan, and the ranks compare its digest.
 
@@ -43,7 +44,10 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         Every rank of it calls this.
     build : callable
         Called on ``root`` only: returns ``(plan, topology)``. An exception of type ``error``
-        is passed on with its own text; any other becomes ``"{failure}: {type}: {text}"``.
+        is passed on with its own text; any other, whatever its type, becomes
+        ``"{failure}: {type}: {text}"`` (each text cut to its first line). A
+        ``KeyboardInterrupt`` or ``SystemExit`` is sent on as such an error, then raised on
+        the root as itself.
     root : int
         The rank that plans.
     what : str
@@ -70,20 +74,27 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         :class:`~horotopo.transport.base.TransportTimeout`, whose ``missing`` lists them).
     """
     payload: Dict[str, Any] = {}
+    interrupted: Optional[BaseException] = None
     if transport.rank == root:
         try:
             plan, topology = build()
             payload = {"plan": plan.to_json(),
                        "topology": None if topology is None else topology.to_json()}
         except error as exc:
-            payload = {"error": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
-            payload = {"error": f"{failure}: {type(exc).__name__}: {exc}"}
+            payload = {"error": _one_line(str(exc))}
+        except BaseException as exc:  # noqa: BLE001 - every rank must learn of the failure
+            # Anything at all (a RecursionError, a MemoryError, a bug; a KeyboardInterrupt is
+            # passed on too, then raised here as itself).
+            payload = {"error": f"{failure}: {type(exc).__name__}: {_one_line(str(exc))}"}
+            if not isinstance(exc, Exception):
+                interrupted = exc
     try:
         data = transport.broadcast_bytes(
             _encode(payload) if transport.rank == root else None, root, timeout_s,
             f"{what}: waiting for the plan")
         failed, plan, model = _decode(bytes(data))
+        if interrupted is not None:
+            raise interrupted
         if failed is not None:
             raise error(failed)
         digests = [d.decode() for d in transport.allgather_bytes(
@@ -95,6 +106,16 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         raise error(f"plan digest differs across ranks: rank 0 has {digests[0]}, "
                     + ", ".join(f"rank {r} has {digests[r]}" for r in odd))
     return plan, model
+
+
+#: The longest failure text sent: a message is one line, not a dump of the data.
+MAX_MESSAGE_CHARS = 500
+
+
+def _one_line(text: str) -> str:
+    """``text``'s first line, at most :data:`MAX_MESSAGE_CHARS` long."""
+    line = text.strip().splitlines()[0] if text.strip() else "(no message)"
+    return line if len(line) <= MAX_MESSAGE_CHARS else line[:MAX_MESSAGE_CHARS - 3] + "..."
 
 
 #: The plan's wall-clock timings (the planner's ``seconds``, ``flat_bound_seconds``), as

