@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from horotopo.cli.draw import layout, render
+from horotopo.cli.draw import MAX_TREE_PANELS, layout, render
 from horotopo.plan import make_plan
 from horotopo.probe.infer import cluster_ranks
 from horotopo.topology import bundled, from_dict, load, measured_document
@@ -101,6 +101,47 @@ def test_png_for_declared_and_measured(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "r.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("name, size", [("racks-2x3", "128M"), ("uniform-4", "4K")])
+def test_each_tree_is_laid_out_by_depth_with_arcs_the_way_data_flows(name, size):
+    from horotopo.plan import parse_size
+
+    topology = load(bundled(name))
+    plan = make_plan(topology, size=parse_size(size))
+    picture = layout(topology, plan)
+    assert "1 trees" not in picture.title
+    assert [v.tree for v in picture.trees] == list(range(len(plan.trees)))
+    for view, tree in zip(picture.trees, plan.trees):
+        assert view.root == tree.root and view.share == tree.share
+        assert set(view.reduce) == {(v, p) for v, p in enumerate(tree.reduce_parent) if p >= 0}
+        assert set(view.bcast) == {(p, v) for v, p in enumerate(tree.bcast_parent) if p >= 0}
+        for at, arcs, up in ((view.reduce_at, view.reduce, True),
+                             (view.bcast_at, view.bcast, False)):
+            assert at[tree.root][1] == 0 and len(at) == topology.n
+            # data moves one row at a time: up into the root, down from it
+            for src, dst in arcs:
+                assert at[src][1] - at[dst][1] == (1 if up else -1)
+            # no two ranks share a place
+            assert len(set(at)) == topology.n
+        assert view.depth == max(d for _, d in view.reduce_at + view.bcast_at)
+
+
+def test_the_png_has_a_panel_row_per_tree(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    from horotopo.plan import parse_size
+
+    topology = load(bundled("uniform-4"))
+    heights = {}
+    for size in ("4K", "128M"):
+        plan = make_plan(topology, size=parse_size(size))
+        render(layout(topology, plan), str(tmp_path / f"{size}.png"))
+        heights[len(plan.trees)] = imread(str(tmp_path / f"{size}.png")).shape[0]
+    assert len(heights) == 2 and min(heights) <= MAX_TREE_PANELS
+    few, many = sorted(heights)
+    assert heights[many] > heights[few]  # each tree drawn in a row of its own
 
 
 def test_lower_layers_do_not_import_the_drawing():

@@ -1,12 +1,16 @@
-"""The plan picture: the network, with each tree's arcs over it (``horotopo plan --png``).
+"""The plan picture (``horotopo plan --png``): the network, then one panel per tree.
 
 Two steps, so that what the picture says can be tested without looking at pixels:
 
 - :func:`layout` is pure: from a topology and a plan it returns a :class:`Picture` of nodes
   with positions, physical links (or, for a measured topology, resources) with their rates,
-  and for every resource how many tree arcs cross it and what fraction of its capacity the
-  plan uses.
-- :func:`render` draws a :class:`Picture` with matplotlib (the ``plot`` extra).
+  for every resource how many tree arcs cross it and what fraction of its capacity the plan
+  uses, and for every tree a :class:`TreeView`: its reduce and its broadcast arborescence laid
+  out by depth, root on top.
+- :func:`render` draws a :class:`Picture` with matplotlib (the ``plot`` extra): the network
+  panel with the rates and crossings, then for each tree (the largest shares first, at most
+  :data:`MAX_TREE_PANELS`) its reduce, arrows up into the root, beside its broadcast, arrows
+  down from the root, each rank on the row of its depth.
 
 Declared topologies are drawn as the switch tree: hosts on the bottom row under the switch they
 hang from, switches above them by their distance from the hosts. Measured topologies have no
@@ -17,22 +21,27 @@ Only the CLI imports this module; nothing below it does.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ..packing import ArcModel, format_percent
+from ..packing import ArcModel, format_percent, plural
 from ..plan import Plan
 from ..probe.infer import cluster_ranks
 from ..topology import GBPS_TO_BPS, Topology
 
-__all__ = ["Node", "Link", "Arc", "Picture", "layout", "render", "draw"]
+__all__ = ["Node", "Link", "Arc", "TreeView", "Picture", "layout", "render", "draw",
+           "MAX_TREE_PANELS"]
 
 ROW = 1.6  # vertical distance between the rows of switch levels and hosts
 
 # A resource whose plan load is at least this fraction of its capacity is drawn as binding.
 BINDING = 0.999
+
+#: Trees drawn in panels of their own; the title says how many more the plan has.
+MAX_TREE_PANELS = 8
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,31 @@ class Arc:
 
 
 @dataclass(frozen=True)
+class TreeView:
+    """Tree ``tree`` of the plan as its panel draws it.
+
+    ``reduce`` lists its arcs ``(child, parent)`` and ``bcast`` its arcs ``(parent, child)``:
+    each in the direction its data flows. ``reduce_at[v]`` and ``bcast_at[v]`` are rank
+    ``v``'s ``(x, depth)`` in the two drawings: depth is its hops from the root (the row it is
+    drawn on, root at 0), x its place in the row, children in their parents' order.
+    """
+
+    tree: int
+    root: int
+    share: float
+    rate_Bps: float
+    reduce: Tuple[Tuple[int, int], ...]
+    bcast: Tuple[Tuple[int, int], ...]
+    reduce_at: Tuple[Tuple[float, int], ...]
+    bcast_at: Tuple[Tuple[float, int], ...]
+
+    @property
+    def depth(self) -> int:
+        """Rows below the root in the deeper of the two arborescences."""
+        return max(d for _, d in self.reduce_at + self.bcast_at)
+
+
+@dataclass(frozen=True)
 class Picture:
     """Everything :func:`render` draws (see module docstring)."""
 
@@ -90,6 +124,7 @@ class Picture:
     links: Tuple[Link, ...]
     arcs: Tuple[Arc, ...]
     groups: Tuple[Tuple[str, Tuple[str, ...]], ...]  # (label, member node names)
+    trees: Tuple[TreeView, ...] = ()
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
@@ -122,8 +157,39 @@ def _tree_arcs(plan: Plan) -> List[Tuple[int, str, int, int]]:
 def _title(topology: Topology, plan: Plan) -> str:
     gap = plan.gap
     cert = "no certificate" if gap is None else f"packing gap {format_percent(gap)}"
-    return (f"{topology.name}: {len(plan.trees)} trees, R {plan.throughput_Bps / 1e6:.2f} MB/s, "
-            f"ring {plan.ring_Bps / 1e6:.2f} MB/s, {cert}")
+    return (f"{topology.name}: {plural(len(plan.trees), 'tree')}, "
+            f"R {plan.throughput_Bps / 1e6:.2f} MB/s, ring {plan.ring_Bps / 1e6:.2f} MB/s, {cert}")
+
+
+def _rows(parent: Sequence[int], root: int) -> Tuple[Tuple[float, int], ...]:
+    """``(x, depth)`` of every rank of the arborescence ``parent``: depth by breadth-first
+    search from ``root``, each row's ranks in the order of their parents, then by rank."""
+    children: Dict[int, List[int]] = {}
+    for v, p in enumerate(parent):
+        if p >= 0:
+            children.setdefault(p, []).append(v)
+    at: Dict[int, Tuple[float, int]] = {root: (0.0, 0)}
+    row = [root]
+    depth = 0
+    while row:
+        depth += 1
+        row = [c for v in row for c in sorted(children.get(v, []))]
+        at.update((c, (float(k), depth)) for k, c in enumerate(row))
+    # centre each row under the widest, so that a chain runs down the middle
+    width = max(Counter(d for _, d in at.values()).values())
+    count = Counter(d for _, d in at.values())
+    return tuple((at[v][0] + (width - count[at[v][1]]) / 2, at[v][1]) for v in range(len(parent)))
+
+
+def _tree_views(plan: Plan) -> Tuple[TreeView, ...]:
+    views = []
+    for k, t in enumerate(plan.trees):
+        views.append(TreeView(
+            k, t.root, t.share, t.rate_Bps,
+            tuple((v, p) for v, p in enumerate(t.reduce_parent) if p >= 0),
+            tuple((p, v) for v, p in enumerate(t.bcast_parent) if p >= 0),
+            _rows(t.reduce_parent, t.root), _rows(t.bcast_parent, t.root)))
+    return tuple(views)
 
 
 def _gbps(value: float) -> str:
@@ -221,7 +287,8 @@ def _declared(topology: Topology, plan: Plan) -> Picture:
             for k, kind, s, d in _tree_arcs(plan)]
     groups = tuple((s, (s, *(h for h in hosts if home[h] == s)))
                    for s in switches if level[s] == 1)
-    return Picture(_title(topology, plan), tuple(nodes), tuple(drawn), tuple(arcs), groups)
+    return Picture(_title(topology, plan), tuple(nodes), tuple(drawn), tuple(arcs), groups,
+                   _tree_views(plan))
 
 
 def _measured(topology: Topology, plan: Plan) -> Picture:
@@ -276,22 +343,44 @@ def _measured(topology: Topology, plan: Plan) -> Picture:
             for k, kind, s, d in _tree_arcs(plan)]
     groups = tuple((f"cluster {c}", tuple(name[i] for i in members))
                    for c, members in enumerate(clusters))
-    return Picture(_title(topology, plan), tuple(nodes), tuple(drawn), tuple(arcs), groups)
+    return Picture(_title(topology, plan), tuple(nodes), tuple(drawn), tuple(arcs), groups,
+                   _tree_views(plan))
 
 
 def render(picture: Picture, path: str) -> None:
-    """Draw ``picture`` to the image file ``path`` (needs matplotlib)."""
+    """Draw ``picture`` to the image file ``path`` (needs matplotlib): the network on top, then
+    a row per tree, its reduce on the left and its broadcast on the right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    shown = sorted(picture.trees, key=lambda v: (-v.share, v.tree))[:MAX_TREE_PANELS]
+    width = max((nd.x for nd in picture.nodes), default=1.0) + 2
+    ranks = max((len(v.reduce_at) for v in shown), default=1)
+    fig_width = max(7.0, 1.4 * width, 1.1 * ranks)
+    heights = [6.0] + [1.3 + 0.9 * v.depth for v in shown]
+    fig = plt.figure(figsize=(fig_width, sum(heights)))
+    grid = fig.add_gridspec(len(heights), 2, height_ratios=heights, hspace=0.35, wspace=0.08)
+    colours = plt.get_cmap("tab10")
+    _draw_network(fig.add_subplot(grid[0, :]), picture, len(shown))
+    for row, view in enumerate(shown, start=1):
+        colour = colours(view.tree % 10)
+        head = (f"tree {view.tree}: root {view.root}, share {view.share:.3f}, "
+                f"rate {view.rate_Bps / 1e6:.2f} MB/s")
+        _draw_tree(fig.add_subplot(grid[row, 0]), view.reduce, view.reduce_at, view.root,
+                   view.depth, colour, f"{head}\nreduce: each rank sends up to its parent")
+        _draw_tree(fig.add_subplot(grid[row, 1]), view.bcast, view.bcast_at, view.root,
+                   view.depth, colour, "broadcast: the root sends down, each rank to its "
+                                       "children")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _draw_network(ax: Any, picture: Picture, shown: int) -> None:
     from matplotlib.patches import FancyBboxPatch
 
     pos = {nd.name: (nd.x, nd.y) for nd in picture.nodes}
-    width = max((nd.x for nd in picture.nodes), default=1.0) + 2
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.4 * width), 7.5))
-    colours = plt.get_cmap("tab10")
-
     for label, members in picture.groups:
         xs = [pos[m][0] for m in members]
         ys = [pos[m][1] for m in members]
@@ -322,25 +411,8 @@ def render(picture: Picture, path: str) -> None:
         low, high = ((xa, ya), (xb, yb)) if ya <= yb else ((xb, yb), (xa, ya))
         f = 0.5 if ya == yb else 0.33
         ax.text(low[0] + f * (high[0] - low[0]), low[1] + f * (high[1] - low[1]), ln.label,
-                fontsize=5.5, ha="center",
-                va="center", color=colour, zorder=4,
+                fontsize=5.5, ha="center", va="center", color=colour, zorder=4,
                 bbox=dict(facecolor="white", edgecolor="none", alpha=0.7, pad=0.5))
-
-    trees = sorted({a.tree for a in picture.arcs})
-    for a in picture.arcs:
-        if len(a.path) < 2:
-            continue  # two ranks on one host: shared memory, nothing on the network
-        # a small per-tree shift keeps the trees' arcs apart where they share a link
-        shift = 0.06 * (trees.index(a.tree) - (len(trees) - 1) / 2) + (0.02 if a.kind == "bcast" else -0.02)
-        xs = [pos[p][0] + shift for p in a.path]
-        ys = [pos[p][1] + shift for p in a.path]
-        colour = colours(a.tree % 10)
-        style = "-" if a.kind == "reduce" else "--"
-        ax.plot(xs, ys, color=colour, linestyle=style, linewidth=1.1, zorder=2)
-        ax.annotate("", xy=(xs[-1], ys[-1]), xytext=(xs[-2], ys[-2]), zorder=2,
-                    arrowprops=dict(arrowstyle="->", color=colour, linestyle=style, shrinkB=12))
-    for t in trees:
-        ax.plot([], [], color=colours(t % 10), label=f"tree {t}")
 
     style = {"switch": ("s", "#c6dbef"), "host": ("o", "#e5e5e5"), "rank": ("o", "#e5e5e5"),
              "bottleneck": ("D", "#fdd0a2")}
@@ -349,15 +421,39 @@ def render(picture: Picture, path: str) -> None:
         ax.scatter([nd.x], [nd.y], s=700, marker=marker, color=face, edgecolors="#555555",
                    zorder=3)
         ax.text(nd.x, nd.y, nd.label, fontsize=6.5, ha="center", va="center", zorder=5)
-
-    ax.set_title(picture.title + "\nsolid: reduce, dashed: broadcast; red: a resource the "
-                 "plan fills; 'u>v kx p%': k tree arcs cross u->v, p% of its rate", fontsize=8)
-    if trees:
-        ax.legend(loc="upper left", fontsize=7, ncol=max(1, len(trees) // 8))
+    more = len(picture.trees) - shown
+    trees = (f"each tree below ({shown} with the largest shares; {more} more not drawn)"
+             if more > 0 else "each tree below")
+    ax.set_title(f"{picture.title}\nred: a resource the plan fills; 'u>v kx p%': k tree arcs "
+                 f"cross u->v, using p% of its rate; {trees}", fontsize=8)
     ax.margins(0.08)
     ax.axis("off")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+
+
+def _draw_tree(ax: Any, arcs: Sequence[Tuple[int, int]], at: Sequence[Tuple[float, int]],
+               root: int, deepest: int, colour: Any, title: str) -> None:
+    """One arborescence, ranks on the rows of their depth (``deepest`` rows below the root, so
+    that a tree's two drawings share their rows), root on top, each arc an arrow in the
+    direction its data flows."""
+    for src, dst in arcs:
+        (xs, ds), (xd, dd) = at[src], at[dst]
+        ax.annotate("", xy=(xd, -dd), xytext=(xs, -ds), zorder=2,
+                    arrowprops=dict(arrowstyle="-|>", color=colour, linewidth=1.2,
+                                    shrinkA=9, shrinkB=9))
+    for v, (x, d) in enumerate(at):
+        is_root = v == root
+        ax.scatter([x], [-d], s=330 if is_root else 220, marker="*" if is_root else "o",
+                   color="#fdd0a2" if is_root else "#e5e5e5",
+                   edgecolors="#d62728" if is_root else "#555555", zorder=3)
+        ax.text(x, -d, str(v), fontsize=7, ha="center", va="center", zorder=4)
+    ax.set_yticks([-d for d in range(deepest + 1)])
+    ax.set_yticklabels(["root"] + [f"depth {d}" for d in range(1, deepest + 1)], fontsize=6)
+    ax.set_xticks([])
+    ax.set_ylim(-deepest - 0.5, 0.5)
+    ax.set_xlim(-0.7, max(x for x, _ in at) + 0.7)
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(title, fontsize=7, loc="left")
 
 
 def draw(topology: Topology, plan: Plan, path: str) -> Picture:
