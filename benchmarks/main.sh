@@ -5,6 +5,6 @@
 # allreduce benchmark across them: horotopo against MPI_Allreduce, with the plan's prediction
 # and a one-line verdict. Without root it says so and falls back to plain local ranks.
 #   bash benchmarks/main.sh [TOPOLOGY.json] [-b 1M -e 16M -f 4 -n 3 -w 1] [--local]
-source "$(dirname "$0")/../launch/venv.sh"
+source "$(dirname "$0")/../launch/venv.sh" || exit 1
 cd "$HOROTOPO_ROOT"
 exec "$VENV/bin/python" benchmarks/emulated_allreduce.py "$@"
