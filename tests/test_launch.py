@@ -90,7 +90,7 @@ def test_unknown_flag_errors_like_argparse(capsys):
         cli.parse(["--bogus", "-np", "2", "python", "x.py"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: horotopo-run" in err and "unrecognized arguments: --bogus" in err
+    assert err.count("\n") == 1 and "unrecognized arguments: --bogus" in err
     assert cli.main(["--bogus", "python"]) == 2
 
 
@@ -104,7 +104,8 @@ def test_bad_values_error(capsys):
 
 def test_gloo_rejected(capsys):
     assert cli.main(["--gloo", "-np", "2", "python", "x.py"]) == 2
-    assert "--gloo is not supported" in capsys.readouterr().err
+    assert "--gloo is a horovodrun flag that horotopo-run does not support" in \
+        capsys.readouterr().err
     assert cli.parse(["--mpi", "-np", "2", "x"]).np == 2
 
 
@@ -115,6 +116,57 @@ def test_unsupported_flags_warn(capsys):
     assert "--autotune is accepted for horovodrun compatibility but has no effect" in err
     assert "--hierarchical-allreduce" in err and "--num-nccl-streams" in err
     assert o.command == ["x"]
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["--min-np", "2"], "--min-np is a horovodrun flag for elastic training"),
+    (["--host-discovery-script", "d.sh"], "--host-discovery-script is a horovodrun flag for "
+                                          "elastic training"),
+    (["--jsrun"], "--jsrun is a horovodrun flag for launching with LSF's jsrun"),
+])
+def test_horovodrun_only_flags_are_refused_naming_horovodrun(argv, what, capsys):
+    assert cli.main([*argv, "-np", "2", "python", "x.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and what in err and "replacement for horovodrun" in err
+
+
+def test_help_names_horovodrun_as_the_command_replaced(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("replaces Horovod's horovodrun") == 1 and "--check-build" in out
+
+
+def test_check_build_prints_horovods_sections_with_detected_marks(capsys):
+    """The layout is horovodrun's; every mark comes from what the child process found."""
+    assert cli.main(["--check-build"]) == 0
+    out = capsys.readouterr().out
+    for title in ("Available Frameworks:", "Available Controllers:",
+                  "Available Tensor Operations:", "horotopo:"):
+        assert title in out
+    lines = {line.strip()[4:].split("  (")[0]: line.strip()[:3] for line in out.splitlines()
+             if line.strip().startswith("[")}
+    import importlib.util
+
+    torch_there = importlib.util.find_spec("torch") is not None
+    assert lines["PyTorch"] == ("[X]" if torch_there else "[ ]")
+    for absent in ("TensorFlow", "MXNet", "Gloo", "NCCL", "DDL", "CCL"):
+        assert lines[absent] == "[ ]", absent
+    assert lines["MPI"] == "[X]"      # the test suite runs with mpi4py and an MPI
+    simgrid_there = importlib.util.find_spec("simgrid") is not None
+    assert lines["SimGrid simulator"] == ("[X]" if simgrid_there else "[ ]")
+    cupy_there = importlib.util.find_spec("cupy") is not None
+    if not cupy_there:
+        assert lines["CuPy (GPU buffers)"] == "[ ]"
+        assert lines["native GPU reduce kernels"] == "[ ]"
+
+
+def test_check_build_reports_a_failed_check_instead_of_marks(monkeypatch):
+    monkeypatch.setattr(cli, "_BUILD_PROBE", "raise SystemExit('broken interpreter')")
+    found = cli.detect_build()
+    assert all(not ok and "the check failed: broken interpreter" in why
+               for ok, why in found.values())
+    text = cli.format_build(found)
+    assert "[X]" not in text and "[ ] PyTorch" in text
 
 
 def test_horovod_env_mapping():
@@ -351,9 +403,18 @@ def test_no_flag_is_accepted_silently():
               "--timeline-mark-cycles", "--log-level", "--start-timeout", "--no-stall-check",
               "--stall-check-warning-time-seconds", "--stall-check-shutdown-time-seconds",
               "-x", "--mpi-args", "--dry-run", "--emulate", "--check", "--emulate-prefix",
-              "--check-seconds"}
+              "--check-seconds", "-cb", "--check-build"}
     flags = {s for a in parser._actions for s in a.option_strings}
-    assert flags - acting == set(cli.UNSUPPORTED)
+    assert flags - acting == set(cli.UNSUPPORTED) | set(cli.REFUSED)
+
+
+@pytest.mark.parametrize("flag", sorted(cli.REFUSED))
+def test_each_refused_flag_exits_2_naming_itself(flag, capsys):
+    argv = [flag] + (["v"] if cli.REFUSED[flag][0] else []) + ["-np", "2", "x"]
+    with pytest.raises(SystemExit) as exc:
+        cli.parse(argv)
+    assert exc.value.code == 2
+    assert f"error: {flag} is a horovodrun flag for " in capsys.readouterr().err
 
 
 def _launcher() -> list:

@@ -101,12 +101,9 @@ def refuse_torchrun(world_size: int, mpi_size: int,
                or config.get("LOCAL_WORLD_SIZE", env) is not None)
     if elastic and world_size > 1 and mpi_size == 1:
         raise RuntimeError(
-            f"the horotopo backend runs over MPI, but this process was started by torchrun "
-            f"(TORCHELASTIC_RUN_ID/LOCAL_WORLD_SIZE are set) with WORLD_SIZE={world_size} and "
-            f"is an MPI job of 1 rank: torchrun starts no MPI job. To use horotopo, "
-            f"{LAUNCH_HINT}. To stay with torchrun, use backend 'gloo' or 'nccl' and "
-            f"horotopo's DDP hook (horotopo.torch.distributed.allreduce_hook), in a job "
-            f"launched with MPI.")
+            f"the horotopo backend runs over MPI, and torchrun (TORCHELASTIC_RUN_ID/"
+            f"LOCAL_WORLD_SIZE are set) starts no MPI job, so this process is an MPI job of 1 "
+            f"rank, not one of WORLD_SIZE={world_size}: {LAUNCH_HINT}.")
 
 
 def check_ranks(torch_rank: int, torch_size: int, mpi_rank: int, mpi_size: int) -> None:
