@@ -3,7 +3,7 @@
 # controller) against horotopo, unchanged, through a `horovod` package that re-exports
 # horotopo.torch.
 #
-#   bash tests/horovod_compat/run.sh HOROVOD_SOURCE [MODE] [SIZES]
+#   bash benchmarks/horovod_suite.sh HOROVOD_SOURCE [MODE] [SIZES]
 #
 # HOROVOD_SOURCE: either a git checkout (or bare mirror) of github.com/horovod/horovod, from
 #   which test/parallel/test_torch.py is read at tag $HOROVOD_TAG (default v0.28.1) with
@@ -17,22 +17,23 @@
 # PYTHON (default: .venv/bin/python beside this repository) must have horotopo, torch, mpi4py
 # and pytest; mpiexec is taken from its bin folder. HOROVOD_SUITE_TIMEOUT_S bounds one mpiexec
 # run (default 480 s for "file", 120 s for "each"). Prints passed/failed/skipped counts per size
-# (rank 0's view; a test counts as failed if it failed on any rank) and exits with the number of
-# (size, run) pairs that had a failure or did not finish.
+# (a test counts as failed if it failed on any rank) and exits with the number of runs that had
+# a failure or did not finish. HOROVOD_SUITE_MARKDOWN=PATH also writes the results, stamped
+# with the date, commit and machine, to PATH (docs/results/horovod_suite.md by convention).
 set -uo pipefail
-source_arg="${1:?usage: run.sh HOROVOD_SOURCE [file|each|-k EXPR] [SIZES]}"
+source_arg="${1:?usage: horovod_suite.sh HOROVOD_SOURCE [file|each|-k EXPR] [SIZES]}"
 mode="${2:-file}"
 sizes="${3:-2 3}"
 tag="${HOROVOD_TAG:-v0.28.1}"
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+root="$(cd "$here/.." && pwd)"
 py="${PYTHON:-$root/.venv/bin/python}"
 bindir="$(dirname "$py")"
 mpiexec="$bindir/mpiexec"
 [ -x "$mpiexec" ] || mpiexec="$(command -v mpiexec)"
 work="$(mktemp -d)"
 if [ -n "${HOROVOD_SUITE_KEEP:-}" ]; then
-  echo "run.sh: logs kept in $work" >&2
+  echo "horovod_suite.sh: logs kept in $work" >&2
 else
   trap 'rm -rf "$work"' EXIT
 fi
@@ -44,7 +45,7 @@ elif ! git --git-dir="$source_arg/.git" show "$tag:test/parallel/test_torch.py" 
         >"$work/parallel/test_torch.py" 2>/dev/null &&
      ! git --git-dir="$source_arg" show "$tag:test/parallel/test_torch.py" \
         >"$work/parallel/test_torch.py" 2>/dev/null; then
-  echo "run.sh: no test/parallel/test_torch.py at $tag in $source_arg" >&2
+  echo "horovod_suite.sh: no test/parallel/test_torch.py at $tag in $source_arg" >&2
   exit 2
 fi
 
@@ -57,7 +58,7 @@ sed -i 's/^\( *\)subclass != torch.optim.SparseAdam$/\1subclass != torch.optim.S
   "$work/parallel/test_torch.py"
 changed="$(diff "$work/test_torch.orig.py" "$work/parallel/test_torch.py" | grep -c '^>')"
 if [ "$changed" != 6 ]; then
-  echo "run.sh: expected the Muon exclusion to change 3 places of test_torch.py, got $changed lines" >&2
+  echo "horovod_suite.sh: expected the Muon exclusion to change 3 places of test_torch.py, got $changed lines" >&2
   exit 2
 fi
 
@@ -169,10 +170,11 @@ SH
 chmod +x "$work/rank.sh"
 cat >"$work/summary.py" <<'PY'
 import glob
+import json
 import re
 import sys
 
-prefix = sys.argv[1]
+prefix, record = sys.argv[1], json.loads(sys.argv[2])
 line = re.compile(r"::(\w+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)")
 outcomes = {}
 for path in sorted(glob.glob(prefix + ".rank*.log")):
@@ -184,12 +186,20 @@ for path in sorted(glob.glob(prefix + ".rank*.log")):
                 outcomes[name] = kind
 counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
 print(" ".join(f"{k} {v}" for k, v in counts.items()))
-for name, kind in sorted(outcomes.items()):
-    if kind == "failed":
-        print("  FAILED", name)
+failed = sorted(name for name, kind in outcomes.items() if kind == "failed")
+for name in failed:
+    print("  FAILED", name)
+record.update(counts, failed_tests=failed)
+with open(sys.argv[3], "a") as out:
+    out.write(json.dumps(record) + "\n")
 sys.exit(1 if counts["failed"] else 0)
 PY
 
+PYTHONPATH="$root/benchmarks" "$py" -c "
+import json, os, results
+date, commit, load = results._STARTED
+json.dump({'date': date.isoformat(), 'commit': commit, 'load': load}, open('$work/started.json', 'w'))
+"
 export PY="$py" RESULTS="$work/results" PYTHONPATH="$work/shim:$work/utils${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$bindir:$PATH"
 bad=0
@@ -200,8 +210,11 @@ launch() {  # launch RUN_ID N TIMEOUT TARGET [PYTEST_ARGS...]
   HOROVOD_SUITE_STEPS="$RESULTS/$run_id.steps" RUN_ID="$run_id" timeout -k 10 "$limit" "$mpiexec" -n "$n" "$work/rank.sh" "$@" \
     "$target" </dev/null >"$RESULTS/$run_id.mpiexec.log" 2>&1
   status=$?
-  local summary
-  summary="$("$py" "$work/summary.py" "$RESULTS/$run_id" 2>&1)"
+  local summary outcome=ok
+  if [ "$status" = 124 ] || [ "$status" = 137 ]; then outcome=timeout; fi
+  summary="$("$py" "$work/summary.py" "$RESULTS/$run_id" \
+    "{\"mode\": \"$mode\", \"ranks\": $n, \"run\": \"$run_id\", \"exit\": $status, \"outcome\": \"$outcome\", \"seconds\": $((SECONDS - start))}" \
+    "$work/records.jsonl" 2>&1)"
   local sum_status=$?
   if [ "$status" = 124 ] || [ "$status" = 137 ]; then
     echo "[$run_id] TIMEOUT after ${limit} s: $summary"
@@ -233,4 +246,42 @@ for n in $sizes; do
   esac
 done
 echo "[horovod_suite] $bad run(s) with failures or timeouts"
+if [ -n "${HOROVOD_SUITE_MARKDOWN:-}" ]; then
+  command="bash benchmarks/horovod_suite.sh HOROVOD_SOURCE \"$mode\" \"$sizes\""
+  PYTHONPATH="$root/benchmarks" "$py" - "$work/records.jsonl" "$HOROVOD_SUITE_MARKDOWN" \
+    "$command" "$work/started.json" <<'PY'
+import datetime
+import json
+import sys
+
+import results
+
+records_path, out_path, command, started_path = sys.argv[1:5]
+with open(started_path) as f:
+    started = json.load(f)
+results._STARTED = (datetime.datetime.fromisoformat(started["date"]), started["commit"],
+                    started["load"])
+records = [json.loads(line) for line in open(records_path)]
+lines = ["# horovod_suite: Horovod 0.28.1's test_torch.py against horotopo", "",
+         "Generated by `benchmarks/horovod_suite.sh` (`HOROVOD_SUITE_MARKDOWN`); do not edit.",
+         "", results.stamp(command), "",
+         "A test counts as failed when it failed on any rank. \"each\" runs every test in its "
+         "own mpiexec launch; \"file\" runs the whole file in one launch.", "",
+         "| mode | ranks | launches | passed | failed | skipped | timed out | seconds | "
+         "failed tests |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+groups = {}
+for r in records:
+    groups.setdefault((r["mode"], r["ranks"]), []).append(r)
+for (mode, ranks), rs in groups.items():
+    failed = sorted({t for r in rs for t in r["failed_tests"]} |
+                    {r["run"] + " (timed out)" for r in rs if r["outcome"] == "timeout"})
+    lines.append(f"| {mode} | {ranks} | {len(rs)} | {sum(r['passed'] for r in rs)} | "
+                 f"{sum(r['failed'] for r in rs)} | {sum(r['skipped'] for r in rs)} | "
+                 f"{sum(r['outcome'] == 'timeout' for r in rs)} | "
+                 f"{sum(r['seconds'] for r in rs)} | {', '.join(failed) or '-'} |")
+with open(out_path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+print(f"[horovod_suite] wrote {out_path}")
+PY
+fi
 exit "$bad"
