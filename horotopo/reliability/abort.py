@@ -87,6 +87,9 @@ _previous_hook: Optional[Callable[..., Any]] = None
 
 
 def _excepthook(etype: type, value: BaseException, tb: Any) -> None:
+    exit_quietly = getattr(value, "exit_quietly", None)
+    if callable(exit_quietly):  # a user error that ends the job in one line (init's settings)
+        exit_quietly()
     text = "".join(traceback.format_exception(etype, value, tb))
     world = _world()
     if world is None or world[2] == 1:
