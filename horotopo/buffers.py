@@ -376,20 +376,28 @@ def synchronize(arr: Any) -> None:
 class ScratchPool:
     """Reusable receive scratch, so that repeated collectives do not page-fault fresh memory.
 
-    ``get(nbytes, like)`` returns a flat array of ``like``'s dtype and module covering at least
-    ``nbytes``; the pool keeps the largest block per (module, dtype) it has handed out.
+    ``get(count, like)`` returns a flat array of ``count`` elements of ``like``'s dtype and
+    module, valid until the pool's next use. The pool keeps one block of bytes per array module,
+    the largest handed out, whatever the dtypes: a job that reduces several dtypes would
+    otherwise keep a scratch window per dtype (five dtypes held five 2 MiB windows per pool).
     """
 
     def __init__(self) -> None:
-        self._blocks: Dict[Tuple[str, str], Any] = {}
+        self._blocks: Dict[str, Any] = {}
 
     def get(self, count: int, like: Any) -> Any:
-        key = (type(like).__module__, np.dtype(like.dtype).str)
+        key = type(like).__module__
+        itemsize = np.dtype(like.dtype).itemsize
         block = self._blocks.get(key)
-        if block is None or block.size < count:
-            block = array_module(like).empty(max(count, 1), dtype=like.dtype)
+        if block is None or block.size < max(count, 1) * itemsize:
+            block = array_module(like).empty(max(count, 1) * itemsize, dtype=np.uint8)
             self._blocks[key] = block
-        return block[:count]
+        return block[:count * itemsize].view(like.dtype)
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes the pool holds (one block per array module used)."""
+        return sum(int(b.nbytes) for b in self._blocks.values())
 
     def clear(self) -> None:
         self._blocks.clear()
