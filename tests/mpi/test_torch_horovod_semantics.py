@@ -394,3 +394,20 @@ def test_integer_average_of_torch_tensors_truncates_toward_zero(dtype):
     assert got.dtype == x.dtype and torch.equal(got, want)
     if n == 2:
         assert got[:2].tolist() == [1, -1]
+
+
+def test_float_average_multiplies_by_the_float32_reciprocal_as_horovod():
+    """Horovod on the CPU averages a float32 sum by multiplying it by (float)(1.0 / size), not
+    by dividing: at 3 ranks 142 averages to 47.333336, one bit above 142 / 3. horotopo gives
+    Horovod's bits (the sums of these small integers are exact, so only the scaling rounds)."""
+    n, r = hvd.size(), hvd.rank()
+    base = torch.tensor([75.0, 71.0, -94.0, 65.0, 16.0, 1.0, 2.0])
+    got = hvd.allreduce(base + r, op=hvd.Average, name="sem.float.avg")
+    total = sum(base + q for q in range(n))
+    import numpy as np
+
+    want = torch.from_numpy(total.numpy() * np.float32(1.0 / n))
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    got = hvd.allreduce(base + r, op=hvd.Sum, postscale_factor=0.1, name="sem.float.post")
+    want = torch.from_numpy(total.numpy() * np.float32(0.1))
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
