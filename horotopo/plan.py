@@ -289,7 +289,7 @@ class Plan:
         return ring_time(self, size) / t_plan if t_plan > 0 else math.inf
 
     def describe(self, size: Optional[int] = None) -> str:
-        lines = [f"plan for {self.topology_name or 'topology'}: {self.n} ranks, "
+        lines = [f"plan for {self.topology_name or 'topology'}: {plural(self.n, 'rank')}, "
                  f"{plural(len(self.trees), 'tree')}, chunk {format_size(self.chunk_bytes)}, "
                  f"digest {self.digest}"]
         lines.append(f"  modelled throughput R   {self.throughput_Bps / 1e6:12.3f} MB/s"

@@ -34,11 +34,18 @@ import numpy as np
 GBPS_TO_BPS = 1e9 / 8.0
 
 __all__ = ["Topology", "TopologyError", "load", "load_for_job", "resolve", "from_dict",
-           "check_schema", "schema", "GBPS_TO_BPS", "bundled", "bundled_names", "file_budget"]
+           "check_schema", "schema", "GBPS_TO_BPS", "bundled", "bundled_names", "file_budget",
+           "plural"]
 
 
 class TopologyError(ValueError):
     """A topology file or document that cannot be used; the message names the field."""
+
+
+def plural(count: int, noun: str) -> str:
+    """``plural(1, "rank")`` -> ``"1 rank"``, ``plural(2, "rank")`` -> ``"2 ranks"``: a count
+    in the package's messages, here at the bottom of the layers so that every layer has it."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 @dataclass(frozen=True)
@@ -95,8 +102,9 @@ class Topology:
         return min((self.capacity_Bps[r] for r in self.routes[i][j]), default=math.inf)
 
     def describe(self) -> str:
-        lines = [f"topology {self.name!r} ({self.kind}): {self.n} ranks on "
-                 f"{len(set(self.hosts))} hosts, {len(self.resources)} resources"]
+        lines = [f"topology {self.name!r} ({self.kind}): {plural(self.n, 'rank')} on "
+                 f"{plural(len(set(self.hosts)), 'host')}, "
+                 f"{plural(len(self.resources), 'resource')}"]
         for r, (res, cap) in enumerate(zip(self.resources, self.capacity_Bps)):
             lines.append(f"  [{r}] {res:<24} {cap * 8 / 1e9:8.3f} gbps")
         return "\n".join(lines)
@@ -240,7 +248,7 @@ def parse(path: Path, nranks: Optional[int] = None) -> Any:
 def _check_size(size: int, nranks: Optional[int], measured: bool) -> None:
     budget = file_budget(nranks, measured)
     if size > budget:
-        job = "any job" if nranks is None else f"a job of {nranks} ranks"
+        job = "any job" if nranks is None else f"a job of {plural(nranks, 'rank')}"
         form = "" if measured else "declared "  # the measured budget is any form's
         raise TopologyError(f"{size} bytes, more than a {form}topology for {job} can need "
                             f"(at most {budget}); is it the file for another job?")
@@ -271,7 +279,8 @@ def _nesting(data: bytes) -> int:
 def _check_rank_count(doc: Any, nranks: int) -> None:
     ranks = doc.get("ranks") if isinstance(doc, dict) else None
     if isinstance(ranks, list) and len(ranks) != nranks:
-        raise TopologyError(f"the topology has {len(ranks)} ranks but this job has {nranks}")
+        raise TopologyError(f"the topology has {plural(len(ranks), 'rank')} but this job has "
+                            f"{nranks}")
 
 
 _validator: Any = None

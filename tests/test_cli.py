@@ -154,3 +154,17 @@ def test_plan_help_points_inside_the_repository(capsys):
         main(["plan", "--help"])
     out = capsys.readouterr().out
     assert "docs/topology.md" in out and "DESIGN" not in out and "../" not in out
+
+
+def test_probe_refuses_a_missing_folder_on_every_rank_at_once(tmp_path):
+    from mpi_launch import mpiexec_path, run_mpi
+
+    if mpiexec_path() is None:
+        pytest.skip("no mpiexec next to the interpreter or on PATH")
+    out = run_mpi(2, [sys.executable, "-m", "horotopo", "probe", "--quick", "-o",
+                      str(tmp_path / "no" / "t.json")], timeout=120)
+    # rank 0's verdict stops both ranks before the probe, and the job says it once
+    assert out.returncode == 2, out.stdout
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert lines == [f"horotopo probe: error: -o {tmp_path}/no/t.json: the folder "
+                     f"'{tmp_path}/no' does not exist"], out.stdout

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from ..packing import format_percent
+from ..packing import format_percent, plural
 from ..packing.depth import FORESTS
 from ..plan import Plan, format_size, make_plan, target_size
 from ..topology import bundled_names, load
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[plan] {msg}", file=sys.stderr, flush=True)
 
-    progress(f"{topology.name}: {topology.n} ranks, {len(topology.resources)} resources")
+    progress(f"{topology.name}: {plural(topology.n, 'rank')}, "
+             f"{plural(len(topology.resources), 'resource')}")
     start = time.perf_counter()
     size = target_size(args.size)
     plan = make_plan(topology, chunk_bytes=args.chunk, max_trees_per_root=args.max_trees_per_root,

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..generate import GENERATORS, describe_generators, generate
 from ..plan import Plan, format_size, make_plan, ring_plan
-from ..topology import Topology, TopologyError, from_dict, load
+from ..topology import Topology, TopologyError, from_dict, load, plural
 from . import CommandError, positive_size
 
 __all__ = ["add_parser", "simulate", "resolve", "ALGORITHMS", "PROBES"]
@@ -147,7 +147,7 @@ def resolve(text: str, ranks: Optional[int] = None) -> Topology:
             raise TopologyError(str(exc)) from None
     topology = load(text)
     if ranks is not None and ranks != topology.n:
-        raise TopologyError(f"{text} has {topology.n} ranks, not --ranks {ranks}")
+        raise TopologyError(f"{text} has {plural(topology.n, 'rank')}, not --ranks {ranks}")
     return topology
 
 
@@ -346,8 +346,8 @@ def run(args: argparse.Namespace) -> int:
     given = _given_plan(args.plan) if args.plan else None
     from ..transport.simulated import SimulatorMissing
 
-    _say(f"simulating {topology.name!r}: {topology.n} ranks, {format_size(args.size)}, "
-         f"probe {args.probe}")
+    _say(f"simulating {topology.name!r}: {plural(topology.n, 'rank')}, "
+         f"{format_size(args.size)}, probe {args.probe}")
     try:
         res = simulate(topology, args.size, args.probe, progress=_say,
                        algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
@@ -364,13 +364,13 @@ def run(args: argparse.Namespace) -> int:
                else f"{res['planner_s']:.2f} s")
     print(f"{probe}init (simulated): {res['init_simulated_s'] * 1e3:.2f} ms; planner (this "
           f"machine): {planner}; simulation took {res['wall_s']:.1f} s wall "
-          f"({res['simulation_cpu_s']:.1f} s CPU), {res['messages']} messages")
+          f"({res['simulation_cpu_s']:.1f} s CPU), {plural(res['messages'], 'message')}")
     if not args.software_costs:
         print("software costs: none (--no-software-costs: the network alone)")
     if args.simgrid_cfg:
         print(f"SimGrid settings over the network model: {' '.join(args.simgrid_cfg)}")
     if args.window is not None:
-        print(f"engine window: {args.window} chunks for every algorithm (--window)")
+        print(f"engine window: {plural(args.window, 'chunk')} for every algorithm (--window)")
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from ..topology import plural  # re-exported: counts in the planner's messages
+
 __all__ = ["RTOL", "CertificateError", "check_certificate", "gap", "format_percent", "plural"]
 
 # Measured on the test topologies (n <= 9, bundled and random): the raw bound sits at most
@@ -82,8 +84,3 @@ def format_percent(fraction: float) -> str:
     Only the display rounds; JSON keeps the raw value.
     """
     return f"{round(fraction * 100, 2) + 0.0:.2f}%"
-
-
-def plural(count: int, noun: str) -> str:
-    """``plural(1, "tree")`` -> ``"1 tree"``, ``plural(2, "tree")`` -> ``"2 trees"``."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
