@@ -67,6 +67,37 @@ def test_device_min_max_propagate_nan(cp, path, op):
     assert np.isnan(got[0]) and np.isnan(got[1])
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", ["min", "max"])
+def test_device_min_max_are_ieee_2019_either_operand_order(cp, path, dtype, op):
+    # NaN wins, -0.0 < +0.0 whichever operand holds it; NaN payloads may differ from the
+    # host's until the engine makes them canonical, so the comparison is after that
+    from horotopo.buffers import canonical_nan_into
+
+    specials = np.array([-0.0, 0.0, -0.0, 0.0, np.nan, 1.0, -np.nan, np.inf, -np.inf, 2.5],
+                        np.float32)
+    others = np.array([0.0, -0.0, -0.0, 0.0, 1.0, np.nan, 3.0, np.nan, 5.0, -np.inf],
+                      np.float32)
+    bf = "bfloat16" if dtype == "bfloat16" else None
+    for x, y in ((specials, others), (others, specials)):
+        a = ew.float32_to_bf16_bits(np, x) if bf else x.astype(dtype)
+        b = ew.float32_to_bf16_bits(np, y) if bf else y.astype(dtype)
+        da, db = cp.asarray(a), cp.asarray(b)
+        gpu.reduce_into(da, db, op, dtype=bf)
+        exp = gpu.host_reduce_into(a.copy(), b, op, dtype=bf)
+        got = cp.asnumpy(da)
+        if bf:
+            import ml_dtypes
+
+            got, exp = got.view(ml_dtypes.bfloat16), exp.view(ml_dtypes.bfloat16)
+        canonical_nan_into(got)
+        canonical_nan_into(exp)
+        width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+        np.testing.assert_array_equal(got.view(width), exp.view(width), err_msg=f"{dtype} {op}")
+        zeros = np.signbit(got[:4].astype(np.float32)).tolist()
+        assert zeros == ([False, False, True, False] if op == "max" else [True, True, True, False])
+
+
 def test_integers_take_the_fallback(cp):
     a = cp.arange(10, dtype=cp.int32)
     gpu.reduce_into(a, cp.full(10, 5, dtype=cp.int32), "max")

@@ -186,3 +186,27 @@ def test_integers_are_unaffected():
         for results in got.values():
             for res in results:
                 assert res.dtype == np.int32 and res.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_sums_and_products_wrap_as_twos_complement_on_every_path(dtype):
+    top = np.iinfo(dtype).max
+    inputs = [np.array([top, top, -3, 7], dtype=dtype), np.array([1, top, 5, 1 << 20], dtype=dtype)]
+    for op, fold in (("sum", np.add), ("product", np.multiply)):
+        got = _all_paths(2, lambda r: inputs[r].copy(), op)
+        want = fold(inputs[0], inputs[1])
+        for alg, results in got.items():
+            for res in results:
+                assert res.tolist() == want.tolist(), (alg, op)
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d.itemsize == 2], ids=dtype_name)
+def test_a_half_precision_step_computes_in_float32_and_rounds_once(dtype):
+    # two ranks: one step, so every path rounds the float32 sum once
+    rng = np.random.default_rng(5)
+    inputs = [(rng.standard_normal(4099) * 100).astype(dtype) for _ in range(2)]
+    want = (inputs[0].astype(np.float32) + inputs[1].astype(np.float32)).astype(dtype)
+    got = _all_paths(2, lambda r: inputs[r].copy(), "sum")
+    for alg, results in got.items():
+        for res in results:
+            assert res.view(np.uint16).tolist() == want.view(np.uint16).tolist(), alg

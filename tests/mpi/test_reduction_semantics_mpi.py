@@ -52,3 +52,20 @@ def test_every_path_matches_the_oracle_bit_for_bit(engine, dtype, op, count):
         got = engine.allreduce(inputs[RANK].copy(), op=op, algorithm=alg)
         problems += [f"{alg}: {m}" for m in mismatches(got, want, op)]
     agree(not problems, problems[:4])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op", ["sum", "product", "max", "min"])
+def test_integers_wrap_and_compare_alike_on_every_path(engine, dtype, op):
+    top = np.iinfo(dtype).max
+    inputs = [np.array([top, -3 - r, 7, r % 2, -top], dtype=dtype) for r in range(N)]
+    fold = {"sum": np.add, "product": np.multiply, "max": np.maximum, "min": np.minimum}[op]
+    want = inputs[0].copy()
+    for x in inputs[1:]:
+        want = fold(want, x)
+    problems = []
+    for alg in ALGORITHMS:
+        got = engine.allreduce(inputs[RANK].copy(), op=op, algorithm=alg)
+        if got.tolist() != want.tolist():
+            problems.append(f"{alg}: {got.tolist()} != {want.tolist()}")
+    agree(not problems, problems)
