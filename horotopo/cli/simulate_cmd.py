@@ -259,8 +259,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     # The init (probe, plan, its broadcast) runs once; then each algorithm runs in a
     # simulation of its own, from the same quiet start: in one simulation, a call's time
     # depended on the calls before it (SimGrid's order among simultaneous events carries
-    # history: dbtree moved by up to 2% after the plan's run), so a row would depend on the
-    # rows asked for beside it.
+    # history), so a row would depend on the rows asked for beside it.
     sim = simulated(init, "init")
     first = sim.results[0]
     doc = first["plan"]
