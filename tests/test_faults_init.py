@@ -200,3 +200,18 @@ def test_a_setting_bad_on_one_rank_alone_is_named_with_that_rank():
     assert result.returncode != 0, result.stdout[-3000:]
     assert f"horotopo: rank 1: {CYCLE_TIME_ERROR}" in _lines(result.stdout), result.stdout
     assert "Traceback" not in result.stdout and "initialized" not in result.stdout
+
+
+def test_init_checks_every_setting_before_it_starts(monkeypatch):
+    # read only later (the planner, the first GPU reduce) were it not for init's check
+    import horotopo
+    from horotopo.config import ConfigError
+
+    monkeypatch.setenv("HOROTOPO_HIERARCHY", "sometimes")
+    monkeypatch.setenv("HOROTOPO_GPU_KERNELS", "fast")
+    with pytest.raises(ConfigError) as err:
+        horotopo.init()
+    text = str(err.value)
+    assert "\n" not in text
+    assert "HOROTOPO_HIERARCHY='sometimes'" in text and "HOROTOPO_GPU_KERNELS='fast'" in text
+    assert not horotopo.is_initialized()

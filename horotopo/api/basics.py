@@ -79,6 +79,7 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         # ranks waiting for it in their next collective.
         install_excepthook()
         try:
+            _check_settings()
             rt = Runtime(comm)
             rt.start()
         except config.ConfigError as exc:
@@ -102,6 +103,21 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         if not _atexit_done:
             atexit.register(_atexit)
             _atexit_done = True
+
+
+def _check_settings() -> None:
+    """Every declared setting's value, checked before anything starts: a bad one is reported
+    by init(), not by whichever later step would read it first (the planner, the first GPU
+    reduce). Several are reported together, on one line.
+
+    Raises
+    ------
+    horotopo.config.ConfigError
+        Naming each bad variable, its value and what is allowed.
+    """
+    problems = [row.error for row in config.effective() if row.error]
+    if problems:
+        raise config.ConfigError("; ".join(problems))
 
 
 #: How long a rank other than 0 that failed init() on a setting waits, when nothing catches
