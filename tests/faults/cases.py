@@ -105,7 +105,9 @@ def run(case: Case, extra_env: Optional[Dict[str, str]] = None) -> Outcome:
     struck = re.search(r"fault-job: rank \d+ strikes at ([0-9.]+)", out)
     after = ended - float(struck.group(1)) if struck else None
     got: Dict[int, List[str]] = {}
-    for rank, message in re.findall(r"fault-job: rank (\d+) got: (.*)", out):
+    # mpiexec forwards the ranks' lines in pieces: one may run into the next without a newline.
+    for rank, message in re.findall(r"fault-job: rank (\d+) got: (.*?)(?=fault-job: |$)", out,
+                                    re.MULTILINE):
         got.setdefault(int(rank), []).append(message)
     finished = {int(r) for r in re.findall(r"fault-job: rank (\d+) finished", out)}
     return Outcome(case, seconds, after, res.returncode, out, blamed_ranks(out), finished, got)
