@@ -67,6 +67,20 @@ def test_the_threshold_is_the_documented_ratio():
     assert {kind for kind, _ in past.named()} == {"nic out", "nic in"}
 
 
+def test_a_nic_is_the_one_the_plan_uses_and_a_contradiction_is_said():
+    # a fan-in test that read 0.02 gbps into h2 (a binding ingress cap in the model) while
+    # single transfers into it reached 1 gbps
+    doc = _pairs_doc([1.0] * 4)
+    doc["ingress_gbps"] = [None, None, 0.02, None]
+    d = diagnose(doc)
+    assert [h.in_gbps for h in d.hosts][2] == 0.02
+    assert d.hosts[2].best_in_gbps == pytest.approx(1.0)
+    assert _named(d) == {("nic in", ("h2",))}
+    assert d.slow[0].seen_gbps == pytest.approx(1.0)
+    assert "a single transfer into it reached 1 gbps: the probe's figures disagree" in \
+        d.slow[0].sentence()
+
+
 def test_a_slow_host_pair_is_named_as_a_link():
     d = diagnose(_pairs_doc([1.0] * 5, override={(1, 4): 0.2}))
     assert _named(d) == {("link", ("h1", "h4"))}

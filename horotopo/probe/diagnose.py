@@ -4,9 +4,10 @@ From a measured-topology document (what :func:`horotopo.probe.probe` returns, or
 :func:`diagnose` finds:
 
 - each host's NIC out and in. Hosts are the ranks' processor names, as the probe groups them.
-  A host's NIC out is the most it was seen to send: its fastest transfer to another host, its
-  fan-out where its rank is alone on it, and its link out where the probe by hosts measured
-  one (and the same for in);
+  A host's NIC out is the one the measured model holds, which the planner plans with: its
+  binding egress cap, or its own link out where the probe by hosts measured one; else the most
+  it was seen to send (its fastest transfer to another host, or its fan-out where its rank is
+  alone on it). The same for in;
 - what is clearly below its peers (:data:`SLOW_RATIO`): a NIC against the median of the other
   hosts' NICs, a host pair against what its two ends reach with other hosts, a shared link
   against the median NIC;
@@ -39,13 +40,16 @@ LISTED_LINKS = 10
 
 @dataclass(frozen=True)
 class HostNic:
-    """One host: its name, its ranks, and its NIC's measured rates (gbps; None: not measured,
-    as for the only host of a job)."""
+    """One host: its name, its ranks, and its NIC's rates out and in as the measured model
+    holds them (gbps; None: not measured, as for the only host of a job); ``best_*``: the most
+    the probe saw it carry."""
 
     name: str
     ranks: Tuple[int, ...]
     out_gbps: Optional[float]
     in_gbps: Optional[float]
+    best_out_gbps: Optional[float] = None
+    best_in_gbps: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,8 @@ class Slow:
     ``kind``: ``"nic out"``, ``"nic in"`` (a host's NIC), ``"link"`` (one host pair, ``hosts``
     the source and the destination) or ``"shared"`` (a shared link, ``shared`` its index in
     :attr:`Diagnosis.shared`). ``reference_gbps`` is what it is compared with, described by
-    ``reference``; ``ratio`` is ``reference_gbps / gbps``.
+    ``reference``; ``ratio`` is ``reference_gbps / gbps``. ``seen_gbps``: for a NIC that the
+    model holds clearly below what one of its transfers reached, that transfer's rate.
     """
 
     kind: str
@@ -67,13 +72,20 @@ class Slow:
     reference: str
     ratio: float
     shared: Optional[int] = None
+    seen_gbps: Optional[float] = None
 
     def sentence(self) -> str:
         """The finding in one line of plain words."""
         label = {"nic out": "NIC out", "nic in": "NIC in", "link": "", "shared": ""}[self.kind]
         rate = f"{label + ' ' if label else ''}{_gbps(self.gbps)} gbps"
-        return (f"{self.what}: {rate}, {self.ratio:.1f}x below {self.reference} "
+        text = (f"{self.what}: {rate}, {self.ratio:.1f}x below {self.reference} "
                 f"{_gbps(self.reference_gbps)} gbps")
+        if self.seen_gbps is not None:
+            way = "into" if self.kind == "nic in" else "out of"
+            text += (f" (but a single transfer {way} it reached {_gbps(self.seen_gbps)} gbps: "
+                     f"the probe's figures disagree and the plan uses the low one; run the "
+                     f"doctor again)")
+        return text
 
 
 @dataclass(frozen=True)
@@ -243,19 +255,26 @@ def diagnose(doc: Mapping[str, Any], *, ratio: float = SLOW_RATIO) -> Diagnosis:
     # than a fast one is).
     pair = [[None if a == b else _best([bw[i][j] for i in members[a] for j in members[b]])
              for b in range(h_count)] for a in range(h_count)]
-    out = [[pair[a][b] for b in range(h_count)] for a in range(h_count)]
-    inn = [[pair[b][a] for b in range(h_count)] for a in range(h_count)]
+    # What the probe saw each host's NIC carry (its single transfers, and the fan test of a
+    # rank alone on its host, whose flows all crossed the NIC), and the NIC the measured model
+    # holds where it has one (a binding cap, or a host's own link out or in): the planner plans
+    # with the model's, so the doctor reports that one.
+    seen_out = [[pair[a][b] for b in range(h_count)] for a in range(h_count)]
+    seen_in = [[pair[b][a] for b in range(h_count)] for a in range(h_count)]
+    model_out: List[Optional[float]] = [None] * h_count
+    model_in: List[Optional[float]] = [None] * h_count
     info = doc.get("probe", {}) or {}
-    fans = {"out": info.get("fan_out_gbps"), "in": info.get("fan_in_gbps")}
-    caps = {"out": doc.get("egress_gbps"), "in": doc.get("ingress_gbps")}
     for a in range(h_count):
         if len(members[a]) == 1 and h_count > 1:
-            # A rank alone on its host: its fan test's flows all left the host through the NIC.
             r = members[a][0]
-            for way, row in (("out", out), ("in", inn)):
-                for figures in (fans[way], caps[way]):
-                    if figures and r < len(figures):
-                        row[a].append(_finite(figures[r]))
+            for seen, model, fan, cap in ((seen_out, model_out, info.get("fan_out_gbps"),
+                                           doc.get("egress_gbps")),
+                                          (seen_in, model_in, info.get("fan_in_gbps"),
+                                           doc.get("ingress_gbps"))):
+                if fan and r < len(fan):
+                    seen[a].append(_finite(fan[r]))
+                if cap and r < len(cap):
+                    model[a] = _finite(cap[r])
 
     def _rest(one: int) -> List[int]:
         return [i for i in range(n) if layout.host_of[i] != one]
@@ -270,31 +289,36 @@ def diagnose(doc: Mapping[str, Any], *, ratio: float = SLOW_RATIO) -> Diagnosis:
         if gbps is None:
             continue
         if len(src_h) == 1 and src == list(members[src_h[0]]) and dst == _rest(src_h[0]):
-            out[src_h[0]].append(gbps)  # the host's own link out: its NIC
+            model_out[src_h[0]] = gbps  # the host's own link out: its NIC
             continue
         if len(dst_h) == 1 and dst == list(members[dst_h[0]]) and src == _rest(dst_h[0]):
-            inn[dst_h[0]].append(gbps)
+            model_in[dst_h[0]] = gbps
             continue
         shared.append(SharedLink(tuple(hosts[x] for x in src_h), tuple(hosts[x] for x in dst_h),
                                  tuple(src), tuple(dst), gbps, str(s.get("label", "shared"))))
-    nic_out = [_best(row) for row in out]
-    nic_in = [_best(row) for row in inn]
-    nics = tuple(HostNic(hosts[a], members[a], nic_out[a], nic_in[a]) for a in range(h_count))
+    best_out = [_best(row) for row in seen_out]
+    best_in = [_best(row) for row in seen_in]
+    nic_out = [m if m is not None else b for m, b in zip(model_out, best_out)]
+    nic_in = [m if m is not None else b for m, b in zip(model_in, best_in)]
+    nics = tuple(HostNic(hosts[a], members[a], nic_out[a], nic_in[a], best_out[a], best_in[a])
+                 for a in range(h_count))
 
     slow: List[Slow] = []
     for a in range(h_count):
-        for kind, values in (("nic out", nic_out), ("nic in", nic_in)):
+        for kind, values, seen in (("nic out", nic_out, best_out), ("nic in", nic_in, best_in)):
             value, ref = values[a], _median_of_others(values, a)
             if value is not None and ref is not None and value * ratio <= ref:
+                doubt = seen[a] if seen[a] is not None and value * ratio <= seen[a] else None
                 slow.append(Slow(kind, f"host {hosts[a]} ({format_ranks(members[a])})",
                                  (hosts[a],), members[a], value, ref,
-                                 "the median of the other hosts", ref / value))
+                                 "the median of the other hosts", ref / value,
+                                 seen_gbps=doubt))
     for a in range(h_count):
         for b in range(h_count):
             rate = pair[a][b]
-            if rate is None or nic_out[a] is None or nic_in[b] is None:
+            if rate is None or best_out[a] is None or best_in[b] is None:
                 continue
-            ref = min(nic_out[a], nic_in[b])
+            ref = min(best_out[a], best_in[b])
             if rate * ratio > ref:
                 continue
             covers = [s.gbps for s in shared
@@ -330,7 +354,7 @@ def report_lines(diagnosis: Diagnosis, plan: Optional[PlanSummary] = None,
     lines = [head, ""]
     slow_hosts = {h for s in d.slow if s.kind in ("nic out", "nic in") for h in s.hosts}
     width = max([len(f"{h.name} ({format_ranks(h.ranks)})") for h in d.hosts] + [4])
-    lines.append("hosts, NIC out / in (gbps, measured):")
+    lines.append("hosts, NIC out / in (gbps, as measured and planned with):")
     for h in d.hosts:
         label = f"{h.name} ({format_ranks(h.ranks)})"
         figures = " / ".join("-" if v is None else _gbps(v) for v in (h.out_gbps, h.in_gbps))
