@@ -64,7 +64,7 @@ class Runtime:
         self._user_comm = comm
         self.queue = RequestQueue()
         self.pending: "OrderedDict[str, Entry]" = OrderedDict()
-        self._stall_reason: Optional[str] = None
+        self._end_reason: Optional[str] = None
         self._ready = threading.Event()
         self._init_error: Optional[BaseException] = None
         self._tl: Optional[_timeline.Timeline] = None  # the timeline of the last cycle
@@ -187,7 +187,7 @@ class Runtime:
 
     def stop(self) -> bool:
         """Ask every rank to stop (Horovod's shutdown); return True if the thread joined."""
-        if self.controller is not None and self._stall_reason is None:
+        if self.controller is not None and self._end_reason is None:
             # At interpreter exit (shutdown from atexit) the main thread has already ended.
             why = ("its program ended (sys.exit or the end of the script) while the others ran"
                    if not threading.main_thread().is_alive()
@@ -223,7 +223,7 @@ class Runtime:
             log.error("horotopo background thread failed: %s: %s", type(exc).__name__, exc)
             reason = f"{SHUT_DOWN} (background thread failed: {type(exc).__name__}: {exc})"
         finally:
-            self._teardown(self._stall_reason or reason)
+            self._teardown(self._end_reason or reason)
 
     def _setup(self) -> None:
         from horotopo.gpu.transport import staging_if_needed
@@ -304,7 +304,7 @@ class Runtime:
     def _on_stall(self, reason: str) -> None:
         # Clearing the running flag in the next cycle stops every rank's loop, and tells every
         # rank the report.
-        self._stall_reason = f"{SHUT_DOWN} ({reason})"
+        self._end_reason = f"{SHUT_DOWN} ({reason})"
         if self.controller is not None:
             self.controller.leaving = reason
         self.queue.request_stop()
@@ -324,8 +324,8 @@ class Runtime:
                 tl.marker(_timeline.CYCLE_START, t_start)
             responses = controller.cycle(self.pending, stopping, tl)
             if responses is None:
-                if controller.stopped_by is not None and self._stall_reason is None:
-                    self._stall_reason = f"{SHUT_DOWN} ({controller.stopped_by})"
+                if controller.stopped_by is not None and self._end_reason is None:
+                    self._end_reason = f"{SHUT_DOWN} ({controller.stopped_by})"
                 return
             if responses:
                 executor.execute(responses, self.pending, tl, controller.t_resp)
