@@ -111,6 +111,7 @@ PY
 # step for the rest of the file. Failures still count as failures.
 cat >"$work/parallel/conftest.py" <<'PY'
 import os
+import sys
 import time
 
 import pytest
@@ -133,8 +134,13 @@ def _stop():
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    if outcome.get_result().failed:
+    report = outcome.get_result()
+    if report.failed:
         _failed.add(item.nodeid)
+        # The traceback at once, with its time, not only in the summary at the end of the run.
+        sys.__stdout__.write(f"\n[rank {_RANK} {time.strftime('%H:%M:%S')}] {item.nodeid} "
+                             f"failed in {report.when}:\n{report.longreprtext[-4000:]}\n")
+        sys.__stdout__.flush()
         _stop()
 
 

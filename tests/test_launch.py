@@ -341,7 +341,7 @@ def test_console_script_runs_a_real_job():
 
 
 # ---------------------------------------------------------------------------------------------
-# flags that act (issue 12 §3): each sets a variable that the ranks read through horotopo.config
+# flags that act: each sets a variable that the ranks read through horotopo.config
 
 
 ACTING_FLAGS = ["--no-stall-check", "--stall-check-warning-time-seconds", "7",

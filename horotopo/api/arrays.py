@@ -99,10 +99,10 @@ def _reduce(tensors: Sequence[Any], inplace: bool, name: Optional[str], op: int,
     check_adasum(op, rt.size, dev, [s.array.dtype.name for s in staged])
     call = None
     if grouped:
-        base = name or unnamed("grouped_allreduce")
+        base = name or unnamed("grouped_allreduce", pset)
         names, call = group_names(base, len(tensors)), (base, len(tensors))
     else:
-        names = [name or unnamed("allreduce")]
+        names = [name or unnamed("allreduce", pset)]
     items = [(n, s.array, s.output) for n, s in zip(names, staged)]
     hid = rt.enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
                      postscale=postscale_factor, device=dev,
@@ -201,7 +201,7 @@ def allgather_async(tensor: Any, name: Optional[str] = None,
     """Start concatenating every rank's ``tensor`` along dimension 0 (which may differ)."""
     pset, _ = check_process_set(process_set, "Allgather")
     s = _stage(tensor, False)
-    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), s.array, None)],
+    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather", pset), s.array, None)],
                             device=s.device, ready=ready_hook(s.device, s.array), pset=pset)
     return handles.add(hid, lambda res: res[0])
 
@@ -213,7 +213,7 @@ def grouped_allgather_async(tensors: Sequence[Any], name: Optional[str] = None,
     pset, _ = check_process_set(process_set, "Allgather")
     staged = [_stage(t, False) for t in tensors]
     dev = call_device([s.device for s in staged])
-    base = name or unnamed("grouped_allgather")
+    base = name or unnamed("grouped_allgather", pset)
     names = group_names(base, len(staged))
     last = staged[-1].array if staged else None
     hid = runtime().enqueue(ALLGATHER, [(n, s.array, None) for n, s in zip(names, staged)],
@@ -252,7 +252,7 @@ def _bcast(tensor: Any, root_rank: int, name: Optional[str], inplace: bool,
            process_set: Any) -> int:
     pset, root = set_root(process_set, root_rank)
     s = _stage(tensor, inplace)
-    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), s.array, s.output)],
+    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast", pset), s.array, s.output)],
                             root=root, device=s.device,
                             ready=ready_hook(s.device, s.array), pset=pset)
     return handles.add(hid, lambda res: res[0])
@@ -330,7 +330,7 @@ def alltoall_async(tensor: Any, splits: Any = None, name: Optional[str] = None,
     if s.array.ndim == 0:
         raise ValueError("alltoall needs a tensor of rank >= 1")
     mine = _alltoall_splits(world, s.array.shape[0], splits)
-    base = name or unnamed("alltoall")
+    base = name or unnamed("alltoall", pset)
     # One call of two names: rank 0 compares it as a whole with what the others submitted.
     h_splits = rt.enqueue(ALLTOALL, [(f"{base}.splits", np.array(mine, np.int64), None)],
                           pset=pset, call=(base, 2))
@@ -400,7 +400,7 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None, op: int = 0,
     one extra row.
     """
     hid, cut = _reducescatter([tensor], "reducescatter", op, process_set, prescale_factor,
-                              postscale_factor, [name or unnamed("reducescatter")])
+                              postscale_factor, [name or unnamed("reducescatter", process_set)])
     return handles.add(hid, lambda res: cut(res)[0])
 
 
@@ -410,7 +410,7 @@ def grouped_reducescatter_async(tensors: Sequence[Any], name: Optional[str] = No
                                 postscale_factor: float = 1.0) -> int:
     """Start a reduce-scatter of each of ``tensors`` as one call (their allreduces fuse); the
     result is the list of this rank's blocks."""
-    names = group_names(name or unnamed("grouped_reducescatter"), len(tensors))
+    names = group_names(name or unnamed("grouped_reducescatter", process_set), len(tensors))
     hid, cut = _reducescatter(tensors, "grouped_reducescatter", op, process_set,
                               prescale_factor, postscale_factor, names)
     return handles.add(hid, cut)

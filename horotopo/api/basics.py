@@ -28,7 +28,7 @@ __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "
 _runtime: Optional[Runtime] = None
 _atexit_done = False
 _init_lock = threading.Lock()
-_counters: Dict[str, int] = {}
+_counters: Dict[Tuple[str, int], int] = {}
 _counters_lock = threading.Lock()  # user threads may name unnamed ops concurrently
 
 def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None) -> None:
@@ -239,14 +239,16 @@ def runtime() -> Runtime:
     return rt
 
 
-def unnamed(kind: str) -> str:
+def unnamed(kind: str, pset: Any = 0) -> str:
     """Name for an op submitted without one: ``allreduce.noname.<k>``, counted per kind so that
-    ranks running the same program agree even if their named ops differ."""
+    ranks running the same program agree even if their named ops differ, and per process set
+    (``pset``: its id or the ProcessSet), as only a set's members count its ops."""
     runtime()  # Horovod's error before init
+    pid = getattr(pset, "process_set_id", pset) or 0
     with _counters_lock:
-        k = _counters.get(kind, 0)
-        _counters[kind] = k + 1
-    return f"{kind}.noname.{k}"
+        k = _counters.get((kind, pid), 0)
+        _counters[(kind, pid)] = k + 1
+    return f"{kind}.noname.{k}" if not pid else f"{kind}.set{pid}.noname.{k}"
 
 
 def size() -> int:

@@ -47,7 +47,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     """
     pset, root = set_root(process_set, root_rank)
     # Counted, not typed, default names: non-root ranks often pass None.
-    base = name or unnamed("broadcast_object")
+    base = name or unnamed("broadcast_object", pset)
     payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
     length = np.array([payload.size], dtype=np.int64)
     _run(BROADCAST, f"{base}.size", length, length, root, pset)
@@ -63,7 +63,7 @@ def allgather_object(obj: Any, name: Optional[str] = None,
                      process_set: Any = global_process_set) -> List[Any]:
     """Return the list of every rank's ``obj``, in rank order."""
     pset, ranks = check_process_set(process_set, "Allgather")
-    base = name or unnamed("allgather_object")
+    base = name or unnamed("allgather_object", pset)
     payload = _dumps(obj)
     sizes = _run(ALLGATHER, f"{base}.size",
                  np.array([payload.size], dtype=np.int64), None, pset=pset)

@@ -44,10 +44,10 @@ def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optio
                  [inp.dtype.name for inp, _, _ in staged])
     call = None
     if grouped:
-        base = name or unnamed("grouped_allreduce")
+        base = name or unnamed("grouped_allreduce", pset)
         names, call = _arrays.group_names(base, len(tensors)), (base, len(tensors))
     else:
-        names = [name or unnamed("allreduce")]
+        names = [name or unnamed("allreduce", pset)]
     items = [(n, inp, out) for n, (inp, out, _) in zip(names, staged)]
     dev, ready = call_ready(tensors)
     hid = runtime().enqueue(ALLREDUCE, items, op=op, prescale=prescale_factor,
@@ -175,7 +175,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     check_tensor(tensor)
     inp = array_of(tensor, False)
     dev, ready = call_ready([tensor])
-    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather"), inp, None)],
+    hid = runtime().enqueue(ALLGATHER, [(name or unnamed("allgather", pset), inp, None)],
                             device=dev, ready=ready, pset=pset)
     return _handles.add(hid, lambda res: tensor_of(res[0], tensor, False))
 
@@ -198,7 +198,7 @@ def _broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str],
     pset, root = _arrays.set_root(process_set, root_rank)
     inp, out, finish = stage(tensor, inplace, False)
     dev, ready = call_ready([tensor])
-    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast"), inp, out)],
+    hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast", pset), inp, out)],
                             root=root, device=dev, ready=ready, pset=pset)
     return _handles.add(hid, lambda res: finish(res[0]))
 

@@ -265,3 +265,23 @@ def test_distributed_optimizer_averages_over_its_set():
     assert x.grad.tolist() == [offset + k + mean for k in range(r % 2 + 1)]
     for s in reversed(sets):
         assert hvd.remove_process_set(s)
+
+
+def test_unnamed_ops_of_a_set_leave_the_global_numbering_in_step():
+    """Only a set's members count its unnamed ops: after the even ranks ran some that the odd
+    ranks did not, unnamed ops of the global set still pair up across all ranks."""
+    _need_two()
+    even, _ = _halves()
+    evens = hvd.add_process_set(even)
+    try:
+        if hvd.rank() in even:
+            for k in range(3):
+                got = hvd.broadcast(np.full(2, hvd.rank() + k), root_rank=even[0],
+                                    process_set=evens)
+                assert got.tolist() == [even[0] + k] * 2
+            assert hvd.allreduce(np.ones(1), op=hvd.Sum, process_set=evens)[0] == len(even)
+        got = hvd.broadcast(np.full(2, hvd.rank()), root_rank=0)
+        assert got.tolist() == [0, 0]
+        assert hvd.allreduce(np.ones(1), op=hvd.Sum)[0] == hvd.size()
+    finally:
+        hvd.remove_process_set(evens)
