@@ -38,7 +38,6 @@ from .. import timeline as _timeline
 from ..reliability.liveness import faulty
 from ..transport.base import TransportTimeout
 from .checks import first_mismatch
-from .errors import SHUT_DOWN
 from .records import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, GATHERS, JOIN, JOIN_NAME,
                       REDUCESCATTER, Entry, Request, Response, Signature, request_rows,
                       requests_from, response_rows, responses_from)

@@ -39,19 +39,25 @@ START_BOUND_S = 35
 # A plan without probing: the faults, not the probe, are under test (the slow cases probe).
 QUICK = {"HOROTOPO_PROBE": "off"}
 
-MISMATCH_MESSAGES = (
+#: What every rank of the mismatch case must catch, in the order tests/faults/job.py calls them:
+#: Horovod's messages (a duplicate name is refused on the rank that repeats it, at submission).
+MISMATCH_MESSAGES = tuple(f"HorovodInternalError: {m}" for m in (
     "Mismatched data types: One rank had type HOROVOD_FLOAT32, but another rank had type "
     "HOROVOD_FLOAT64.",
     "Mismatched ALLREDUCE tensor shapes: One rank sent a tensor of shape [65536], but another "
     "rank sent a tensor of shape [65535].",
     "Mismatched reduction operation: One rank sent reduction op 1, but another rank sent "
     "reduction op 4.",
+    "Mismatched prescale and/or postscale factors: One rank sent factors (1, 1), but another "
+    "rank sent factors (2, 1).",
     "Mismatched BROADCAST root ranks: One rank specified root rank 0, but another rank "
     "specified root rank 1.",
     "Mismatched operations: One rank did an ALLREDUCE, but another rank did an BROADCAST.",
     "Mismatched ALLGATHER tensor shapes: One rank sent a tensor with dimension 1 equal to 4, "
     "but another rank sent a tensor with dimension 1 equal to 2.",
-)
+)) + ("ValueError: Requested to allreduce, allgather, or broadcast a tensor with the same name "
+      "as another tensor that is currently being processed.  If you want to request another "
+      "tensor, use a different tensor name.",)
 
 
 @dataclass(frozen=True)
@@ -132,9 +138,10 @@ CASES: List[Case] = [
     Case("rank 1 exits before init()", "noinit", 1, 3,
          "the others' init fails as soon as they reach it, naming rank 1, instead of at "
          "HOROVOD_START_TIMEOUT", START_BOUND_S, {**QUICK, "HOROVOD_START_TIMEOUT": "60"}),
-    Case("collectives that differ (dtype, shape, op, root, kind, allgather shape)",
+    Case("collectives that differ (dtype, shape, op, scale, root, kind, allgather shape), and "
+         "a name submitted twice",
          "mismatches", 1, 2,
-         "every rank gets Horovod's mismatch error for each, and the job goes on",
+         "every rank gets Horovod's error for each, and the job goes on",
          SLACK_S, QUICK),
     Case("unnamed collectives that differ (allreduce on one rank, broadcast on another)",
          "unnamed-differ", 1, 2,

@@ -23,7 +23,8 @@ import horotopo as hvd
 PROCESS_FAULTS = ("sigstop", "sigstop-mid", "sigkill", "exit", "raise", "noinit")
 #: The collectives that differ between ranks, each a call of its own (Horovod raises its
 #: mismatch error on every rank and the job goes on).
-MISMATCHES = ("dtype", "shape", "op", "root", "kind", "allgather-shape")
+MISMATCHES = ("dtype", "shape", "op", "scale", "root", "kind", "allgather-shape",
+              "duplicate-name")
 
 
 def main(argv: list) -> int:
@@ -100,6 +101,8 @@ def _mismatch(kind: str, x: np.ndarray, faulty: bool) -> None:
         hvd.allreduce(x[:-1] if faulty else x, name="m.shape", op=hvd.Sum)
     elif kind == "op":
         hvd.allreduce(x, name="m.op", op=hvd.Max if faulty else hvd.Sum)
+    elif kind == "scale":
+        hvd.allreduce(x, name="m.scale", op=hvd.Sum, prescale_factor=2.0 if faulty else 1.0)
     elif kind == "root":
         hvd.broadcast(x, root_rank=1 if faulty else 0, name="m.root")
     elif kind == "kind":
@@ -110,6 +113,13 @@ def _mismatch(kind: str, x: np.ndarray, faulty: bool) -> None:
     elif kind == "allgather-shape":
         rows = x.reshape(-1, 4 if not faulty else 2)
         hvd.allgather(rows, name="m.allgather")
+    elif kind == "duplicate-name":
+        # Every rank: a name submitted again while it is still pending on that rank.
+        first = hvd.allreduce_async(x, name="m.dup", op=hvd.Sum)
+        try:
+            hvd.allreduce_async(x, name="m.dup", op=hvd.Sum)
+        finally:
+            hvd.synchronize(first)
 
 
 def _report(me: int, call) -> None:
