@@ -1,4 +1,4 @@
-"""The runtime's reliability and adaptivity wiring (issue 7), at any size: hvd.init() installs
+"""The runtime's reliability and adaptivity wiring, at any size: hvd.init() installs
 the abort-on-exception hook and runs the collectives through the adaptive engine under the
 watchdog; hvd.retune() re-probes and switches every rank to the same new plan."""
 import sys
