@@ -44,18 +44,19 @@ def _bound(transport, plan):
 
 def test_default_candidates_in_priority_order():
     t = LoopWorld(4).transports()[0]
-    assert _bound(t, _ring(4)).names == ("tree", "ring", "mpi", "dbtree")
+    assert _bound(t, _ring(4)).names == ("tree", "ring", "mpi", "dbtree", "hierarchical")
     assert Candidates.bind(BROADCAST, t, _ring(4), ScratchPool()).names == ("tree",)
 
 
 def test_enabled_follows_the_transport_and_the_dtype():
     plan = _ring(4)
     f32, u8 = np.zeros(8, np.float32), np.zeros(8, np.uint8)
-    assert _bound(LoopWorld(4).transports()[0], plan).enabled(plan, f32) == ["tree", "ring",
-                                                                              "mpi", "dbtree"]
+    assert _bound(LoopWorld(4).transports()[0], plan).enabled(plan, f32) == [
+        "tree", "ring", "mpi", "dbtree", "hierarchical"]
     bare = _bound(NoLibraryTransport(LoopWorld(4), 0), plan)
-    assert bare.enabled(plan, f32) == ["tree", "ring", "dbtree"]
-    assert bare.enabled(plan, None) == ["tree", "ring", "dbtree"]  # size only: any dtype
+    assert bare.enabled(plan, f32) == ["tree", "ring", "dbtree", "hierarchical"]
+    # size only: any dtype
+    assert bare.enabled(plan, None) == ["tree", "ring", "dbtree", "hierarchical"]
     assert bare.enabled(plan, u8) == []  # uint8 is broadcast-only
     bcast = Candidates.bind(BROADCAST, NoLibraryTransport(LoopWorld(4), 0), plan, ScratchPool())
     assert bcast.enabled(plan, u8) == ["tree"]
@@ -83,7 +84,8 @@ def test_a_forced_algorithm_that_is_not_enabled_names_the_enabled_ones():
                                               r"enabled: tree, ring"):
         bare.select(plan, x, 16, plan.chunk_bytes, SPLIT, forced="mpi")
     with pytest.raises(ValueError,
-                       match="must be None or one of tree, ring, mpi, dbtree; got 'nccl'"):
+                       match="must be None or one of tree, ring, mpi, dbtree, "
+                             "hierarchical; got 'nccl'"):
         bare.select(plan, x, 16, plan.chunk_bytes, SPLIT, forced="nccl")
     with pytest.raises(NotEnabledError, match="no allreduce algorithm is enabled"):
         bare.select(plan, np.zeros(4, np.uint8), 4, plan.chunk_bytes, SPLIT)
@@ -132,7 +134,8 @@ def test_a_registered_candidate_is_bound_in_its_place_and_can_be_forced(monkeypa
 
     def body(t):
         eng = Engine(t, _ring(2, chunk=64))
-        assert eng.allreduce_algorithms.names == ("tree", "double", "ring", "mpi", "dbtree")
+        assert eng.allreduce_algorithms.names == ("tree", "double", "ring", "mpi", "dbtree",
+                                                  "hierarchical")
         out = eng.allreduce(np.arange(4, dtype=np.int64), op="max", algorithm="double")
         return out.tolist(), eng.last_messages, eng.last_algorithm
 
@@ -216,7 +219,7 @@ def test_enabled_is_asked_once_per_buffer_type_and_dtype_of_the_bound_plan(monke
     # Another plan than the bound one is asked afresh (an engine's plan is fixed, a caller's
     # query about another plan is not cached over it).
     treeless = type("Treeless", (), {"trees": ()})()
-    assert bound.enabled(treeless, f32) == ["ring", "mpi", "dbtree"]
-    assert bound.enabled(treeless, f32) == ["ring", "mpi", "dbtree"]
+    assert bound.enabled(treeless, f32) == ["ring", "mpi", "dbtree", "hierarchical"]
+    assert bound.enabled(treeless, f32) == ["ring", "mpi", "dbtree", "hierarchical"]
     assert asked == ["float32", "float64", "float32", "float32"]
-    assert bound.enabled(plan, f32) == ["tree", "ring", "mpi", "dbtree"]
+    assert bound.enabled(plan, f32) == ["tree", "ring", "mpi", "dbtree", "hierarchical"]

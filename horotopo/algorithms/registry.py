@@ -14,9 +14,10 @@ each kind's candidates to its transport once, at set-up (:meth:`Candidates.bind`
   order.
 
 Registered by default: allreduce ``tree`` (the Plan's trees), ``ring`` (any transport),
-``mpi`` (the transport's library allreduce) and ``dbtree`` (NCCL's double binary tree, a peer
-for comparisons); broadcast ``tree``. Every input of a choice is the
-same on every rank (the plan, the agreed dtype, the transport's kind), so ranks choose alike.
+``mpi`` (the transport's library allreduce), ``dbtree`` (NCCL's double binary tree) and
+``hierarchical`` (Horovod's hierarchical allreduce), peers for comparisons; broadcast
+``tree``. Every input of a choice is the same on every rank (the plan, the agreed dtype, the
+transport's kind), so ranks choose alike.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from ..plan import Plan
 from ..transport.base import Transport
 from .cost import MODELLED
 from .dbtree import DoubleBinaryTreeAllreduce
+from .hierarchical import HierarchicalAllreduce
 from .library import MPIAllreduce
 from .ring import RingAllreduce
 from .tree import TreeAllreduce, TreeBroadcast, Window
@@ -231,6 +233,10 @@ REGISTRY: Dict[str, List[Candidate]] = {
         Candidate("dbtree", ALLREDUCE, "an allreduce dtype", _ring_enabled,
                   lambda t, plan, pool, window: DoubleBinaryTreeAllreduce(t, pool=pool,
                                                                           window=window)),
+        # Horovod's hierarchical allreduce over the ranks' hosts (processor names, exchanged
+        # at its first call): a peer like dbtree, forced by name.
+        Candidate("hierarchical", ALLREDUCE, "an allreduce dtype", _ring_enabled,
+                  lambda t, plan, pool, window: HierarchicalAllreduce(t, pool=pool)),
     ],
     BROADCAST: [
         Candidate("tree", BROADCAST, "a plan with trees and a broadcast dtype",
