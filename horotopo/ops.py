@@ -220,7 +220,7 @@ def effective_scales(op: str, prescale: float, postscale: float, size: int) -> T
 def is_float_dtype(dtype: object) -> bool:
     """Whether ``dtype`` is one of the float dtypes (bfloat16 included, which NumPy calls kind
     ``"V"``)."""
-    return np.dtype(dtype).kind == "f" or _is_bfloat16(dtype)
+    return _is_bfloat16(dtype) or np.dtype(dtype).kind == "f"
 
 
 def reduce_pair(xp: Any, x: Any, y: Any, op: str, out: Any) -> Any:

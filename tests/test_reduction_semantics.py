@@ -210,3 +210,23 @@ def test_a_half_precision_step_computes_in_float32_and_rounds_once(dtype):
     for alg, results in got.items():
         for res in results:
             assert res.view(np.uint16).tolist() == want.view(np.uint16).tolist(), alg
+
+
+@pytest.mark.parametrize("special", [None, "-0.0", "nan"])
+def test_the_library_checks_large_buffers_first_and_still_gives_the_oracle(special):
+    from horotopo.algorithms.library import CHECK_FIRST_BYTES
+
+    count = CHECK_FIRST_BYTES // 4 + 17
+    rng = np.random.default_rng(11)
+    inputs = [rng.standard_normal(count).astype(np.float32) for _ in range(2)]
+    inputs[0][5] = inputs[1][5] = 0.0
+    if special == "-0.0":
+        inputs[1][5] = -0.0  # C's `>` keeps rank 1's -0.0 against rank 0's +0.0
+    elif special == "nan":
+        inputs[0][9] = np.nan  # C's `>` drops rank 0's NaN
+    for op in ("max", "min"):
+        want = oracle(inputs, op)
+        got = _all_paths(2, lambda r: inputs[r].copy(), op, chunk_bytes=64 << 10)
+        for alg, results in got.items():
+            for res in results:
+                assert not mismatches(res, want, op), (alg, op, special)
