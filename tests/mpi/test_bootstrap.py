@@ -102,3 +102,31 @@ def test_ranks_that_disagree_fail_together():
     _, err = outcome({"HOROTOPO_PROBE": "off" if comm.rank == 0 else "quick"})
     errors = everyone(err)
     assert all(e and "ranks disagree" in e for e in errors), errors
+
+
+def test_a_file_nested_200000_deep_fails_on_every_rank():
+    comm = MPI.COMM_WORLD
+    path = None
+    if comm.rank == 0:
+        path = os.path.join(tempfile.mkdtemp(), "deep.json")
+        with open(path, "w") as f:
+            f.write("[" * 200_000 + "]" * 200_000)
+    path = CHECK.broadcast_object(path, 0, 60, "test path")
+    _, err = outcome({"HOROTOPO_TOPOLOGY": path})
+    errors = everyone(err)
+    assert all(e and f"HOROTOPO_TOPOLOGY={path}" in e and "nested" in e for e in errors), errors
+    assert len(set(errors)) == 1, errors
+
+
+def test_an_unexpected_exception_on_rank_0_reaches_every_rank(monkeypatch):
+    from horotopo import bootstrap
+
+    def planner(topology, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(bootstrap, "ring_plan", planner)
+    _, err = outcome({"HOROTOPO_PROBE": "off"})
+    errors = everyone(err)
+    assert all(e and e.endswith("RecursionError: maximum recursion depth exceeded")
+               for e in errors), errors
+    assert len(set(errors)) == 1, errors
