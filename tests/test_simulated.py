@@ -454,7 +454,7 @@ def test_simulate_command_takes_a_generated_cluster(capsys):
                  "--size", "256K", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["ranks"] == 8 and res["topology"] == "racks-8-h2-g2-o2"
-    assert [r["wrong"] for r in res["rows"]] == [0, 0, 0]
+    assert [r["wrong"] for r in res["rows"]] == [0, 0, 0, 0]
     assert main(["simulate", "racks:gpus=2", "--size", "1M"]) == 2
     assert "needs --ranks N" in capsys.readouterr().err
     assert main(["simulate", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4", "--size", "64K",

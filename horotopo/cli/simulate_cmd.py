@@ -7,9 +7,9 @@ ranks run the real probe (:func:`horotopo.probe.probe`, timing simulated transfe
 transport's clock), rank 0 infers the measured topology from it and plans; with ``--probe
 declared`` rank 0 plans the topology given. Then the plan protocol
 (:func:`~horotopo.planning_protocol.share_plan`: broadcast, digest check) runs between the
-simulated ranks, and the engine runs one allreduce with the plan's trees, one with ring and one
-with NCCL's double binary tree, each rank holding a small float32 array while the network
-carries ``--size`` bytes.
+simulated ranks, and the engine runs one allreduce with the plan's trees, one with ring, one
+with NCCL's double binary tree and one with Horovod's hierarchical allreduce, each rank holding
+a small float32 array while the network carries ``--size`` bytes.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ SMALL_ELEMS = 1 << 16
 TOTAL_ELEMS = 1 << 24
 
 #: The rows, in order: horotopo's plan, then the peers as the libraries run them.
-ALGORITHMS = ("tree", "ring", "dbtree")
+ALGORITHMS = ("tree", "ring", "dbtree", "hierarchical")
 #: --probe: run the probe (quick, full), plan the topology given (declared), or ring (off).
 PROBES = ("declared", "quick", "full", "off")
 
@@ -190,10 +190,12 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     The ring plan (``ring_plan``) is made only for the ``ring`` row; ``dbtree`` runs at the
     plan's chunk size, so tree and dbtree differ only in their trees.
     """
+    from ..algorithms.hierarchical import predict_time as predict_hierarchical
     from ..engine import Engine
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
     from ..schedule import window_for
+    from ..simulation.platform import processor_names
     from ..simulation import DEFAULT_COSTS, SimCosts, SimulationError, run_simulated
 
     if probe not in PROBES:
@@ -278,6 +280,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         def body(t: Any, alg: str = alg, p: Plan = p, chunk: int = chunk,
                  win: int = win) -> Dict[str, Any]:
             eng = Engine(t, p, chunk_bytes=chunk, window=win)
+            if alg == "hierarchical":  # its hosts (an exchange of names) are not timed
+                eng.allreduce_algorithms.get(alg).runner.layout()
             x = np.full(elems, t.rank, np.float32)
             # every rank starts at one instant: the call's time is its last rank's finish
             s = t.start_together()
@@ -289,7 +293,10 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         timed[alg] = simulated(body, alg)
 
     predicted = {"tree": made.predict_time(size, chunk_bytes),
-                 "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None}
+                 "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None,
+                 "hierarchical": predict_hierarchical(topology, processor_names(topology), size,
+                                                      chunk_bytes or made.chunk_bytes)
+                 if "hierarchical" in algorithms else None}
     rows: List[Dict[str, Any]] = []
     for alg, run in timed.items():
         results = run.results
@@ -373,10 +380,10 @@ def run(args: argparse.Namespace) -> int:
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")
-    print(f"{'algorithm':>9} {'size':>12} {'time(us)':>12} {'algbw':>8} {'busbw':>8} "
+    print(f"{'algorithm':>12} {'size':>12} {'time(us)':>12} {'algbw':>8} {'busbw':>8} "
           f"{'#wrong':>6} {'predicted(us)':>14}")
     for r in res["rows"]:
         pred = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e6:.1f}"
-        print(f"{r['algorithm']:>9} {r['size']:>12} {r['time_s'] * 1e6:>12.1f} "
+        print(f"{r['algorithm']:>12} {r['size']:>12} {r['time_s'] * 1e6:>12.1f} "
               f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>6} {pred:>14}")
     return 0
