@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from . import config
+from . import costs as cost_profiles
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import EXCHANGE_TIMEOUT_S, PLAN_TIMEOUT_S, share_plan
 from .probe import ProbeError, probe
@@ -133,7 +134,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     # 1. settings: share them first, so a rank with a bad value cannot leave the others waiting
     try:
         mine: Dict[str, Any] = dict(zip(("mode", "path"), read_env(env)))
-    except BootstrapError as exc:
+        profile, profile_from = cost_profiles.from_settings(env)
+    except (BootstrapError, cost_profiles.CostsError) as exc:
         mine = {"error": str(exc)}
     try:
         everyone = transport.allgather_object(mine, EXCHANGE_TIMEOUT_S, "init: comparing settings")
@@ -148,6 +150,10 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
                 f"ranks disagree on HOROTOPO_PROBE/HOROTOPO_TOPOLOGY: rank 0 has "
                 f"{_show(everyone[0])}, rank {r} has {_show(theirs)}; give every rank the same")
     mode, path = everyone[0]["mode"], everyone[0]["path"]
+    # Every rank's selector charges the costs rank 0 plans with: its own file may differ.
+    cost_profiles.activate(cost_profiles.CostProfile.from_json(transport.broadcast_object(
+        profile.to_json() if rank == 0 else None, 0, EXCHANGE_TIMEOUT_S, "init: cost profile")))
+    say(f"horotopo: software costs from {profile_from}")
 
     # 2. a probe is collective (every rank measures); the rest is rank 0's alone: loading the
     # model, checking it and planning it all run inside build(), so that anything raised

@@ -225,6 +225,11 @@ SETTINGS: Dict[str, Setting] = _registry(
        "(horotopo simulate and the benchmarks over SimGrid): SimGrid runs one actor thread at "
        "a time, and its hand-offs cost about 2.5x as much spread over cores; -1 leaves the "
        "process unpinned.", lo=-1, default_doc="unset: the CPU the simulation starts on"),
+    _S("HOROTOPO_COSTS", "str", None, "A cost profile file (written by horotopo calibrate) "
+       "whose per-message and per-byte software costs init() plans with and horotopo "
+       "simulate charges.", blank_ok=False,
+       default_doc="unset: ~/.cache/horotopo/costs.json when it exists, else the built-in "
+                   "profile"),
     # -- the launcher (horotopo-run) ---------------------------------------------------------
     _S("HOROTOPO_MPIEXEC", "str", None, "The mpiexec horotopo-run uses.",
        default_doc="unset: the installed wheel's, else PATH's"),

@@ -14,8 +14,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 # Lowest first. A module belongs to the layer of its longest matching prefix.
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("foundation", ("horotopo.config", "horotopo.timeline", "horotopo.topology",
-                    "horotopo.generate", "horotopo.ops", "horotopo.buffers",
+    ("foundation", ("horotopo.config", "horotopo.costs", "horotopo.timeline",
+                    "horotopo.topology", "horotopo.generate", "horotopo.ops", "horotopo.buffers",
                     "horotopo.gpu._env", "horotopo.gpu.elementwise", "horotopo.gpu.kernels",
                     "horotopo.gpu.staging", "horotopo.transport.wire", "horotopo.transport.poll")),
     ("transport", ("horotopo.transport", "horotopo.gpu")),

@@ -25,7 +25,7 @@ from ..topology import TopologyError
 __all__ = ["CommandError", "USER_ERRORS", "SUBCOMMANDS", "build_parser", "main",
            "positive_size", "writable_path"]
 
-SUBCOMMANDS = ["plan_cmd", "probe_cmd", "config_cmd", "simulate_cmd", "doctor_cmd"]
+SUBCOMMANDS = ["plan_cmd", "probe_cmd", "config_cmd", "simulate_cmd", "doctor_cmd", "calibrate_cmd"]
 
 #: Exit status of a command the user got wrong (argparse's own convention).
 USAGE_EXIT = 2

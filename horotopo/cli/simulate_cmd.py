@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import costs as cost_profiles
+from ..costs import RANK_KINDS, CostProfile
 from ..generate import GENERATORS, describe_generators, generate
 from ..plan import Plan, format_size, make_plan, ring_plan
 from ..topology import Topology, TopologyError, from_dict, load, plural
@@ -82,6 +84,19 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="charge no software cost (the per-message and per-byte receive CPU "
                         "measured on this machine, charged as simulated time by default): the "
                         "network alone, to tell what the costs take from a result")
+    p.add_argument("--ranks-are", default="cpu", choices=RANK_KINDS,
+                   help="what the ranks are, for the software costs charged and planned with: "
+                        "cpu (default) charges the CPU path of the cost profile (HOROTOPO_COSTS "
+                        "or horotopo calibrate's file, else the built-in profile); gpu charges "
+                        "the device path: the reduce kernel's rate measured on an H200, the "
+                        "device path's per-message cost, and with --cuda-aware no the host "
+                        "staging copies")
+    p.add_argument("--cuda-aware", default="yes", choices=("yes", "no"),
+                   help="with --ranks-are gpu: whether MPI takes device buffers (yes, default) "
+                        "or every message is staged through host memory (no)")
+    p.add_argument("--costs", default=None, metavar="PROFILE.json",
+                   help="the cost profile to charge (horotopo calibrate's output) instead of "
+                        "HOROTOPO_COSTS or the default calibration file")
     p.add_argument("--max-host-trees", type=int, default=None, metavar="K",
                    help="plan host forests of at most K host-level trees (make_plan's bound, "
                         "default 32; each is as many trees as a host has ranks): fewer, larger "
@@ -157,11 +172,16 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
              chunk_bytes: Optional[int] = None, software_costs: bool = True,
              simgrid_config: Sequence[str] = (),
              max_host_trees: Optional[int] = None,
-             window: Optional[int] = None) -> Dict[str, Any]:
+             window: Optional[int] = None, ranks_are: str = "cpu", cuda_aware: bool = True,
+             profile: Optional[CostProfile] = None,
+             profile_source: Optional[str] = None) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``software_costs`` False charges no per-message or per-byte receive cost (the network
-    alone); by default :data:`~horotopo.transport.simulated.DEFAULT_COSTS`.
+    alone); otherwise ``profile`` (None: :func:`horotopo.costs.from_settings`'s, with
+    ``profile_source`` saying where it came from) charged for ranks of kind ``ranks_are``
+    (``"cpu"`` or ``"gpu"``, the latter staged through host memory unless ``cuda_aware``): the
+    planner and the predictions charge the same figures (:func:`horotopo.costs.charging`).
     ``simgrid_config``: SimGrid settings ``NAME:VALUE`` over the simulator's network model
     (``network/crosstraffic:0``, ``network/bandwidth-factor:1``...), recorded in the result.
     ``max_host_trees``: the planner's bound on a host forest's trees (``make_plan``'s).
@@ -190,13 +210,27 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     The ring plan (``ring_plan``) is made only for the ``ring`` row; ``dbtree`` runs at the
     plan's chunk size, so tree and dbtree differ only in their trees.
     """
+    if profile is None:
+        profile, profile_source = cost_profiles.from_settings()
+    with cost_profiles.charging(profile, ranks_are, cuda_aware):
+        out = _simulate(topology, size, probe, progress, timeout_s, algorithms, plan,
+                        chunk_bytes, software_costs, simgrid_config, max_host_trees, window)
+    out["cost_profile"] = {"ranks_are": ranks_are, "cuda_aware": bool(cuda_aware),
+                           "source": profile_source or "given", "profile": profile.to_json()}
+    return out
+
+
+def _simulate(topology: Topology, size: int, probe: str, progress: Any,
+              timeout_s: Optional[float], algorithms: Sequence[str], plan: Optional[Plan],
+              chunk_bytes: Optional[int], software_costs: bool, simgrid_config: Sequence[str],
+              max_host_trees: Optional[int], window: Optional[int]) -> Dict[str, Any]:
     from ..algorithms.hierarchical import predict_time as predict_hierarchical
     from ..engine import Engine
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
     from ..schedule import window_for
     from ..simulation.platform import processor_names
-    from ..simulation import DEFAULT_COSTS, SimCosts, SimulationError, run_simulated
+    from ..simulation import SimCosts, SimulationError, run_simulated
 
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")
@@ -215,7 +249,7 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     ring = ring_plan(topology, size=size) if "ring" in algorithms else None
     planner: Dict[str, Optional[float]] = {}
 
-    costs = DEFAULT_COSTS if software_costs else SimCosts(0.0, 0.0)
+    costs = SimCosts.active() if software_costs else SimCosts(0.0, 0.0)
     t0 = time.perf_counter()
     def simulated(fn: Any, what: str) -> Any:
         left = None if timeout_s is None else timeout_s - (time.perf_counter() - t0)
@@ -352,13 +386,20 @@ def run(args: argparse.Namespace) -> int:
     given = _given_plan(args.plan) if args.plan else None
     from ..transport.simulated import SimulatorMissing
 
+    try:
+        profile, source = (cost_profiles.from_settings() if args.costs is None
+                           else (cost_profiles.load(args.costs), f"--costs {args.costs}"))
+    except cost_profiles.CostsError as exc:
+        raise CommandError(str(exc)) from None
     _say(f"simulating {topology.name!r}: {plural(topology.n, 'rank')}, "
          f"{format_size(args.size)}, probe {args.probe}")
     try:
         res = simulate(topology, args.size, args.probe, progress=_say,
                        algorithms=args.algorithms, plan=given, chunk_bytes=args.chunk,
                        software_costs=args.software_costs, simgrid_config=args.simgrid_cfg,
-                       max_host_trees=args.max_host_trees, window=args.window)
+                       max_host_trees=args.max_host_trees, window=args.window,
+                       ranks_are=args.ranks_are, cuda_aware=args.cuda_aware == "yes",
+                       profile=profile, profile_source=source)
     except (SimulatorMissing, ValueError) as exc:
         raise CommandError(str(exc)) from None
     if args.json:
@@ -373,6 +414,13 @@ def run(args: argparse.Namespace) -> int:
           f"({res['simulation_cpu_s']:.1f} s CPU), {plural(res['messages'], 'message')}")
     if not args.software_costs:
         print("software costs: none (--no-software-costs: the network alone)")
+    else:
+        per = res["software_costs"]
+        staged = ("" if args.ranks_are == "cpu" else
+                  ", CUDA-aware MPI" if args.cuda_aware == "yes" else ", staged through the host")
+        print(f"software costs ({args.ranks_are} ranks{staged}, from {source}): "
+              f"{per['per_message_s'] * 1e6:.2f} us per message, "
+              f"{per['recv_s_per_byte'] * 1e9:.3f} ns per received byte")
     if args.simgrid_cfg:
         print(f"SimGrid settings over the network model: {' '.join(args.simgrid_cfg)}")
     if args.window is not None:

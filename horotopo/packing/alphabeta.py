@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import config
+from .. import costs as _costs
 from ..topology import Topology
 from .certificate import plural
 from .profiles import Crowding, tree_profiles
@@ -111,11 +112,22 @@ class SoftwareCosts:
                              f"message and {self.per_byte_s!r} per byte")
 
 
-#: The tree engine's Python CPU per message posted (each send and receive with its completion
-#: handling) and per received byte (the copy or reduction that follows), measured on the
-#: development machine by ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M``
-#: (the simulator charges the same figures, ``horotopo.transport.simulated.DEFAULT_COSTS``).
-ENGINE_COSTS = SoftwareCosts(per_message_s=11.34e-6, per_byte_s=0.472e-9)
+class _ActiveCosts(SoftwareCosts):
+    """The charges of the active cost profile (:func:`horotopo.costs.charges`), read at each
+    use: the default of every model here, so that a calibration or a simulation of GPU ranks
+    reaches the planner, the selector and the simulator alike."""
+
+    def __init__(self) -> None:
+        pass
+
+    per_message_s = property(lambda self: _costs.charges()[0])  # type: ignore[assignment]
+    per_byte_s = property(lambda self: _costs.charges()[1])  # type: ignore[assignment]
+
+
+#: The engine's software cost per message posted (each send and receive with its completion
+#: handling) and per received byte (the copy or reduction that follows), as the active cost
+#: profile has them (:mod:`horotopo.costs`; its built-in figures without a calibration).
+ENGINE_COSTS: SoftwareCosts = _ActiveCosts()
 #: No software cost: the network alone.
 NO_COSTS = SoftwareCosts(0.0, 0.0)
 

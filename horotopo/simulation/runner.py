@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from .. import config
 from ..topology import Topology
-from ..transport.simulated import (DEFAULT_COSTS, SimCosts, SimRun, Simulation,
+from ..transport.simulated import (SimCosts, SimRun, Simulation,
                                    SimulatedTransport, SimulationConfigError, SimulationError,
                                    load_simgrid)
 from ..transport.simgrid_run import PROGRESS_EVERY_S
@@ -25,13 +25,15 @@ __all__ = ["run_simulated", "run_here"]
 
 
 def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
-             scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
+             scale: float = 1.0, costs: Optional[SimCosts] = None,
              network_config: Sequence[str] = (),
              progress: Optional[Callable[[str], None]] = None,
              progress_every_s: float = PROGRESS_EVERY_S) -> SimRun:
     """Build ``topology`` and run ``fn(transport)`` on every rank, in this process (which can
-    hold only this one simulation; see :func:`run_simulated`)."""
-    sim = Simulation(costs, network_config, progress, progress_every_s)
+    hold only this one simulation; see :func:`run_simulated`). ``costs`` None charges the
+    active cost profile's (:meth:`SimCosts.active`)."""
+    sim = Simulation(SimCosts.active() if costs is None else costs, network_config, progress,
+                     progress_every_s)
     platform = build_platform(sim, topology)
     return sim.run(platform.hosts, fn, scale=scale, names=platform.names)
 
@@ -77,7 +79,7 @@ def pin_to_one_cpu() -> Optional[int]:
 
 
 def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any],
-           scale: float, costs: SimCosts, network_config: Sequence[str],
+           scale: float, costs: Optional[SimCosts], network_config: Sequence[str],
            progress: Optional[Callable[[str], None]], progress_every_s: float) -> None:
     try:
         pin_to_one_cpu()  # the child only: the caller's process keeps its CPUs
@@ -111,7 +113,7 @@ def _death(exitcode: Optional[int]) -> str:
 
 
 def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
-                  scale: float = 1.0, costs: SimCosts = DEFAULT_COSTS,
+                  scale: float = 1.0, costs: Optional[SimCosts] = None,
                   timeout_s: Optional[float] = None,
                   network_config: Sequence[str] = (),
                   progress: Optional[Callable[[str], None]] = None,
@@ -128,8 +130,9 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
         be any callable, a closure included.
     scale : float
         Simulated bytes per real byte of the algorithms' messages.
-    costs : SimCosts
-        Software costs charged as simulated time.
+    costs : SimCosts, optional
+        Software costs charged as simulated time; None: the active cost profile's
+        (:func:`horotopo.costs.charges`, what the planner charges too).
     timeout_s : float, optional
         Wall-clock limit for the child.
     network_config : sequence of str

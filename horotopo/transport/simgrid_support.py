@@ -2,7 +2,8 @@
 
 Split from :mod:`horotopo.transport.simulated`, which re-exports every name: finding the
 bindings (Debian's ``python3-simgrid`` outside the venv) and the measured cost constants are
-separate jobs from the transport itself.
+separate jobs from the transport itself. The figures come from the one cost profile
+(:mod:`horotopo.costs`) that the planner charges too.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
+
+from ..costs import DEFAULT_PROFILE, CostProfile, charges
 
 __all__ = ["INSTALL_HINT", "SimulatorMissing", "SimulationError", "SimulationConfigError",
            "load_simgrid", "SimCosts", "DEFAULT_COSTS", "NETWORK_CONFIG"]
@@ -106,10 +109,22 @@ class SimCosts:
         cpu = float(row["python_cpu_s"]) - int(row["messages"]) * per
         return cls(per_message_s=per, recv_s_per_byte=max(cpu, 0.0) / received)
 
+    @classmethod
+    def from_profile(cls, profile: CostProfile, ranks_are: str = "cpu",
+                     cuda_aware: bool = True) -> "SimCosts":
+        """What ``profile`` charges ranks of kind ``ranks_are`` (:meth:`CostProfile.charges`)."""
+        per_message, per_byte = profile.charges(ranks_are, cuda_aware)
+        return cls(per_message_s=per_message, recv_s_per_byte=per_byte)
 
-#: Measured on a 2-core machine (MPICH over shared memory) by
-#: ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M`` and
-#: :meth:`SimCosts.from_overhead`: 11.34 us of Python CPU per message (4 KiB chunks, 768
-#: messages per call), and 0.878 ms of Python CPU at 1 MiB chunks (12 messages) for the
-#: 1.5 MiB a rank receives: 0.47 ns per received byte.
-DEFAULT_COSTS = SimCosts(per_message_s=11.34e-6, recv_s_per_byte=0.472e-9)
+    @classmethod
+    def active(cls) -> "SimCosts":
+        """The charges of the process's active cost profile (:func:`horotopo.costs.charges`),
+        the planner's and the selector's figures too."""
+        per_message, per_byte = charges()
+        return cls(per_message_s=per_message, recv_s_per_byte=per_byte)
+
+
+#: The built-in cost profile's CPU path (:data:`horotopo.costs.DEFAULT_PROFILE`, measured on
+#: the development machine by ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M``
+#: and :meth:`SimCosts.from_overhead`): what a simulation charges without a calibration.
+DEFAULT_COSTS = SimCosts(*DEFAULT_PROFILE.charges("cpu"))
