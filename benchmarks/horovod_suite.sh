@@ -10,7 +10,8 @@
 #   `git show`, or the path of test_torch.py itself. This repository does not carry Horovod's
 #   code.
 # MODE: "file" (default): the whole file in one pytest run per size;
-#   "each": every test in its own mpiexec run (slow: about 100 launches per size);
+#   "each": every test in its own mpiexec run (slow: about 100 launches per size; with
+#   HOROVOD_SUITE_ONLY=REGEX, only the tests whose names match it);
 #   or a pytest -k expression, run in one pytest run per size.
 # SIZES: space-separated rank counts (default "2 3").
 #
@@ -182,14 +183,20 @@ import sys
 
 prefix, record = sys.argv[1], json.loads(sys.argv[2])
 line = re.compile(r"::(\w+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)")
+# A failure's traceback, printed at once by conftest.py, comes between the test's name and its
+# verdict on the verbose line; these two lines name the test on their own.
+failure = re.compile(r"^(?:FAILED|ERROR) \S+::(\w+)|^\[rank \d+ [\d:]+\] \S+::(\w+) failed in",
+                     re.MULTILINE)
 outcomes = {}
 for path in sorted(glob.glob(prefix + ".rank*.log")):
     with open(path, errors="replace") as log:
-        for name, word in line.findall(log.read()):
-            kind = {"PASSED": "passed", "SKIPPED": "skipped", "XFAIL": "skipped"}.get(word,
-                                                                                "failed")
-            if outcomes.get(name) != "failed":
-                outcomes[name] = kind
+        text = log.read()
+    for name, word in line.findall(text):
+        kind = {"PASSED": "passed", "SKIPPED": "skipped", "XFAIL": "skipped"}.get(word, "failed")
+        if outcomes.get(name) != "failed":
+            outcomes[name] = kind
+    for names in failure.findall(text):
+        outcomes[names[0] or names[1]] = "failed"
 counts = {k: sum(1 for v in outcomes.values() if v == k) for k in ("passed", "failed", "skipped")}
 print(" ".join(f"{k} {v}" for k, v in counts.items()))
 failed = sorted(name for name, kind in outcomes.items() if kind == "failed")
@@ -241,7 +248,8 @@ for n in $sizes; do
       launch "file-n$n" "$n" "${HOROVOD_SUITE_TIMEOUT_S:-480}" "$work/parallel/test_torch.py" ;;
     each)
       tests="$("$py" -m pytest -p no:cacheprovider -q --collect-only \
-                 "$work/parallel/test_torch.py" 2>/dev/null | grep '::' | sed 's/.*:://')"
+                 "$work/parallel/test_torch.py" 2>/dev/null | grep '::' | sed 's/.*:://' |
+               grep -E "${HOROVOD_SUITE_ONLY:-.}")"
       for t in $tests; do
         launch "$t-n$n" "$n" "${HOROVOD_SUITE_TIMEOUT_S:-120}" \
           "$work/parallel/test_torch.py::TorchTests::$t"
