@@ -29,7 +29,7 @@ def _doctor(name: str, tmp_path: Path, prefix: str) -> dict:
     out, png = tmp_path / "doctor.json", tmp_path / "doctor.png"
     with emulate.EmulatedCluster(declared, prefix=prefix) as cluster:
         result = cluster.run([sys.executable, "-m", "horotopo", "doctor", "-q",
-                              "--json", str(out), "--png", str(png)], timeout=300)
+                              "--json", str(out), "--png", str(png)], timeout=150)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     # rank 0 alone prints: one report
     assert result.stdout.count("horotopo doctor:") == 1, result.stdout

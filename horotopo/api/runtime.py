@@ -404,6 +404,18 @@ _started = False
 _LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
 
+def without_departure_notice() -> None:
+    """This process leaves at exit without the departure notice: for a program whose every
+    rank runs MPI work of its own and none waits in init (the command line's probe and
+    doctor). Its notices would go to ranks that never read them, and those unmatched sends
+    held MPI_Finalize on the ranks that sent them."""
+    global _quiet_exit
+    _quiet_exit = True
+
+
+_quiet_exit = False
+
+
 def _announce_departure_at_exit() -> None:
     """A process of a multi-rank job that ends without starting horotopo tells the others,
     whose init would otherwise wait for it until the start timeout.
@@ -411,7 +423,7 @@ def _announce_departure_at_exit() -> None:
     When this process never started MPI, its peers are held in MPI's own start-up (it waits
     for every process): starting MPI here lets them through, to read the notice.
     """
-    if _started:
+    if _started or _quiet_exit:
         return
     import os
     import sys

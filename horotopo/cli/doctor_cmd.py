@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import CommandError, writable_path
 from ..probe.diagnose import Diagnosis, PlanSummary, diagnose, format_ranks, report_lines
+from ..topology import plural
 
 __all__ = ["add_parser", "run", "summarize_plan", "draw_network"]
 
@@ -61,16 +63,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _folder_problem(option: str, path: str) -> Optional[str]:
-    target = Path(path)
-    if target.is_dir():
-        return f"{option} {path}: is a folder; give a file name"
-    if not target.parent.is_dir():
-        what = "is not a folder" if target.parent.exists() else "does not exist"
-        return f"{option} {path}: the folder {str(target.parent)!r} {what}"
-    return None
-
-
 def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[str, Any]]:
     """Rank 0's verdict on the arguments: (the problem in one line or None, probe overrides
     and the plan's size)."""
@@ -104,10 +96,11 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
             return f"--timeout must be a positive number of seconds, got {args.timeout}", {}
         settings["timeout_s"] = args.timeout
     outputs = [("--json", args.json)] + ([] if args.no_png else [("--png", args.png)])
-    for option, path in outputs:
-        problem = _folder_problem(option, path)
-        if problem:
-            return problem, {}
+    try:
+        for option, path in outputs:
+            writable_path(option, path)  # before the probe, not after its minutes
+    except CommandError as exc:
+        return str(exc), {}
     if not args.no_png:
         try:
             import matplotlib  # noqa: F401  (the picture needs it; know before probing)
@@ -119,9 +112,11 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo doctor``: collective over MPI.COMM_WORLD; returns the exit code."""
+    from ..api.runtime import without_departure_notice
     from ..transport import MPITransport
     from .probe_cmd import measure
 
+    without_departure_notice()  # every rank runs this command: none waits in init
     transport = MPITransport.world()
     rank = transport.rank
     verdict = _check(args, transport.size) if rank == 0 else None
@@ -176,8 +171,8 @@ def report(doc: Dict[str, Any], size: int, json_path: str, png_path: Optional[st
 
 
 def _title(d: Diagnosis, plan: PlanSummary) -> str:
-    return (f"{d.name}: {d.ranks} ranks on {len(d.hosts)} hosts; plan of {plan.trees} "
-            f"tree{'s' if plan.trees != 1 else ''}, {plan.versus_ring()} for {plan.size_label} "
+    return (f"{d.name}: {plural(d.ranks, 'rank')} on {plural(len(d.hosts), 'host')}; plan of "
+            f"{plural(plan.trees, 'tree')}, {plan.versus_ring()} for {plan.size_label} "
             f"(predicted)")
 
 

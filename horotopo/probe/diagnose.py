@@ -23,6 +23,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..topology import plural
 from .hostinfer import host_layout
 
 __all__ = ["SLOW_RATIO", "HostNic", "Slow", "SharedLink", "Diagnosis", "PlanSummary",
@@ -344,8 +345,7 @@ def report_lines(diagnosis: Diagnosis, plan: Optional[PlanSummary] = None,
     """The doctor's text: hosts and their NICs, what is slow, the shared bottlenecks, and
     the plan (``probe_info``: the document's ``"probe"`` entry, for the heading)."""
     d = diagnosis
-    head = (f"horotopo doctor: {d.ranks} rank{'s' if d.ranks != 1 else ''} on "
-            f"{len(d.hosts)} host{'s' if len(d.hosts) != 1 else ''}")
+    head = f"horotopo doctor: {plural(d.ranks, 'rank')} on {plural(len(d.hosts), 'host')}"
     info = probe_info or {}
     if "mode" in info:
         head += f", probe {info['mode']}"
@@ -381,7 +381,7 @@ def report_lines(diagnosis: Diagnosis, plan: Optional[PlanSummary] = None,
     if plan is not None:
         roots = ", ".join(str(r) for r in plan.roots[:8]) + (", ..." if len(plan.roots) > 8
                                                               else "")
-        lines += ["", f"plan: {plan.trees} tree{'s' if plan.trees != 1 else ''} "
+        lines += ["", f"plan: {plural(plan.trees, 'tree')} "
                       f"(root{'s' if len(plan.roots) != 1 else ''} {roots})"
                       + (f", {plan.forest} forest" if plan.forest else "")
                       + f", modelled {plan.throughput_Bps / 1e6:.1f} MB/s "
