@@ -247,9 +247,14 @@ for n in $sizes; do
     file)
       launch "file-n$n" "$n" "${HOROVOD_SUITE_TIMEOUT_S:-480}" "$work/parallel/test_torch.py" ;;
     each)
-      tests="$("$py" -m pytest -p no:cacheprovider -q --collect-only \
-                 "$work/parallel/test_torch.py" 2>/dev/null | grep '::' | sed 's/.*:://' |
-               grep -E "${HOROVOD_SUITE_ONLY:-.}")"
+      tests="$(HOROVOD_SUITE_STEPS="$work" "$py" -m pytest -p no:cacheprovider -q \
+                 --collect-only "$work/parallel/test_torch.py" 2>&1 | grep '::' |
+               sed 's/.*:://' | grep -E "${HOROVOD_SUITE_ONLY:-.}")"
+      if [ -z "$tests" ]; then
+        echo "horovod_suite.sh: no test of test_torch.py to run (collection failed, or" \
+             "HOROVOD_SUITE_ONLY matched none)" >&2
+        exit 2
+      fi
       for t in $tests; do
         launch "$t-n$n" "$n" "${HOROVOD_SUITE_TIMEOUT_S:-120}" \
           "$work/parallel/test_torch.py::TorchTests::$t"
@@ -262,6 +267,9 @@ done
 echo "[horovod_suite] $bad run(s) with failures or timeouts"
 if [ -n "${HOROVOD_SUITE_MARKDOWN:-}" ]; then
   command="bash benchmarks/horovod_suite.sh HOROVOD_SOURCE \"$mode\" \"$sizes\""
+  if [ "$mode" = each ] && [ -n "${HOROVOD_SUITE_ONLY:-}" ]; then
+    command="HOROVOD_SUITE_ONLY='$HOROVOD_SUITE_ONLY' $command"
+  fi
   PYTHONPATH="$root/benchmarks" "$py" - "$work/records.jsonl" "$HOROVOD_SUITE_MARKDOWN" \
     "$command" "$work/started.json" <<'PY'
 import datetime

@@ -365,3 +365,13 @@ def test_init_refuses_process_sets_that_repeat_each_other_or_the_global_set():
         check_duplicates([hvd.ProcessSet([2, 1, 0])], size=3)      # the global set
     with pytest.raises(TypeError, match="entry number 0 is not an hvd.ProcessSet"):
         check_duplicates([[0, 1]])
+
+
+def test_version_is_the_installed_packages_one_source():
+    from importlib import metadata
+
+    import horotopo
+    assert horotopo.__version__ == metadata.version("horotopo")
+    torch_front = pytest.importorskip("horotopo.torch", reason="horotopo.torch needs torch")
+    assert torch_front.__version__ is horotopo.__version__
+    assert "__version__" in horotopo.__all__ and "__version__" in torch_front.__all__
