@@ -157,7 +157,9 @@ def measure(transport: Transport, repeats: int = 5, chunks: Sequence[int] = CHUN
     n = timed.size
     rows: List[Dict[str, float]] = []
     for chunk in chunks:
-        elems = max(16 << 10, min(4 << 20, ROW_MESSAGES * chunk // (4 * n))) // 4 * 4
+        # ring chains: a rank receives 2 (n - 1) / n of the buffer and sends as much
+        nbytes = ROW_MESSAGES * chunk * n // (4 * (n - 1))
+        elems = max(64 << 10, min(16 << 20, nbytes)) // 4
         plan = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
                                chunk_bytes=chunk)
         runner = TreeAllreduce(timed, plan)
