@@ -57,26 +57,34 @@ def _cached(plans: Optional[Path], name: str) -> Tuple[Optional[Plan], Optional[
 
 def point(spec: str, n: int, size: int, probe: str, max_wall: float,
           algorithms: Sequence[str] = ALGORITHMS, chunk: Optional[int] = None,
-          plans: Optional[Path] = None) -> Dict[str, Any]:
+          plans: Optional[Path] = None, ranks_are: str = "cpu",
+          cuda_aware: bool = True) -> Dict[str, Any]:
     """One generator at one rank count: the simulate result flattened, or the limit met.
+
+    ``ranks_are`` and ``cuda_aware`` choose the software costs charged and planned with
+    (``horotopo simulate --ranks-are``); plans are saved per kind of rank.
 
     With ``plans`` (a folder), a plan saved there for the topology is shared instead of
     planning (the row keeps the planner time saved with it, ``planner`` "cached"), and a plan
     made here is saved there."""
     topo = resolve(spec, n)
     row: Dict[str, Any] = {"generator": spec, "topology": topo.name, "ranks": n, "size": size,
-                           "probe": probe, "chunk_bytes": chunk}
-    given, planner_s = _cached(plans, topo.name)
+                           "probe": probe, "chunk_bytes": chunk, "ranks_are": ranks_are,
+                           "cuda_aware": cuda_aware}
+    saved_as = topo.name if ranks_are == "cpu" else \
+        f"{topo.name}-gpu{'' if cuda_aware else '-staged'}"
+    given, planner_s = _cached(plans, saved_as)
     t0 = time.perf_counter()
     try:
         res = simulate(topo, size, probe, timeout_s=max_wall, algorithms=algorithms,
-                       plan=given, chunk_bytes=chunk, progress=say)
+                       plan=given, chunk_bytes=chunk, progress=say,
+                       ranks_are=ranks_are, cuda_aware=cuda_aware)
     except SimulationError as exc:
         row.update(limit=str(exc).splitlines()[0], wall_s=time.perf_counter() - t0)
         return row
     if given is None and plans is not None:
         plans.mkdir(parents=True, exist_ok=True)
-        (plans / f"{topo.name}.json").write_text(json.dumps(
+        (plans / f"{saved_as}.json").write_text(json.dumps(
             {"plan": res["plan"], "planner_s": res["planner_s"]}))
     by = {r["algorithm"]: r for r in res["rows"]}
     row.update({f"{alg}_s": by[alg]["time_s"] if alg in by else None for alg in ALGORITHMS})
@@ -240,6 +248,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--plans", default=None, type=Path,
                     help="folder of plans per topology name: reused when present (the "
                          "planner's saved time is shown, starred), saved when made here")
+    ap.add_argument("--ranks-are", default="cpu", choices=("cpu", "gpu"),
+                    help="software costs of CPU ranks (this machine's profile) or of GPU ranks "
+                         "(the device path), as horotopo simulate --ranks-are")
+    ap.add_argument("--cuda-aware", default="yes", choices=("yes", "no"),
+                    help="with --ranks-are gpu: MPI takes device buffers, or stages them")
     ap.add_argument("--png", default=None, help="draw the figure here")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
     results_doc.add_markdown_option(ap, "scale_sim")
@@ -250,7 +263,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for n in ranks:
             say(f"{spec} at {n} ranks ...")
             row = point(spec, n, args.size, args.probe, args.max_wall,
-                        parse_algorithms(args.algorithms), args.chunk, args.plans)
+                        parse_algorithms(args.algorithms), args.chunk, args.plans,
+                        args.ranks_are, args.cuda_aware == "yes")
             rows.append(row)
             if "limit" in row:
                 say(f"  limit: {row['limit']} ({row['wall_s']:.0f} s); larger sizes skipped")
