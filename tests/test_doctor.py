@@ -273,3 +273,25 @@ def test_doctor_on_local_ranks_writes_its_files(tmp_path):
     assert len(report["measured"]["ranks"]) == 3
     assert report["plan"]["trees"] == len(report["plan"]["plan"]["trees"]) >= 1
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rank_0_report_of_a_probe_by_hosts(tmp_path, capsys):
+    """Rank 0's half on a saved probe by hosts (24 ranks, 4 per host, two sites): the printed
+    plan line quotes the planner's own prediction against ring."""
+    from horotopo.cli.doctor_cmd import report
+    from horotopo.plan import make_plan
+    from horotopo.topology import from_dict
+
+    with gzip.open(DATA / "probed-sites-24-g4.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    size = 64 << 20
+    assert report(doc, size, json_path=str(tmp_path / "d.json"), png_path=None) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "d.json").read_text())
+    assert saved["measured"] == doc
+    plan = make_plan(from_dict(doc), size=size)
+    assert saved["plan"]["speedup"] == pytest.approx(plan.ring_speedup(size))
+    assert saved["plan"]["trees"] == len(plan.trees)
+    assert f"{plan.ring_speedup(size):.2f}x faster than ring" in printed
+    assert "horotopo doctor: 24 ranks on 6 hosts, probe quick" in printed
+    assert "out of hosts a-r0h0, a-r0h1, a-r0h2 (ranks 0-11) to the other hosts" in printed
