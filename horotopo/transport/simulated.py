@@ -234,6 +234,11 @@ class SimulatedTransport(SimCollectives, Transport):
         self._charge(self.sim.costs.per_message_s)
         self._queue.append(req)
 
+    def settle(self) -> None:
+        """Return once this rank's CPU has done the work charged to it (the last receives
+        handled) and its queued messages are out: where a timed call really ends."""
+        self._flush(settle=True)
+
     def _flush(self, settle: bool = False) -> None:
         """Post the queued messages once the CPU has done the work charged before them (in
         posting order, so each mailbox keeps MPI's order); with ``settle``, also wait for the
