@@ -6,9 +6,10 @@ Run under mpiexec, e.g.::
     mpiexec -n 4 python benchmarks/allreduce_perf.py -b 1M -e 64M -f 4 -a tree
 
 Rows: size, count, type, redop, time, algbw, busbw, #wrong for horotopo, the same for
-MPI_Allreduce, their ratio (MPI time / horotopo time) and the plan's predicted time. ``--json``
-prints only ``{"rows": [...]}`` on stdout; progress always goes to stderr. ``#wrong`` counts
-elements that differ from the exact answer on small-integer inputs (on any rank).
+MPI_Allreduce, their ratio (MPI time / horotopo time) and the plan's predicted time (tree rows
+only; "-" on the others). ``--json`` prints only ``{"rows": [...]}`` on stdout; progress
+always goes to stderr. ``#wrong`` counts elements that differ from the exact answer on
+small-integer inputs (on any rank).
 ``--markdown [PATH]`` also writes the table to docs/results/allreduce_perf.md.
 """
 from __future__ import annotations
@@ -44,8 +45,10 @@ def _args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("-d", "--datatype", default="float32", choices=ALLREDUCE_DTYPES,
                    help="element type (bfloat16 needs ml-dtypes)")
     p.add_argument("-o", "--op", default="sum", choices=OPS)
-    p.add_argument("-a", "--algorithm", default="auto", choices=["auto", "tree", "ring", "mpi"],
-                   help="horotopo algorithm (auto: the cost model picks per size)")
+    p.add_argument("-a", "--algorithm", default="auto",
+                   choices=["auto", "tree", "ring", "mpi", "dbtree", "hierarchical"],
+                   help="horotopo algorithm (auto: the cost model picks per size; dbtree and "
+                        "hierarchical are peers, run only when named)")
     p.add_argument("--chunk-bytes", default=None, help="override the plan's chunk size")
     p.add_argument("--window", type=int, default=None,
                    help="chunks per tree that may hold receive scratch (engine default 4)")
@@ -154,6 +157,10 @@ _MPI_OPS = {"sum": MPI.SUM, "average": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX,
             "product": MPI.PROD}
 
 
+def _us(seconds: Optional[float]) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.1f}"
+
+
 def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     comm = MPI.COMM_WORLD
     plan = load_plan(args, comm)
@@ -206,13 +213,14 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
                "algorithm": used, "time_s": t, "algbw_GBps": algbw, "busbw_GBps": algbw * bus,
                "mpi_time_s": tm, "mpi_algbw_GBps": mbw, "mpi_busbw_GBps": mbw * bus,
                "wrong": wrong, "ratio": tm / t if t > 0 else 0.0,
+               # the plan's prediction is the tree's: no other algorithm's row gets it
                "predicted_time_s": (plan.predict_time(nbytes, eng.chunk_bytes)
-                                    if modelled else None),
+                                    if modelled and used == "tree" else None),
                "chunk_bytes": eng.chunk_bytes, "ranks": n}
         rows.append(row)
         _log(f"  {nbytes:>12} {count:>10} {used:>5} {t * 1e6:>10.1f} {algbw:>7.3f} "
              f"{algbw * bus:>7.3f} {wrong:>6} {tm * 1e6:>10.1f} {mbw:>7.3f} "
-             f"{row['ratio']:>6.2f} {(row['predicted_time_s'] or 0) * 1e6:>10.1f}")
+             f"{row['ratio']:>6.2f} {_us(row['predicted_time_s']):>10}")
         size *= args.stepfactor
     eng.close()
     return rows

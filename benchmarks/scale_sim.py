@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Simulated clusters at scale: allreduce time and init time against ranks, horotopo's plan
-against ring and NCCL's double binary tree, on the cluster generators of horotopo.generate.
+against ring, NCCL's double binary tree and Horovod's hierarchical allreduce, on the cluster
+generators of horotopo.generate.
 
 Each point is one ``horotopo simulate`` run (:func:`horotopo.cli.simulate_cmd.simulate`): the
 init path (probe or declared topology, the plan on rank 0, ``share_plan``), then one allreduce
@@ -90,6 +91,8 @@ def point(spec: str, n: int, size: int, probe: str, max_wall: float,
     row.update({f"{alg}_s": by[alg]["time_s"] if alg in by else None for alg in ALGORITHMS})
     row.update(wrong=sum(r["wrong"] for r in res["rows"]),
                predicted_tree_s=by["tree"]["predicted_s"] if "tree" in by else None,
+               predicted_hierarchical_s=(by["hierarchical"]["predicted_s"]
+                                         if "hierarchical" in by else None),
                optimum_s=res["optimum_s"], init_simulated_s=res["init_simulated_s"],
                probe_simulated_s=res["probe_simulated_s"],
                planner_s=res["planner_s"] if given is None else planner_s,
@@ -106,7 +109,7 @@ def _ms(v: Optional[float]) -> str:
 
 def table(rows: List[Dict[str, Any]]) -> str:
     head = (f"{'topology':<30} {'ranks':>5} {'tree ms':>9} {'predicted':>9} {'ring ms':>9} "
-            f"{'dbtree ms':>9} "
+            f"{'dbtree ms':>9} {'hier. ms':>9} "
             f"{'optimum ms':>10} {'init ms':>8} {'planner s':>9} {'chunk':>6} {'messages':>9} "
             f"{'wall s':>7} {'cpu s':>6}")
     lines = [head]
@@ -120,7 +123,8 @@ def table(rows: List[Dict[str, Any]]) -> str:
         chunk = "plan" if r["chunk_bytes"] is None else f"{r['chunk_bytes'] >> 10}K"
         lines.append(
             f"{r['topology'][:30]:<30} {r['ranks']:>5} {_ms(r['tree_s']):>9} "
-            f"{_ms(r['predicted_tree_s']):>9} {_ms(r['ring_s']):>9} {_ms(r['dbtree_s']):>9} {_ms(r['optimum_s']):>10} "
+            f"{_ms(r['predicted_tree_s']):>9} {_ms(r['ring_s']):>9} {_ms(r['dbtree_s']):>9} "
+            f"{_ms(r['hierarchical_s']):>9} {_ms(r['optimum_s']):>10} "
             f"{r['init_simulated_s'] * 1e3:>8.2f} {planner:>9} {chunk:>6} {r['messages']:>9} "
             f"{r['wall_s']:>7.1f} {r['cpu_s']:>6.1f}")
     if any(r.get("planner") == "cached" for r in rows):
@@ -149,6 +153,10 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         ("ring / optimum", lambda r: _of_optimum(r, "ring")),
         ("dbtree (ms)", lambda r: fmt(r["dbtree_s"], ".1f", 1e3)),
         ("dbtree / optimum", lambda r: _of_optimum(r, "dbtree")),
+        ("hierarchical (ms)", lambda r: fmt(r["hierarchical_s"], ".1f", 1e3)),
+        ("hierarchical / optimum", lambda r: _of_optimum(r, "hierarchical")),
+        ("hierarchical predicted (ms)",
+         lambda r: fmt(r.get("predicted_hierarchical_s"), ".1f", 1e3)),
         ("optimum (ms)", lambda r: fmt(r["optimum_s"], ".1f", 1e3)),
         ("predicted (ms)", lambda r: fmt(r["predicted_tree_s"], ".1f", 1e3)),
         ("#wrong", lambda r: r["wrong"])]
@@ -178,8 +186,8 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
                f"size over the certified upper bound on any tree packing's throughput) divided "
                f"by the algorithm's time: 1.00 would be the best possible. The planner's time "
                f"is wall time on this machine.")
-    results_doc.write(args.markdown, "scale_sim: horotopo, ring and double binary tree on "
-                      "simulated clusters", sections, summary=summary)
+    results_doc.write(args.markdown, "scale_sim: horotopo, ring, double binary tree and "
+                      "hierarchical allreduce on simulated clusters", sections, summary=summary)
 
 
 def plot(rows: List[Dict[str, Any]], path: str) -> None:
@@ -190,7 +198,7 @@ def plot(rows: List[Dict[str, Any]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_i) = plt.subplots(1, 2, figsize=(12, 4.5))
-    styles = {"tree": "-o", "ring": "--s", "dbtree": ":^"}
+    styles = {"tree": "-o", "ring": "--s", "dbtree": ":^", "hierarchical": "-.d"}
     gens = list(dict.fromkeys(r["generator"] for r in rows))
     for k, gen in enumerate(gens):
         done = [r for r in rows if r["generator"] == gen and "limit" not in r]
@@ -270,7 +278,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 say(f"  limit: {row['limit']} ({row['wall_s']:.0f} s); larger sizes skipped")
                 break
             say(f"  tree {_ms(row['tree_s'])} ms, ring {_ms(row['ring_s'])} ms, dbtree "
-                f"{_ms(row['dbtree_s'])} ms; planner {row['planner_s']} s "
+                f"{_ms(row['dbtree_s'])} ms, hierarchical {_ms(row['hierarchical_s'])} ms; "
+                f"planner {row['planner_s']} s "
                 f"({row['planner']}); {row['wall_s']:.0f} s wall, {row['cpu_s']:.0f} s CPU, "
                 f"load {os.getloadavg()[0]:.1f}")
     if args.png:

@@ -1,7 +1,7 @@
-"""The engine under mpiexec at any size: tree, ring and MPI allreduce and the tree broadcast,
-checked against MPI_Allreduce on exact small-integer data, for every dtype, op, size and in/out
-of place, with forced tiny chunks and random plans (same seed on every rank), plus mismatched
-buffers that must raise on every rank.
+"""The engine under mpiexec at any size: tree, ring, hierarchical and MPI allreduce and the tree
+broadcast, checked against MPI_Allreduce on exact small-integer data, for every dtype, op, size
+and in/out of place, with forced tiny chunks and random plans (same seed on every rank), plus
+mismatched buffers that must raise on every rank.
 
 Every check is agreed across ranks before it asserts, so a failure on one rank fails all of
 them together instead of leaving the others waiting in the next collective.
@@ -15,6 +15,7 @@ from mpi4py import MPI
 import engine_cases
 from engine_cases import horovod_scaled as scale
 
+from horotopo.algorithms.hierarchical import HierarchicalAllreduce
 from horotopo.engine import Engine, MismatchError
 from horotopo.packing import ring_parents
 from horotopo.plan import plan_from_trees
@@ -108,7 +109,7 @@ def check_allreduce(eng, x, op, alg, in_place, pre=1.0, post=1.0, what="", want=
     assert len({d for _, d in every}) == 1, f"{label}: results differ across ranks"
 
 
-@pytest.mark.parametrize("alg", ["tree", "ring", "mpi"])
+@pytest.mark.parametrize("alg", ["tree", "ring", "mpi", "hierarchical"])
 def test_every_dtype_op_and_size(alg):
     eng = Engine(COMM, random_plan(7, chunk_bytes=65536) if alg == "tree" else ring_plan(65536))
     try:
@@ -171,7 +172,7 @@ def test_random_plans(seed):
                                 in_place=bool((k + seed) % 2), what=f"seed {seed}")
 
 
-@pytest.mark.parametrize("alg", ["tree", "ring", "mpi"])
+@pytest.mark.parametrize("alg", ["tree", "ring", "mpi", "hierarchical"])
 def test_prescale_and_postscale(alg):
     with Engine(COMM, random_plan(3, 512) if alg == "tree" else ring_plan(512)) as eng:
         for k, dtype in enumerate(DTYPES):
@@ -182,7 +183,7 @@ def test_prescale_and_postscale(alg):
                                 pre=0.5, post=3.0, what="scaled")
 
 
-@pytest.mark.parametrize("alg", ["tree", "ring", "mpi"])
+@pytest.mark.parametrize("alg", ["tree", "ring", "mpi", "hierarchical"])
 def test_random_floats_identical_on_every_rank(alg):
     x = np.random.default_rng(RANK).standard_normal(100003).astype(np.float32)
     want = np.empty_like(x)
@@ -191,6 +192,27 @@ def test_random_floats_identical_on_every_rank(alg):
         got = eng.allreduce(x, op="average", algorithm=alg)
     agree(same_bits_everywhere(got), f"{alg}: float results differ across ranks")
     agree(np.allclose(got, want / N, rtol=1e-5, atol=1e-5), f"{alg}: far from MPI_Allreduce")
+
+
+@pytest.mark.parametrize("hosts", ["pairs", "alternate", "one each"])
+def test_hierarchical_on_hosts_named_for_it(hosts):
+    # Every rank here runs on one machine (the engine's hierarchical is then one host); named
+    # hosts make its cross-host rings run over MPI: ranks paired, alternating (hosts of
+    # unequal size at odd N), one host per rank.
+    names = [{"pairs": r // 2, "alternate": r % 2, "one each": r}[hosts] for r in range(N)]
+    with Engine(COMM, ring_plan(512)) as eng:
+        runner = HierarchicalAllreduce(eng.transport, hosts=[f"h{h}" for h in names])
+        for k, (count, dtype, op) in enumerate(((1, "int32", "sum"), (7, "float64", "max"),
+                                                (1000, "float32", "sum"),
+                                                (100003, "int64", "product"))):
+            x = inputs(count, dtype, op, k)
+            want = reference(x, op)
+            out = np.empty_like(x)
+            runner.run(x, out, op, 64)
+            same = same_bits_everywhere(out)  # collective: asked on every rank
+            agree(np.array_equal(out, want) and same,
+                  f"{hosts} {dtype} {op} n={count}: "
+                  f"{int(np.count_nonzero(out != want))} wrong")
 
 
 def test_automatic_choice_is_correct_at_every_size():
