@@ -44,7 +44,8 @@ PROCESS_CASES = [c for c in CASES if c.fault not in ("mismatches", "unnamed-diff
 @pytest.mark.parametrize("case", _params(PROCESS_CASES))
 def test_a_faulty_rank_ends_the_job_in_time_and_only_it_is_blamed(case: Case):
     o = run(case)
-    tail = o.output[-4000:]
+    tail = (f"exit status {o.returncode}, {o.after_fault_s} s after the fault, blamed "
+            f"{sorted(o.blamed)}; the job's output ends:\n{o.output[-4000:]}")
     assert o.returncode != 0, tail
     assert not o.finished, tail
     assert o.after_fault_s is not None, f"the fault never struck:\n{tail}"

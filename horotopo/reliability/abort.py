@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 from types import ModuleType
 from typing import Any, Callable, Optional, Tuple
@@ -32,6 +33,10 @@ ABORT_EXIT_CODE = 1
 # If MPI_Abort itself does not end the process (a runtime that never returns from it while
 # another thread holds its lock), the process exits on its own after this long.
 ABORT_GRACE_S = 10.0
+# The pause between writing the reason and MPI_Abort: the launcher's proxy forwards a rank's
+# output through a pipe, and the abort's clean-up can end the proxy before it has drained the
+# pipe, losing the one line that says what happened.
+ABORT_FLUSH_S = 0.5
 
 
 def _door() -> Optional[ModuleType]:
@@ -62,7 +67,8 @@ def who() -> str:
 
 
 def abort(message: str, code: int = ABORT_EXIT_CODE) -> None:
-    """Print ``message`` to stderr and end the whole job: ``MPI_Abort`` on ``COMM_WORLD``.
+    """Print ``message`` to stderr and end the whole job: ``MPI_Abort`` on ``COMM_WORLD``
+    (:data:`ABORT_FLUSH_S` later, so that the launcher forwards the message first).
 
     Without MPI (or after MPI_Finalize) the process alone exits with ``code``. If MPI_Abort has
     not ended the process after :data:`ABORT_GRACE_S`, ``os._exit(code)`` does; the launcher
@@ -76,6 +82,7 @@ def abort(message: str, code: int = ABORT_EXIT_CODE) -> None:
     world = _world()
     if world is None:
         os._exit(code)
+    time.sleep(ABORT_FLUSH_S)
     grace = threading.Timer(ABORT_GRACE_S, os._exit, args=(code,))
     grace.daemon = True
     grace.start()
