@@ -12,10 +12,9 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import CommandError, writable_path
+from . import CommandError, writable_path, write_text
 from ..probe.diagnose import Diagnosis, PlanSummary, diagnose, format_ranks, report_lines
 from ..topology import plural
 
@@ -158,12 +157,15 @@ def report(doc: Dict[str, Any], size: int, json_path: str, png_path: Optional[st
     diagnosis = diagnose(doc)
     summary, plan_doc = summarize_plan(doc, size)
     lines = report_lines(diagnosis, summary, doc.get("probe"))
-    Path(json_path).write_text(json.dumps({"findings": diagnosis.to_json(),
-                                           "plan": dict(summary.to_json(), plan=plan_doc),
-                                           "measured": doc}, indent=1) + "\n")
+    write_text("--json", json_path, json.dumps({"findings": diagnosis.to_json(),
+                                                "plan": dict(summary.to_json(), plan=plan_doc),
+                                                "measured": doc}, indent=1) + "\n")
     written = [json_path]
     if png_path is not None:
-        draw_network(diagnosis, png_path, title=_title(diagnosis, summary))
+        try:
+            draw_network(diagnosis, png_path, title=_title(diagnosis, summary))
+        except OSError as exc:
+            raise CommandError(f"--png {png_path}: cannot write: {exc.strerror or exc}") from None
         written.append(png_path)
     lines += ["", f"wrote {', '.join(written)}"]
     print("\n".join(lines), flush=True)

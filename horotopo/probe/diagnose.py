@@ -335,8 +335,8 @@ def diagnose(doc: Mapping[str, Any], *, ratio: float = SLOW_RATIO) -> Diagnosis:
     for k, s in enumerate(shared):
         if median_nic is not None and s.gbps * ratio <= median_nic:
             slow.append(Slow("shared", f"shared link {s.describe(hosts)}", s.behind,
-                             s.src_ranks if s.outgoing else s.dst_ranks, s.gbps, median_nic, "the median host NIC",
-                             median_nic / s.gbps, shared=k))
+                             s.src_ranks if s.outgoing else s.dst_ranks, s.gbps, median_nic,
+                             "the median host NIC", median_nic / s.gbps, shared=k))
     return Diagnosis(str(doc.get("name", "")), n, nics, tuple(slow), tuple(shared), ratio)
 
 
