@@ -205,13 +205,16 @@ Flow = Tuple[int, int, float]  # (from rank, to rank, bytes)
 
 def _stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
                 costs: SoftwareCosts) -> float:
-    """Seconds of one stage of concurrent flows: the longest route latency plus the most
-    loaded link's bytes at its rate (flows sharing it fairly, none finishing early), or the
+    """Seconds of one stage of concurrent flows: the longest route latency, then the most
+    loaded link's bytes at its rate (flows sharing it fairly, none finishing early) or the
     busiest rank's software time (a send and a receive per chunk, the received bytes
-    handled), whichever is longer."""
+    handled), whichever is longer, overlapped with the other but for one chunk's worth of
+    it (the first chunk's transfer before any handling, the last chunk's handling after the
+    transfers: all of it when the flows are one chunk each, as in a ring's steps)."""
     load: Dict[int, float] = {}
     cpu: Dict[int, float] = {}
     latency = 0.0
+    pieces = 1
     for u, v, nbytes in flows:
         if nbytes <= 0:
             continue
@@ -219,12 +222,14 @@ def _stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
             load[r] = load.get(r, 0.0) + nbytes
         latency = max(latency, float(_entry(topology.latency_s, u, v)))
         chunks = math.ceil(nbytes / chunk_bytes)
+        pieces = max(pieces, chunks)
         cpu[u] = cpu.get(u, 0.0) + chunks * costs.per_message_s
         cpu[v] = cpu.get(v, 0.0) + chunks * costs.per_message_s + nbytes * costs.per_byte_s
     if not cpu:
         return 0.0
     network = max((b / topology.capacity_Bps[r] for r, b in load.items()), default=0.0)
-    return max(latency + network, max(cpu.values()))
+    busiest = max(cpu.values())
+    return latency + max(network, busiest) + min(network, busiest) / pieces
 
 
 def predict_time(topology: Topology, hosts: Sequence[str], nbytes: int, chunk_bytes: int,
