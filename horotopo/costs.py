@@ -265,12 +265,14 @@ def from_settings(env: Optional[Mapping[str, str]] = None) -> Tuple[CostProfile,
 
 
 _active: Tuple[CostProfile, str, bool] = (DEFAULT_PROFILE, "cpu", True)
+# The active profile's two charges, worked out once: the planner reads them in its inner loops.
+_charges: Tuple[float, float] = DEFAULT_PROFILE.charges("cpu")
 
 
 def activate(profile: CostProfile, ranks_are: str = "cpu", cuda_aware: bool = True) -> None:
     """Charge ``profile`` for ranks of kind ``ranks_are`` in this process from now on."""
-    global _active
-    profile.charges(ranks_are, cuda_aware)  # refuses an unknown kind before anything changes
+    global _active, _charges
+    _charges = profile.charges(ranks_are, cuda_aware)  # refuses an unknown kind first
     _active = (profile, ranks_are, bool(cuda_aware))
 
 
@@ -281,8 +283,7 @@ def active() -> Tuple[CostProfile, str, bool]:
 
 def charges() -> Tuple[float, float]:
     """``(seconds per message, seconds per received byte)`` of the active profile."""
-    profile, ranks_are, cuda_aware = _active
-    return profile.charges(ranks_are, cuda_aware)
+    return _charges
 
 
 @contextlib.contextmanager
