@@ -137,3 +137,18 @@ def test_gpu_ranks_take_less_time_on_a_reduction_heavy_case_and_staging_adds_to_
     assert time["gpu", True] < time["gpu", False] < time["cpu", True], time
     # the planner's prediction charges the same figures
     assert predicted["gpu", True] < predicted["gpu", False] < predicted["cpu", True], predicted
+
+
+def test_under_mpiexec_the_ranks_measure_their_exchange_over_mpi(tmp_path):
+    from mpi_launch import mpiexec_path, run_mpi
+
+    if mpiexec_path() is None:
+        pytest.skip("no mpiexec next to the interpreter or on PATH")
+    path = tmp_path / "costs.json"
+    done = run_mpi(2, [sys.executable, "-m", "horotopo", "calibrate", "-o", str(path),
+                       "--repeats", "2"], timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert done.stdout.count(f"wrote {path}") == 1  # rank 0 alone writes and says so
+    profile = costs.load(path)
+    assert "2 ranks over MPI" in profile.sources["cpu_per_message_s"]
+    assert 0.1e-6 < profile.cpu_per_message_s < 1e-3 and 1e-12 < profile.cpu_per_byte_s < 1e-8
