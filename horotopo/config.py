@@ -190,6 +190,10 @@ SETTINGS: Dict[str, Setting] = _registry(
        default_doc="unset: no timeline"),
     _S("HOROVOD_TIMELINE_MARK_CYCLES", "bool", False, "Mark each control cycle in the "
        "timeline.", aliases=_launcher_alias("HOROVOD_TIMELINE_MARK_CYCLES")),
+    _S("HOROVOD_HIERARCHICAL_ALLREDUCE", "bool", False, "Run every allreduce as Horovod's "
+       "hierarchical allreduce (reduce-scatter in each host, ring allreduce of each shard "
+       "across hosts, allgather in each host; hosts by processor name) instead of the "
+       "algorithm the engine chooses."),
     # -- horotopo's own ---------------------------------------------------------------------
     _S("HOROTOPO_PROBE", "choice", "quick", "What init() measures: quick probe, full probe, "
        "or off (a ring plan over a uniform model).", choices=("off", "quick", "full")),

@@ -159,3 +159,36 @@ def test_the_model_times_the_network_and_the_software_costs():
     assert big > network  # the receive-side software cost is charged on the busiest rank
     with pytest.raises(ValueError, match="hosts names 3 ranks"):
         predict_time(topology, ["a"] * 3, 1 << 20, 1 << 18)
+
+
+@pytest.mark.parametrize("setting", [None, "1"])
+def test_horovod_hierarchical_allreduce_forces_it_for_every_call_left_to_the_engine(
+        monkeypatch, setting):
+    from horotopo.adapt import AdaptiveEngine
+    from horotopo.bootstrap import uniform_document
+    from horotopo.plan import make_plan
+
+    if setting is None:
+        monkeypatch.delenv("HOROVOD_HIERARCHICAL_ALLREDUCE", raising=False)
+    else:
+        monkeypatch.setenv("HOROVOD_HIERARCHICAL_ALLREDUCE", setting)
+    hosts = LAYOUTS["2x2"]
+    topo = from_dict(uniform_document(len(hosts), 10.0))
+    plan = make_plan(topo, chunk_bytes=4096)
+    dtype = np.dtype(np.float32)
+    want_sum = want([inputs(r, 3000, dtype, "sum") for r in range(len(hosts))], "sum")
+
+    def body(t):
+        eng = AdaptiveEngine(t, plan, topo, adapt=False, timeout_s=0)
+        try:
+            got = eng.allreduce(inputs(t.rank, 3000, dtype, "sum"), op="sum")
+            chosen = eng.engine.last_algorithm
+            eng.allreduce(np.ones(8, np.float32), algorithm="ring")  # named: still honoured
+            return got, chosen, eng.engine.last_algorithm
+        finally:
+            eng.close()
+
+    for got, chosen, named_alg in run_ranks(len(hosts), body, transport=named(hosts)):
+        assert not mismatches(got, want_sum, "sum")
+        assert (chosen == "hierarchical") == (setting is not None), chosen
+        assert named_alg == "ring"

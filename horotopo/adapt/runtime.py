@@ -41,6 +41,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .. import config
 from ..algorithms.cost import Selector, agree_max, size_bucket
 from ..engine import Engine
 from ..packing.hierarchy import machines
@@ -174,6 +175,10 @@ class AdaptiveEngine:
         self.trial: Optional[Trial] = None  # the re-plan on trial, if any
         self._trial_event: Optional[ReplanEvent] = None
         self._engine_kwargs = engine_kwargs
+        #: What every allreduce left to the engine runs instead of the selector's choice:
+        #: ``hierarchical`` under HOROVOD_HIERARCHICAL_ALLREDUCE, as in Horovod; else None.
+        self.forced_allreduce: Optional[str] = (
+            "hierarchical" if config.get("HOROVOD_HIERARCHICAL_ALLREDUCE") else None)
         self.step = 0
         self.last_seconds = 0.0  # the agreed (slowest rank's) time of the last monitored call
         self._last_call = (0, 0.0, 0.0)  # (bytes, predicted s, agreed s) of the last tree call
@@ -211,7 +216,9 @@ class AdaptiveEngine:
         """:meth:`horotopo.engine.Engine.allreduce`, monitored; may switch plans *after* it."""
         nbytes = _nbytes(sendbuf)
         saved = None
-        if kwargs.get("algorithm") is None and self.size > 1:
+        if kwargs.get("algorithm") is None and self.forced_allreduce is not None:
+            kwargs["algorithm"] = self.forced_allreduce
+        elif kwargs.get("algorithm") is None and self.size > 1:
             saved = self.selector.snapshot()
             kwargs["algorithm"] = self.selector.choose(self.plan, nbytes,
                                                        self.engine.chunk_bytes)
