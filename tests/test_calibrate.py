@@ -152,3 +152,14 @@ def test_under_mpiexec_the_ranks_measure_their_exchange_over_mpi(tmp_path):
     profile = costs.load(path)
     assert "2 ranks over MPI" in profile.sources["cpu_per_message_s"]
     assert 0.1e-6 < profile.cpu_per_message_s < 1e-3 and 1e-12 < profile.cpu_per_byte_s < 1e-8
+
+
+def test_show_prints_the_profile_init_would_use(calibrated, monkeypatch, capsys):
+    monkeypatch.setenv("HOROTOPO_COSTS", str(calibrated))
+    assert main(["calibrate", "--show"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"from HOROTOPO_COSTS={calibrated}\n")
+    assert "cpu_per_message_s" in out and "horotopo calibrate on" in out
+    monkeypatch.setenv("HOROTOPO_COSTS", str(calibrated.parent / "missing.json"))
+    assert main(["calibrate", "--show"]) == 2
+    assert "HOROTOPO_COSTS=" in capsys.readouterr().err

@@ -58,6 +58,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5,
                    help="timed calls per chunk size, the least CPU kept (default 5)")
     p.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
+    p.add_argument("--show", action="store_true",
+                   help="measure nothing: print the profile init() would use and where it "
+                        "comes from (HOROTOPO_COSTS, the default file, or the built-in one)")
     p.set_defaults(func=run)
     return p
 
@@ -197,17 +200,29 @@ def _say(msg: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo calibrate``; collective under mpiexec."""
+    if args.show:
+        try:
+            profile, source = cost_profiles.from_settings()
+        except cost_profiles.CostsError as exc:
+            raise CommandError(str(exc)) from None
+        print(json.dumps(profile.to_json()) if args.json
+              else f"from {source}\n{profile.describe()}")
+        return 0
     output = args.output or str(cost_profiles.default_path())
     if args.repeats < 1:
         raise CommandError(f"--repeats must be at least 1, got {args.repeats}")
-    from ..transport import MPITransport
-
-    transport: Transport = MPITransport.world()
-    where = f"{transport.size} ranks over MPI"
-    if transport.size == 1:
-        transport.close()
-        transport = MirrorPeer()
-        where = "one process, a mirror for the peer"
+    transport: Transport = MirrorPeer()
+    where = "one process, a mirror for the peer"
+    try:
+        from ..transport import MPITransport
+    except ImportError:  # no mpi4py: a single process is all there is to measure
+        pass
+    else:
+        world = MPITransport.world()
+        if world.size > 1:
+            transport, where = world, f"{world.size} ranks over MPI"
+        else:
+            world.close()
     rank = transport.rank if not isinstance(transport, MirrorPeer) else 0
     say = _say if rank == 0 else (lambda msg: None)
     say(f"measuring the tree engine's software costs ({where}), {len(CHUNKS)} chunk sizes")
