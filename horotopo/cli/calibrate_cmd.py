@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -74,9 +74,9 @@ _DONE = _Done()
 
 class MirrorPeer(Transport):
     """Rank 0 of two, with the peer mirrored in this process: a send completes as it is
-    posted, a receive completes at once filled with zeros, one request per wait. Counts the bytes received and the
-    CPU its own calls take (the part of a message's cost that is the transport's, not the
-    engine's)."""
+    posted, a receive completes at once filled with zeros, one request per wait. Counts the
+    bytes received and the CPU its own calls take (the part of a message's cost that is the
+    transport's, not the engine's)."""
 
     def __init__(self) -> None:
         self._tags = TagAllocator(1 << 15)
