@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
-from ..buffers import ScratchPool, chunk_bounds, combine_into, reduce_into, segment_bounds
+from ..buffers import (ScratchPool, chunk_bounds, combine_into, reduce_into, segment_bounds,
+                       synchronize)
 from ..packing.alphabeta import ENGINE_COSTS, SoftwareCosts, _entry
 from ..probe.group import GroupTransport
 from ..probe.hostinfer import HostLayout, host_layout
@@ -145,6 +146,7 @@ class HierarchicalAllreduce:
         if not others:
             if src is not out:
                 out[...] = src
+                synchronize(out)
             return 0
         widths = [plan.shards[c][1] - plan.shards[c][0] for c in mine]
         scratch = self.pool.get(sum(widths) * len(others), out)
@@ -176,6 +178,8 @@ class HierarchicalAllreduce:
                 combine_into(out[lo:hi], src[lo:hi], rows[0], op)
             for row in rows[1:]:
                 reduce_into(out[lo:hi], row, op)
+        # The rings send what these reductions wrote: device kernels must be done first.
+        synchronize(out)
         return prog.messages
 
     def _allgather(self, plan: HostSchedule, out: Any, chunk_elems: int, tag: int) -> int:
