@@ -421,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
                   ", CUDA-aware MPI" if args.cuda_aware == "yes" else ", staged through the host")
         print(f"software costs ({args.ranks_are} ranks{staged}, from {source}): "
               f"{per['per_message_s'] * 1e6:.2f} us per message, "
-              f"{per['recv_s_per_byte'] * 1e9:.3f} ns per received byte")
+              f"{per['recv_s_per_byte'] * 1e9:.3g} ns per received byte")
     if args.simgrid_cfg:
         print(f"SimGrid settings over the network model: {' '.join(args.simgrid_cfg)}")
     if args.window is not None:
