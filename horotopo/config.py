@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["ConfigError", "Setting", "Effective", "SETTINGS", "get", "lookup", "parse",
-           "declared", "effective", "markdown_table", "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS"]
+           "declared", "effective", "markdown_table", "launcher_size", "LAUNCHER_SIZE_VARIABLES",
+           "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -295,6 +296,22 @@ def _read(setting: Setting, env: Mapping[str, str]) -> Tuple[Any, str, Optional[
             raise ConfigError(f"{key}={raw!r} and {other}={other_raw!r} disagree: set one, or "
                               f"both to the same value")
     return value, key, raw
+
+
+#: Where MPI launchers put the number of processes of the job: MPICH's and Intel MPI's PMI,
+#: Open MPI, PMIx (Open MPI 5), Slurm. Not settings: facts the launcher states.
+LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+
+
+def launcher_size(env: Optional[Mapping[str, str]] = None) -> int:
+    """How many processes the MPI launcher started (1 when no launcher says), read without
+    starting MPI."""
+    environ = _environ(env)
+    for name in LAUNCHER_SIZE_VARIABLES:
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 1
 
 
 def get(name: str, env: Optional[Mapping[str, str]] = None) -> Any:

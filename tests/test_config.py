@@ -31,9 +31,6 @@ ENVIRON_ALLOWED = {
     ("launch/cli.py", "env[name] = os.environ[name]"),
     # The emulated cluster starts mpiexec with this environment plus the job's variables.
     ("launch/emulate.py", "full_env = dict(os.environ)"),
-    # The launcher's job size (not a setting): whether a process leaving before init has peers.
-    ("horotopo/api/runtime.py",
-     'sizes = [os.environ.get(name, "") for name in _LAUNCHER_SIZES]'),
 }
 _ENV_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 

@@ -137,7 +137,7 @@ def _exit_on_settings_error(exc: BaseException) -> None:
     job. The settings are read before MPI starts; in a job of several processes MPI is started
     here, since a launcher ends the job on one process's failure only once it has.
     """
-    door = _mpi_door() if _launched_processes() > 1 else None
+    door = _mpi_door() if config.launcher_size() > 1 else None
     place = door.world_rank_size() if door is not None else None
     if place is not None and place[0] != 0 and place[1] > 1:
         time.sleep(SETTINGS_ERROR_GRACE_S)
@@ -146,20 +146,6 @@ def _exit_on_settings_error(exc: BaseException) -> None:
     else:
         _say(f"horotopo: {exc}")
     os._exit(SETTINGS_ERROR_EXIT)
-
-
-#: Where launchers put the number of processes: MPICH's and Intel MPI's PMI, Open MPI, PMIx
-#: (Open MPI 5), Slurm.
-LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
-
-
-def _launched_processes() -> int:
-    """How many processes the launcher started (1 when no launcher says)."""
-    for name in LAUNCHER_SIZE_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 1
 
 
 def _mpi_door() -> Any:

@@ -400,38 +400,20 @@ def _wait_for_ranks(comm: Any, members: Optional[Sequence[int]]) -> None:
 #: the runtime (the last cycle), not through a departure notice.
 _started = False
 
-# The environment variables by which MPI launchers tell a process the size of its job.
-_LAUNCHER_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
-
-
-def without_departure_notice() -> None:
-    """This process leaves at exit without the departure notice: for a program whose every
-    rank runs MPI work of its own and none waits in init (the command line's probe and
-    doctor). Its notices would go to ranks that never read them, and those unmatched sends
-    held MPI_Finalize on the ranks that sent them."""
-    global _quiet_exit
-    _quiet_exit = True
-
-
-_quiet_exit = False
-
 
 def _announce_departure_at_exit() -> None:
-    """A process of a multi-rank job that ends without starting horotopo tells the others,
-    whose init would otherwise wait for it until the start timeout.
+    """A process of a multi-rank job that ends without ever using MPI tells the others, whose
+    init would otherwise wait for it until the start timeout.
 
-    When this process never started MPI, its peers are held in MPI's own start-up (it waits
-    for every process): starting MPI here lets them through, to read the notice.
+    Its peers are held in MPI's own start-up (it waits for every process): starting MPI here
+    lets them through, to read the notice. A program that used MPI itself (the command line's
+    probe and doctor, a test or benchmark of the engine) is left alone: its peers are not
+    waiting in init, and notices nobody reads would stay unmatched at MPI_Finalize.
     """
-    if _started or _quiet_exit:
-        return
-    import os
     import sys
 
-    if "mpi4py.MPI" not in sys.modules:
-        sizes = [os.environ.get(name, "") for name in _LAUNCHER_SIZES]
-        if not any(size.isdigit() and int(size) > 1 for size in sizes):
-            return
+    if _started or "mpi4py.MPI" in sys.modules or config.launcher_size() < 2:
+        return
     try:
         from horotopo.transport import mpi as door
 

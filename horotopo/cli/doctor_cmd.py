@@ -111,11 +111,9 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo doctor``: collective over MPI.COMM_WORLD; returns the exit code."""
-    from ..api.runtime import without_departure_notice
     from ..transport import MPITransport
     from .probe_cmd import measure
 
-    without_departure_notice()  # every rank runs this command: none waits in init
     transport = MPITransport.world()
     rank = transport.rank
     verdict = _check(args, transport.size) if rank == 0 else None

@@ -51,10 +51,8 @@ def measure(transport: Any, mode: str, *, name: Optional[str] = None, quiet: boo
     """The probe over ``transport``, collective, with progress on rank 0's stderr unless
     ``quiet``; closes the transport. A probe error ends the whole job (``command`` names it in
     the message). Returns the measured document (None on ranks the hosts scheme leaves out)."""
-    from ..api.runtime import without_departure_notice
     from ..probe import ProbeError, probe
 
-    without_departure_notice()  # every rank runs this command: none waits in init
     rank = transport.rank
 
     def progress(msg: str) -> None:

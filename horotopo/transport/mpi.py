@@ -550,13 +550,27 @@ def announce_departure(wait_s: float = 1.0) -> None:
     their init fails at once naming it (:func:`absent_ranks`) instead of at the start timeout.
 
     For a process's exit path: does nothing unless MPI is up (initialized, not finalized) with
-    more than one rank. The sends are given ``wait_s`` seconds to complete, then left.
+    more than one rank. For ``wait_s`` seconds at most, the sends complete and the notices of
+    peers that leave the same way are taken in, so that no notice is left unmatched when every
+    rank leaves (a script that fails before init on all of them).
     """
     place = world_rank_size()
     if place is None or place[1] < 2:
         return
     me, size = place
+    world = MPI.COMM_WORLD
     notice = np.array([me], dtype=np.int32)
-    sends = [MPI.COMM_WORLD.Isend(notice, dest=r, tag=DEPARTURE_TAG)
-             for r in range(size) if r != me]
-    poll(lambda: DONE if MPI.Request.Testall(sends) else IDLE, time.perf_counter() + wait_s)
+    sends = [world.Isend(notice, dest=r, tag=DEPARTURE_TAG) for r in range(size) if r != me]
+    heard = set()
+    theirs = np.empty(1, dtype=np.int32)
+
+    def step() -> Any:
+        while True:
+            message = world.improbe(source=MPI.ANY_SOURCE, tag=DEPARTURE_TAG)
+            if message is None:
+                break
+            message.Recv(theirs)
+            heard.add(int(theirs[0]))
+        return DONE if MPI.Request.Testall(sends) and len(heard) == size - 1 else IDLE
+
+    poll(step, time.perf_counter() + wait_s)
