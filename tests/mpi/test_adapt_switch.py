@@ -19,15 +19,10 @@ from horotopo.adapt import AdaptiveEngine
 from horotopo.bootstrap import uniform_document
 from horotopo.plan import make_plan
 from horotopo.topology import from_dict
+from mpi_helpers import agree
 
 COMM = MPI.COMM_WORLD
 N, RANK = COMM.size, COMM.rank
-
-
-def agree(ok, msg=""):
-    every = COMM.allgather((bool(ok), str(msg)))
-    bad = [f"rank {r}: {m}" for r, (k, m) in enumerate(every) if not k]
-    assert not bad, "; ".join(bad)
 
 
 def same_everywhere(value, what):

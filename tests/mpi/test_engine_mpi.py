@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 import engine_cases
 from engine_cases import horovod_scaled as scale
+from mpi_helpers import agree
 
 from horotopo.algorithms.hierarchical import HierarchicalAllreduce
 from horotopo.engine import Engine, MismatchError
@@ -27,15 +28,6 @@ RANK = COMM.rank
 SIZES = [0, 1, 7, 1000, 100003]
 DTYPES = ["float16", "float32", "float64", "int32", "int64"]
 OPS = ["sum", "average", "min", "max", "product"]
-
-
-def agree(ok, msg=""):
-    """Assert ``ok`` on every rank at once; the message names the failing ranks."""
-    every = COMM.allgather((bool(ok), str(msg)))
-    bad = [f"rank {r}: {m}" for r, (k, m) in enumerate(every) if not k]
-    assert not bad, "; ".join(bad)
-
-
 
 
 def random_plan(seed, chunk_bytes=1 << 20, trees=None):

@@ -14,15 +14,10 @@ from mpi4py import MPI
 import horotopo as hvd
 from horotopo.api.basics import runtime
 from gpu_support import require_device
+from mpi_helpers import agree
 from test_api_collectives import start
 
 COMM = MPI.COMM_WORLD
-
-
-def agree(ok, msg=""):
-    every = COMM.allgather((bool(ok), str(msg)))
-    bad = [f"rank {r}: {m}" for r, (k, m) in enumerate(every) if not k]
-    assert not bad, "; ".join(bad)
 
 
 class EngineSpy:
