@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..transport.base import Transport, TransportTimeout
-from ..transport.p2p import Describe
+from ..transport.types import Describe
 from .config import ProbeConfig, ProbeError
 from .pairing import Pair
 

@@ -14,21 +14,15 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any, List, Literal, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple
 
-from ..ops import Reduction
 from . import p2p, wire
-from .p2p import Describe, allreduce_point_to_point
+from .p2p import allreduce_point_to_point
 from .poll import IDLE_NAP_S, TransportError, TransportTimeout
+from .types import ControlOp, Describe, ReduceOp
 
 __all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "ControlOp",
            "WrappedTransport", "allreduce_point_to_point"]
-
-#: The data reductions: the package's one op vocabulary (:mod:`horotopo.ops`), here under the
-#: name the transport's callers know.
-ReduceOp = Reduction
-#: The control steps' ops: the reductions, and a bitwise AND for vectors of flag bits.
-ControlOp = Union[Reduction, Literal["band"]]
 
 
 class Transport:

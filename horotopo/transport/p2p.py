@@ -15,24 +15,18 @@ non-overtaking rule keeps the two in order.
 """
 from __future__ import annotations
 
-from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple,
-                    Union)
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..ops import UFUNCS
 from .poll import (DONE, IDLE, IDLE_NAP_S, PROGRESS, TransportTimeout, deadline_after,
                    poll)
+from .types import ControlOp, Describe, PointToPoint
 
-if TYPE_CHECKING:  # base imports this module; the names are for type hints only
-    from .base import ControlOp, Transport
-
-__all__ = ["Describe", "CollectiveRequest", "wait_requests", "broadcast_bytes", "gather_bytes",
+__all__ = ["CollectiveRequest", "wait_requests", "broadcast_bytes", "gather_bytes",
            "allgather_bytes", "allreduce_point_to_point", "iallreduce_point_to_point",
            "barrier_point_to_point"]
-
-#: How a wait is named in its timeout: a text, or a callable given the pending indices.
-Describe = Union[str, Callable[[List[int]], str]]
 
 # "band" (bitwise AND) is for control vectors of flag bits, such as the runtime's cycle.
 _UFUNCS = dict(UFUNCS, band=np.bitwise_and)
@@ -59,7 +53,7 @@ class CollectiveRequest:
 
     __slots__ = ("_transport", "_parts", "_peers", "_done", "_finish", "_complete")
 
-    def __init__(self, transport: "Transport", parts: List[Any], peers: List[int],
+    def __init__(self, transport: PointToPoint, parts: List[Any], peers: List[int],
                  finish: Callable[[], None]) -> None:
         self._transport = transport
         self._parts = parts
@@ -93,7 +87,7 @@ class CollectiveRequest:
                 self._transport.cancel(part)
 
 
-def wait_requests(transport: "Transport", requests: List[Any], deadline: Optional[float], *,
+def wait_requests(transport: PointToPoint, requests: List[Any], deadline: Optional[float], *,
                   peers: Optional[Sequence[int]] = None, what: Describe = "wait",
                   on_done: Optional[Callable[[int], None]] = None, busy: bool = False,
                   spin_polls: int = 0, nap_s: Tuple[float, float] = IDLE_NAP_S,
@@ -178,7 +172,7 @@ def _as_bytes(data: bytes) -> np.ndarray:
     return np.frombuffer(bytes(data), dtype=np.uint8)
 
 
-def _receive_sized(transport: "Transport", sources: Sequence[int], tag: int, deadline: float,
+def _receive_sized(transport: PointToPoint, sources: Sequence[int], tag: int, deadline: float,
                    what: str, timeout_s: float, sends: Sequence[Any] = (),
                    send_peers: Sequence[int] = ()) -> Dict[int, bytes]:
     """Receive one length-prefixed payload from each of ``sources`` while ``sends`` finish."""
@@ -204,7 +198,7 @@ def _receive_sized(transport: "Transport", sources: Sequence[int], tag: int, dea
     return {p: bodies[p].tobytes() for p in sources}
 
 
-def _send_sized(transport: "Transport", data: np.ndarray, dests: Sequence[int],
+def _send_sized(transport: PointToPoint, data: np.ndarray, dests: Sequence[int],
                 tag: int) -> List[Any]:
     length = np.array([len(data)], dtype=np.int64)
     requests = []
@@ -220,7 +214,7 @@ def _doubled(dests: Sequence[int], data: np.ndarray) -> List[int]:
     return [p for p in dests for _ in range(2 if len(data) else 1)]
 
 
-def broadcast_bytes(transport: "Transport", data: Optional[bytes], root: int,
+def broadcast_bytes(transport: PointToPoint, data: Optional[bytes], root: int,
                     timeout_s: float, what: str = "broadcast") -> bytes:
     """``data`` (read on ``root`` only) on every rank; the root sends it to each rank."""
     deadline = deadline_after(timeout_s, transport.now)
@@ -238,7 +232,7 @@ def broadcast_bytes(transport: "Transport", data: Optional[bytes], root: int,
     return _receive_sized(transport, [root], tag, deadline, what, timeout_s)[root]
 
 
-def gather_bytes(transport: "Transport", data: bytes, root: int, timeout_s: float,
+def gather_bytes(transport: PointToPoint, data: bytes, root: int, timeout_s: float,
                  what: str = "gather") -> Optional[List[bytes]]:
     """Every rank's ``data`` in rank order on ``root``; None elsewhere."""
     deadline = deadline_after(timeout_s, transport.now)
@@ -256,7 +250,7 @@ def gather_bytes(transport: "Transport", data: bytes, root: int, timeout_s: floa
     return [got[p] for p in range(transport.size)]
 
 
-def allgather_bytes(transport: "Transport", data: bytes, timeout_s: float,
+def allgather_bytes(transport: PointToPoint, data: bytes, timeout_s: float,
                     what: str = "allgather") -> List[bytes]:
     """Every rank's ``data`` in rank order on every rank; each rank sends to every other.
 
@@ -274,7 +268,7 @@ def allgather_bytes(transport: "Transport", data: bytes, timeout_s: float,
     return [got[p] for p in range(transport.size)]
 
 
-def _post_allreduce(transport: "Transport", buf: np.ndarray, op: "ControlOp"
+def _post_allreduce(transport: PointToPoint, buf: np.ndarray, op: ControlOp
                     ) -> Tuple[List[Any], List[int], Callable[[], None]]:
     """Post a point-to-point allreduce of ``buf``: its requests, their peers, and the fold that
     writes the result into ``buf`` once they all completed."""
@@ -300,7 +294,7 @@ def _post_allreduce(transport: "Transport", buf: np.ndarray, op: "ControlOp"
     return reqs, peers, fold
 
 
-def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "ControlOp",
+def allreduce_point_to_point(transport: PointToPoint, buf: np.ndarray, op: ControlOp,
                              timeout_s: Optional[float] = None, what: str = "allreduce") -> None:
     """Allreduce the small array ``buf`` in place by sending it to every other rank.
 
@@ -324,7 +318,7 @@ def allreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "Contr
     fold()
 
 
-def iallreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "ControlOp"
+def iallreduce_point_to_point(transport: PointToPoint, buf: np.ndarray, op: ControlOp
                               ) -> CollectiveRequest:
     """Start :func:`allreduce_point_to_point` without waiting: ``buf`` holds the result once the
     returned request has completed (test it, or wait for it with ``transport.wait``)."""
@@ -334,7 +328,7 @@ def iallreduce_point_to_point(transport: "Transport", buf: np.ndarray, op: "Cont
     return CollectiveRequest(transport, reqs, peers, fold)
 
 
-def barrier_point_to_point(transport: "Transport", timeout_s: Optional[float] = None,
+def barrier_point_to_point(transport: PointToPoint, timeout_s: Optional[float] = None,
                            what: str = "barrier") -> None:
     """Return once every rank has called this; a deadline names the ranks that did not."""
     allreduce_point_to_point(transport, np.zeros(1, dtype=np.uint8), "max", timeout_s, what)

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
-from .p2p import Describe
+from .types import Describe
 from .simgrid_collectives import SimCollectives, _Rounds
 from .simgrid_pending import CompletionQueue
 from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationConfigError,
