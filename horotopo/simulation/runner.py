@@ -35,7 +35,8 @@ def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
     sim = Simulation(SimCosts.active() if costs is None else costs, network_config, progress,
                      progress_every_s)
     platform = build_platform(sim, topology)
-    return sim.run(platform.hosts, fn, scale=scale, names=platform.names)
+    return sim.run(platform.hosts, fn, make_transport=SimulatedTransport, scale=scale,
+                   names=platform.names)
 
 
 def _current_cpu() -> Optional[int]:

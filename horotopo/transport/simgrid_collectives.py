@@ -14,14 +14,12 @@ Split from :mod:`horotopo.transport.simulated`, whose transport mixes this class
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..ops import UFUNCS
-
-if TYPE_CHECKING:
-    from .simulated import _Request
+from .simgrid_pending import Request
 
 __all__ = ["SimCollectives"]
 
@@ -35,9 +33,9 @@ class _Rounds:
 
     __slots__ = ("gen", "current", "done")
 
-    def __init__(self, gen: Iterator[List[_Request]]) -> None:
+    def __init__(self, gen: Iterator[List[Request]]) -> None:
         self.gen = gen
-        self.current: List[_Request] = []
+        self.current: List[Request] = []
         self.done = False
         self.advance()
 
@@ -49,7 +47,7 @@ class _Rounds:
                 self.done = True
                 self.current = []
 
-    def pending(self) -> List[_Request]:
+    def pending(self) -> List[Request]:
         return [r for r in self.current if not r.done]
 
 
@@ -89,7 +87,7 @@ class SimCollectives:
         return _Rounds(self._doubling(np.asarray(buf), fold, self.alloc_tags(1), False))
 
     def _doubling(self, buf: np.ndarray, fold: Any, tag: int, scaled: bool
-                  ) -> Iterator[List[_Request]]:
+                  ) -> Iterator[List[Request]]:
         """Recursive doubling; with ``n`` not a power of two, the first ``2 r`` ranks pair up
         first (the even one hands its vector to the odd one and gets the result back). Every
         fold puts the lower rank's operand first, so every rank ends with the same bits."""

@@ -1,6 +1,6 @@
-"""The simulated transport's completion queue: the requests of one progress loop, kept between
-its calls, so that a completion costs time in proportion to the messages that *can* complete
-next, not to every message posted.
+"""The simulated transport's requests and its completion queue: the requests of one progress
+loop, kept between its calls, so that a completion costs time in proportion to the messages
+that *can* complete next, not to every message posted.
 
 :class:`~horotopo.algorithms.progress.Progress` takes one from
 :meth:`SimulatedTransport.completion_queue <horotopo.transport.simulated.SimulatedTransport>`
@@ -23,14 +23,45 @@ list: the simulated times are those of the list-based loop.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple
 
 from .base import TransportError
 
 if TYPE_CHECKING:
-    from .simulated import SimulatedTransport, _Request
+    from .simulated import SimulatedTransport
 
-__all__ = ["CompletionQueue"]
+__all__ = ["CompletionQueue", "Request"]
+
+
+class Request:
+    """One posted message of the simulated transport. Posting is deferred to the rank's next
+    wait or test (see ``SimulatedTransport.flush``), so that the CPU work charged before it
+    delays it."""
+
+    __slots__ = ("kind", "buf", "mailbox", "payload", "charged", "comm", "handle", "done",
+                 "peer", "behind", "next", "queued", "stream", "watch", "cb", "seq", "est")
+
+    def __init__(self, kind: str, buf: Any, mailbox: Any, peer: int,
+                 payload: Any = None, charged: int = 0) -> None:
+        self.kind = kind
+        self.buf = buf
+        self.mailbox = mailbox  # its stream's (source, destination, tag): see Simulation.acquire
+        self.peer = peer
+        self.payload = payload
+        self.charged = charged
+        self.comm: Any = None
+        self.handle: Any = None
+        self.done = False
+        self.behind: Optional[Request] = None  # the send before it on its stream
+        self.next: Optional[Request] = None    # the send after it on its stream
+        self.queued = True                      # not yet through flush
+        self.stream: Tuple[int, int] = (peer, -1)  # a send's (dest, tag)
+        # set while in a CompletionQueue: the queue, the callback, the posting number and a
+        # receive's bytes as its sender charges them
+        self.watch: Optional[CompletionQueue] = None
+        self.cb: Any = None
+        self.seq = 0
+        self.est = 0
 
 
 class CompletionQueue:
@@ -48,10 +79,10 @@ class CompletionQueue:
         self._open = 0  # requests added whose callbacks next() has not handed out yet
         self._ready: Deque[Callable[[], None]] = deque()
         # posted and not done, possibly next to complete: request -> its posting number
-        self._candidates: Dict["_Request", int] = {}
+        self._candidates: Dict[Request, int] = {}
         # per receive stream (source, destination, tag): its posted receives not done, in
         # SimGrid's matching order (a mailbox matches FIFO)
-        self._streams: Dict[Tuple[int, int, int], Deque["_Request"]] = {}
+        self._streams: Dict[Tuple[int, int, int], Deque[Request]] = {}
 
     def __len__(self) -> int:
         """Requests added whose callbacks have not been handed out."""
@@ -60,9 +91,8 @@ class CompletionQueue:
     def add(self, request: Any, callback: Callable[[], None]) -> None:
         """Watch ``request`` (an ``isend``/``irecv`` of this transport); :meth:`next` hands out
         ``callback`` once it has completed."""
-        from .simulated import _Request
 
-        if not isinstance(request, _Request) or request.buf is None and request.kind == "recv":
+        if not isinstance(request, Request) or request.buf is None and request.kind == "recv":
             raise TransportError(f"a completion queue takes the transport's isend and irecv "
                                  f"requests, not {type(request).__name__}")
         if request.watch is not None:
@@ -88,7 +118,7 @@ class CompletionQueue:
         if not request.queued and request.comm is not None:
             self.posted(request)
 
-    def posted(self, request: "_Request") -> None:
+    def posted(self, request: Request) -> None:
         """``request`` (watched) was just put on the network (``put_async``/``get_async``)."""
         if request.kind == "send":
             self._candidates[request] = request.seq
@@ -100,7 +130,7 @@ class CompletionQueue:
         queue.append(request)
         self._list(key, queue)
 
-    def _list(self, key: Tuple[int, int, int], queue: Deque["_Request"]) -> None:
+    def _list(self, key: Tuple[int, int, int], queue: Deque[Request]) -> None:
         """Make candidates of the stream's receives that a send may be matched to."""
         pipe = self._t.sim.pipe_bytes(key[0], key[1])
         ahead = 0
@@ -112,7 +142,7 @@ class CompletionQueue:
                 candidates[r] = r.seq
             ahead += r.est
 
-    def finished(self, request: "_Request", charged: int = -1) -> None:
+    def finished(self, request: Request, charged: int = -1) -> None:
         """``request`` (watched) completed or was cancelled; ``charged``: a receive's bytes as
         its sender charged them (-1 when cancelled)."""
         self._candidates.pop(request, None)
@@ -149,7 +179,7 @@ class CompletionQueue:
         if not self._open:
             raise TransportError("next() on an empty completion queue")
         t = self._t
-        t._flush()
+        t.flush()
         ready = self._ready
         while not ready:
             candidates = self._candidates

@@ -187,6 +187,7 @@ class Simulation:
         return self.sg.Mailbox.by_name(f"box{self.mailboxes_made}")
 
     def run(self, hosts: Sequence[Any], fn: Callable[["SimulatedTransport"], Any], *,
+            make_transport: Callable[["Simulation", int, int, float, str], "SimulatedTransport"],
             scale: float = 1.0, names: Optional[Sequence[str]] = None,
             mailboxes: Optional[int] = None) -> SimRun:
         """Run ``fn(transport)`` as one actor per rank; rank ``i`` on ``hosts[i]``.
@@ -197,6 +198,10 @@ class Simulation:
             One per rank (ranks may share a host).
         fn : callable
             The rank's body; its return value is the rank's result.
+        make_transport : callable
+            ``make_transport(simulation, rank, size, scale, name)``: the rank's transport
+            (:class:`~horotopo.transport.simulated.SimulatedTransport`, which stands on this
+            module, so it is handed in rather than imported).
         scale : float
             Simulated bytes per real byte of the point-to-point data messages.
         names : sequence of str, optional
@@ -211,9 +216,6 @@ class Simulation:
         SimulationError
             A rank raised (the first error, by rank, is the cause), or ranks deadlocked.
         """
-        # Imported here: simulated.py imports this module (it re-exports Simulation).
-        from .simulated import SimulatedTransport
-
         sg = self.sg
         n = len(hosts)
         if n < 1:
@@ -229,10 +231,10 @@ class Simulation:
 
         def actor(rank: int) -> Callable[[], None]:
             def body() -> None:
-                transport = SimulatedTransport(self, rank, n, scale, labels[rank])
+                transport = make_transport(self, rank, n, scale, labels[rank])
                 try:
                     results[rank] = fn(transport)
-                    transport._flush(settle=True)  # unwaited sends go out; the CPU finishes
+                    transport.flush(settle=True)  # unwaited sends go out; the CPU finishes
                 except sg.ActorKilled:
                     raise  # a deadlock: SimGrid kills the blocked actors; let it
                 except BaseException as exc:  # noqa: BLE001 - re-raised by run()

@@ -37,7 +37,7 @@ import numpy as np
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .types import Describe
 from .simgrid_collectives import SimCollectives, _Rounds
-from .simgrid_pending import CompletionQueue
+from .simgrid_pending import CompletionQueue, Request
 from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationConfigError,
                               SimulationError, SimulatorMissing, load_simgrid)
 from .simgrid_run import SimRun, Simulation
@@ -50,36 +50,6 @@ __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Sim
 # (SimulatedTransport.start_together): far more than the agreement's log2(n) rounds take (a
 # few WAN round trips), and free: idle simulated time costs no wall time.
 START_MARGIN_S = 1.0
-
-class _Request:
-    """One posted message. Posting is deferred to the rank's next wait or test (see
-    :meth:`SimulatedTransport._flush`), so that the CPU work charged before it delays it."""
-
-    __slots__ = ("kind", "buf", "mailbox", "payload", "charged", "comm", "handle", "done",
-                 "peer", "behind", "next", "queued", "stream", "watch", "cb", "seq", "est")
-
-    def __init__(self, kind: str, buf: Any, mailbox: Any, peer: int,
-                 payload: Any = None, charged: int = 0) -> None:
-        self.kind = kind
-        self.buf = buf
-        self.mailbox = mailbox  # its stream's (source, destination, tag): see Simulation.acquire
-        self.peer = peer
-        self.payload = payload
-        self.charged = charged
-        self.comm: Any = None
-        self.handle: Any = None
-        self.done = False
-        self.behind: Optional[_Request] = None  # the send before it on its stream
-        self.next: Optional[_Request] = None    # the send after it on its stream
-        self.queued = True                      # not yet through _flush
-        self.stream: Tuple[int, int] = (peer, -1)  # a send's (dest, tag)
-        # set while in a CompletionQueue: the queue, the callback, the posting number and a
-        # receive's bytes as its sender charges them
-        self.watch: Optional[CompletionQueue] = None
-        self.cb: Any = None
-        self.seq = 0
-        self.est = 0
-
 
 class SimulatedTransport(SimCollectives, Transport):
     """One rank's transport inside a :class:`Simulation` (made by :meth:`Simulation.run`).
@@ -100,12 +70,12 @@ class SimulatedTransport(SimCollectives, Transport):
         self.scale = float(scale)
         self._name = processor_name
         self._tags = TagAllocator(1 << 20)
-        self._queue: List[_Request] = []
-        self._streams: Dict[Tuple[int, int], _Request] = {}  # (dest, tag): its last send
+        self._queue: List[Request] = []
+        self._streams: Dict[Tuple[int, int], Request] = {}  # (dest, tag): its last send
         self._pipe: Dict[int, float] = {}  # dest: bytes in flight that fill the route
         self._cpu_free = 0.0      # simulated time at which this rank's CPU is done
         self._unscaled = 0        # > 0 inside a control step
-        self._snapshot: Optional[Tuple[Any, np.ndarray, _Request]] = None
+        self._snapshot: Optional[Tuple[Any, np.ndarray, Request]] = None
 
     # ---- identity ---------------------------------------------------------------------------
     @property
@@ -143,13 +113,13 @@ class SimulatedTransport(SimCollectives, Transport):
             A rank reached the agreed instant only after it (``margin_s`` too short for the
             agreement's own rounds and the rank's pending CPU work).
         """
-        self._flush(settle=True)  # the rank's pending CPU work is part of where it stands
+        self.flush(settle=True)  # the rank's pending CPU work is part of where it stands
         clock = np.array([self.now()], dtype=np.float64)
         self.allreduce_control(clock, "max")
         # on a multiple of the margin: every call starts at the same fraction of a second,
         # one less thing that a call inherits from what ran before it
         start = float(np.ceil((clock[0] + margin_s) / margin_s)) * margin_s
-        self._flush(settle=True)
+        self.flush(settle=True)
         late = self.now() - start
         if late > 0:
             raise TransportError(f"rank {self._rank} reached the common start {late:.6f} s "
@@ -165,10 +135,10 @@ class SimulatedTransport(SimCollectives, Transport):
             raise TransportError("the simulated transport moves contiguous arrays only")
         return arr.reshape(-1).view(np.uint8)
 
-    def isend(self, buf: Any, dest: int, tag: int) -> _Request:
+    def isend(self, buf: Any, dest: int, tag: int) -> Request:
         return self._isend(buf, dest, tag, scaled=not self._unscaled)
 
-    def _isend(self, buf: Any, dest: int, tag: int, scaled: bool) -> _Request:
+    def _isend(self, buf: Any, dest: int, tag: int, scaled: bool) -> Request:
         """Post a send charged ``scale`` times its bytes when ``scaled``, else its bytes."""
         self._check_peer(dest)
         raw = self._bytes_of(buf)
@@ -181,13 +151,13 @@ class SimulatedTransport(SimCollectives, Transport):
         else:
             payload = raw.copy()
         charged = int(round(raw.nbytes * self.scale)) if scaled else raw.nbytes
-        req = _Request("send", None, (self._rank, dest, tag), dest,
+        req = Request("send", None, (self._rank, dest, tag), dest,
                        (payload, charged), charged)
         self._snapshot = (buf, payload, req)
         self._stream(req, tag)
         return req
 
-    def _stream(self, req: _Request, tag: int) -> None:
+    def _stream(self, req: Request, tag: int) -> None:
         """Queue the send ``req`` behind the one before it on its (destination, tag) stream."""
         req.stream = (req.peer, tag)
         last = self._streams.get(req.stream)
@@ -196,26 +166,26 @@ class SimulatedTransport(SimCollectives, Transport):
         self._streams[req.stream] = req
         self._post(req)
 
-    def _isend_ref(self, obj: Any, nbytes: int, dest: int, tag: int) -> _Request:
+    def _isend_ref(self, obj: Any, nbytes: int, dest: int, tag: int) -> Request:
         """Post a send of the immutable ``obj`` itself, charged ``nbytes`` (the collective
         steps' by-reference messages: the ranks share one process)."""
         self._check_peer(dest)
-        req = _Request("send", None, (self._rank, dest, tag), dest,
+        req = Request("send", None, (self._rank, dest, tag), dest,
                        (obj, nbytes), nbytes)
         self._stream(req, tag)
         return req
 
-    def _irecv_ref(self, source: int, tag: int) -> _Request:
+    def _irecv_ref(self, source: int, tag: int) -> Request:
         """Post a receive of a :meth:`_isend_ref` object: once done, ``payload`` is the
         object and ``charged`` its bytes."""
         self._check_peer(source)
-        req = _Request("recv", None, (source, self._rank, tag), source)
+        req = Request("recv", None, (source, self._rank, tag), source)
         self._post(req)
         return req
 
-    def irecv(self, buf: Any, source: int, tag: int) -> _Request:
+    def irecv(self, buf: Any, source: int, tag: int) -> Request:
         self._check_peer(source)
-        req = _Request("recv", self._bytes_of(buf), (source, self._rank, tag),
+        req = Request("recv", self._bytes_of(buf), (source, self._rank, tag),
                        source)
         self._post(req)
         return req
@@ -230,16 +200,16 @@ class SimulatedTransport(SimCollectives, Transport):
         clock = self._sg.Engine.clock
         self._cpu_free = (self._cpu_free if self._cpu_free > clock else clock) + seconds
 
-    def _post(self, req: _Request) -> None:
+    def _post(self, req: Request) -> None:
         self._charge(self.sim.costs.per_message_s)
         self._queue.append(req)
 
     def settle(self) -> None:
         """Return once this rank's CPU has done the work charged to it (the last receives
         handled) and its queued messages are out: where a timed call really ends."""
-        self._flush(settle=True)
+        self.flush(settle=True)
 
-    def _flush(self, settle: bool = False) -> None:
+    def flush(self, settle: bool = False) -> None:
         """Post the queued messages once the CPU has done the work charged before them (in
         posting order, so each mailbox keeps MPI's order); with ``settle``, also wait for the
         CPU when nothing is queued (a rank's last work)."""
@@ -268,7 +238,7 @@ class SimulatedTransport(SimCollectives, Transport):
                     break
                 self._complete(self._head(blocked[0]))
 
-    def _put(self, req: _Request) -> None:
+    def _put(self, req: Request) -> None:
         req.comm = self.sim.acquire(req.mailbox).put_async(req.payload, req.charged)
         sim = self.sim
         sim.messages += 1
@@ -277,14 +247,14 @@ class SimulatedTransport(SimCollectives, Transport):
         if req.watch is not None:
             req.watch.posted(req)
 
-    def _head(self, req: _Request) -> _Request:
+    def _head(self, req: Request) -> Request:
         """The request to wait on for ``req``: itself once posted, or for a send held behind
         others on its stream, one of them in flight."""
         while req.comm is None and req.behind is not None and not req.behind.done:
             req = req.behind
         return req
 
-    def _may_start(self, req: _Request) -> bool:
+    def _may_start(self, req: Request) -> bool:
         """Whether a send may go out now: every message before it on its stream is out, and
         those still in flight hold less than the route's bandwidth-delay product (a
         connection keeps that many bytes in the pipe; on a short route, one message)."""
@@ -304,7 +274,7 @@ class SimulatedTransport(SimCollectives, Transport):
             got = self._pipe[dest] = self.sim.pipe_bytes(self._rank, dest)
         return got
 
-    def _complete(self, req: _Request, waited: bool = False) -> None:
+    def _complete(self, req: Request, waited: bool = False) -> None:
         """``req`` has completed, or completes now (``wait`` blocks until it has).
 
         ``waited``: ``wait_any`` returned it. Otherwise ``comm.wait()`` is called even on a
@@ -339,7 +309,7 @@ class SimulatedTransport(SimCollectives, Transport):
         req.payload = None
         req.comm = None
 
-    def _release(self, req: _Request) -> None:
+    def _release(self, req: Request) -> None:
         """A send is done: the stream's next message goes out now, as a connection sends what
         was handed to it without the rank's CPU (TCP's socket buffer, an RDMA queue)."""
         nxt = req.next
@@ -354,7 +324,7 @@ class SimulatedTransport(SimCollectives, Transport):
             del self._streams[req.stream]
 
     def test(self, request: Any) -> bool:
-        self._flush()
+        self.flush()
         if isinstance(request, _Rounds):
             return self._test_rounds(request)
         head = self._head(request)
@@ -382,7 +352,7 @@ class SimulatedTransport(SimCollectives, Transport):
             if r.watch is not None:
                 r.watch.finished(r)
 
-    def _finished(self, head: _Request) -> bool:
+    def _finished(self, head: Request) -> bool:
         """Whether the posted ``head`` has completed, without a simcall: SimGrid sets a
         comm's ``finish_time`` (-1 until then) in the same step of its maestro that marks the
         comm done and copies its data, before any actor runs again; ``test`` and ``wait_any``
@@ -397,7 +367,7 @@ class SimulatedTransport(SimCollectives, Transport):
         return CompletionQueue(self)
 
     def waitsome(self, requests: Sequence[Any]) -> List[int]:
-        self._flush()
+        self.flush()
         while True:
             ready = [k for k, r in enumerate(requests) if r.done]
             if ready:
@@ -440,10 +410,10 @@ class SimulatedTransport(SimCollectives, Transport):
         sim_deadline = deadline
         done: List[bool] = []
         while True:
-            self._flush()
+            self.flush()
             done.extend([False] * (len(requests) - len(done)))
             comms: List[Any] = []
-            owners: List[Tuple[int, _Request]] = []
+            owners: List[Tuple[int, Request]] = []
             progressed = False
             for k in range(len(done)):
                 if done[k]:
