@@ -33,6 +33,7 @@ from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
 from horotopo.transport import simgrid_support  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 
+from bench_scripts import benchmark_json, run_benchmark  # noqa: E402
 from engine_cases import horovod_scaled as scaled, random_plan  # noqa: E402
 
 COUNTS = [0, 1, 7, 1000, 100003]
@@ -581,36 +582,28 @@ def test_the_simulated_probe_finds_a_generated_clusters_hosts(spec, n, scheme):
     assert res["rows"][0]["wrong"] == 0
 
 
-def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_path, capsys):
+def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_path):
     """benchmarks/scale_sim.py: a row per generator and rank count, with the three algorithms
     and exact results; a point past --max-wall is a limit row and stops that generator's
     larger sizes (exit 0: a limit is a finding)."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "scale_sim.py"
-    spec = importlib.util.spec_from_file_location("scale_sim", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     png = tmp_path / "scale.png"
-    assert bench.main(["--generators", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4",
-                       "--size", "64K", "--json", "--png", str(png)]) == 0
-    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    (row,) = benchmark_json("scale_sim.py", "--generators", "racks:hosts_per_rack=2,gpus=2",
+                            "--ranks", "4", "--size", "64K", "--json", "--png", str(png))["rows"]
     assert row["ranks"] == 4 and row["wrong"] == 0 and png.stat().st_size > 0
     assert all(row[f"{alg}_s"] > 0 for alg in ("tree", "ring", "dbtree"))
     # --plans saves the plan made here and shares it on the next run; --chunk sets the chunk
     plans = tmp_path / "plans"
     for _ in range(2):
-        assert bench.main(["--generators", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4",
-                           "--size", "64K", "--algorithms", "tree", "--chunk", "16K",
-                           "--plans", str(plans), "--json"]) == 0
-        (again,) = json.loads(capsys.readouterr().out)["rows"]
+        (again,) = benchmark_json("scale_sim.py", "--generators",
+                                  "racks:hosts_per_rack=2,gpus=2", "--ranks", "4", "--size",
+                                  "64K", "--algorithms", "tree", "--chunk", "16K", "--plans",
+                                  str(plans), "--json")["rows"]
         assert again["ring_s"] is None and again["chunks"] == {"tree": 16 << 10}
     saved = json.loads((plans / f"{row['topology']}.json").read_text())
     assert again["planner"] == "cached" and again["planner_s"] == saved["planner_s"]
     assert again["messages"] < row["messages"]
-    assert bench.main(["--generators", "fattree", "--ranks", "4,8", "--size", "64K",
-                       "--max-wall", "1e-6", "--json"]) == 0
-    (limit,) = json.loads(capsys.readouterr().out)["rows"]
+    (limit,) = benchmark_json("scale_sim.py", "--generators", "fattree", "--ranks", "4,8",
+                              "--size", "64K", "--max-wall", "1e-6", "--json")["rows"]
     assert limit["ranks"] == 4 and "did not finish within" in limit["limit"]
 
 
@@ -628,20 +621,13 @@ def test_simulate_bounds_the_host_forest_it_plans(capsys):
     assert "--max-host-trees 0: needs at least 1" in capsys.readouterr().err
 
 
-def test_gap_benchmark_takes_the_simulators_effects_away_one_at_a_time(capsys):
+def test_gap_benchmark_takes_the_simulators_effects_away_one_at_a_time():
     """benchmarks/gap_sim.py: one plan, four settings, every result exact. On this small
     cluster each removal speeds the plan up (the acknowledgements' may not show). Not a law:
     on a large cluster the software costs can pace the sends, and the plan runs slightly
     faster with them than without."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gap_sim.py"
-    spec = importlib.util.spec_from_file_location("gap_sim", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.main(["--clusters", "racks:hosts_per_rack=2,gpus=2,oversub=2", "--ranks", "8",
-                       "--size", "4M", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    rows = benchmark_json("gap_sim.py", "--clusters", "racks:hosts_per_rack=2,gpus=2,oversub=2",
+                          "--ranks", "8", "--size", "4M", "--json")["rows"]
     assert [r["setting"] for r in rows] == ["full", "no costs", "no acks", "no headers"]
     assert all(r["wrong"] == 0 and r["optimum_s"] > 0 for r in rows)
     tree = [r["tree_s"] for r in rows]
@@ -650,21 +636,15 @@ def test_gap_benchmark_takes_the_simulators_effects_away_one_at_a_time(capsys):
     assert len({r["predicted_s"] for r in rows}) == 1  # the same plan throughout
 
 
-def test_simgrid_floor_benchmark_times_bare_actors(capsys):
+def test_simgrid_floor_benchmark_times_bare_actors():
     """benchmarks/simgrid_floor.py: SimGrid's own cost per message (no horotopo code), per
     batch size; messages rounded down to whole batches."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "simgrid_floor.py"
-    spec = importlib.util.spec_from_file_location("simgrid_floor", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.main(["--pairs", "2", "--messages", "18", "--batch", "1,4", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    rows = benchmark_json("simgrid_floor.py", "--pairs", "2", "--messages", "18", "--batch",
+                          "1,4", "--json")["rows"]
     assert [(r["batch"], r["messages"]) for r in rows] == [(1, 36), (4, 32)]
     assert all(r["wall_s"] > 0 and r["wall_us_per_message"] > 0 for r in rows)
-    with pytest.raises(SystemExit):
-        bench.main(["--batch", "0"])
+    refused = run_benchmark("simgrid_floor.py", "--batch", "0")
+    assert refused.returncode == 2, refused.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no sched_setaffinity here")
