@@ -11,8 +11,8 @@ import pytest
 from mpi4py import MPI
 
 from horotopo.engine import Engine, MismatchError
-from test_engine_mpi import (_benchmark_module, agree, check_allreduce, random_plan, ring_plan,
-                             same_bits_everywhere)
+from mpi_helpers import agree
+from test_engine_mpi import check_allreduce, random_plan, ring_plan, same_bits_everywhere
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 on the CPU needs ml-dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -125,13 +125,3 @@ def test_bf16_against_float16_raises_on_every_rank():
             agree(False, "no MismatchError")
         agree(eng.allreduce(np.ones(3, BF16)).astype(np.float32).tolist() == [N] * 3,
               "engine unusable after the mismatch")
-
-
-@pytest.mark.parametrize("op,alg", [("sum", "tree"), ("average", "mpi"), ("product", "ring")])
-def test_bf16_benchmark_has_no_wrong(op, alg):
-    bench = _benchmark_module()
-    args = bench._args(["-b", "8", "-e", "8K", "-f", "32", "-n", "1", "-w", "0", "-o", op,
-                        "-d", "bfloat16", "-a", alg, "--chunk-bytes", "1K"])
-    rows = bench.run(args)
-    agree(rows and all(r["wrong"] == 0 and r["type"] == "bfloat16" for r in rows),
-          f"rows {rows}")
