@@ -481,7 +481,9 @@ if has_device:
 else:
     note("native", False, "no CUDA device")
 try:
-    import simgrid
+    # as horotopo simulate finds it: in the environment, else in Debian's dist-packages
+    from horotopo.transport.simgrid_support import load_simgrid
+    simgrid = load_simgrid()
     note("simgrid", True, "SimGrid " + str(getattr(simgrid, "simgrid_version",
                                                    getattr(simgrid, "__version__", ""))))
 except Exception as exc:
