@@ -20,7 +20,7 @@ import pytest
 from horotopo.generate import generate
 from horotopo.probe import probe
 from horotopo.probe.config import ProbeConfig
-from horotopo.probe.flows import _Prober
+from horotopo.probe.flows import Prober
 from horotopo.probe.hostinfer import generated_hosts
 from horotopo.topology import from_dict
 
@@ -43,21 +43,21 @@ def _run(spec: str, n: int, body: Any) -> List[Any]:
 def test_a_round_over_the_wan_ends_with_one_control_allreduce(monkeypatch) -> None:
     calls: Dict[str, int] = {}
     pings: List[str] = []
-    sync, wait = _Prober._sync, _Prober._wait
+    sync, wait = Prober._sync, Prober._wait
 
-    def counted(self: _Prober, local: Any, what: str) -> Any:
+    def counted(self: Prober, local: Any, what: str) -> Any:
         if self.rank == 0:  # the ranks of a simulation share this process
             calls[what] = calls.get(what, 0) + 1
         return sync(self, local, what)
 
-    def waited(self: _Prober, requests: Any, deadline: float, what: Any, **kw: Any) -> None:
+    def waited(self: Prober, requests: Any, deadline: float, what: Any, **kw: Any) -> None:
         if self.n == 8 and isinstance(what, str) and "no reply" in what:
             pings.append(what)  # the pinger's wait for each pong, on every rank
         return wait(self, requests, deadline, what, **kw)
 
     # Patched before the simulation forks, so every rank counts its own calls.
-    monkeypatch.setattr(_Prober, "_sync", counted)
-    monkeypatch.setattr(_Prober, "_wait", waited)
+    monkeypatch.setattr(Prober, "_sync", counted)
+    monkeypatch.setattr(Prober, "_wait", waited)
     hosts = generated_hosts(generate(SPEC, 8))
 
     def body(t: Any) -> Any:
@@ -97,7 +97,7 @@ def test_the_scale_handed_on_fits_the_target_past_the_budget() -> None:
     cfg = ProbeConfig.for_mode("quick", budget_s=1e-6)
 
     def body(t: Any) -> Any:
-        pr = _Prober(t, cfg, lambda msg: None)
+        pr = Prober(t, cfg, lambda msg: None)
         _, _, scale = pr.measure([(0, 1)], [], "one flow", 4 << 20, paired=True)
         tests = pr.tests
         with pytest.raises(ValueError, match="aggregates"):
@@ -139,13 +139,13 @@ def test_measure_pairs_runs_over_the_pairs_ranks_only(monkeypatch) -> None:
     import threading
     made: List[Any] = []  # (world rank, the prober's ranks): the actors share this process
     world: Dict[int, int] = {}
-    init = _Prober.__init__
+    init = Prober.__init__
 
-    def recorded(self: _Prober, transport: Any, *args: Any, **kw: Any) -> None:
+    def recorded(self: Prober, transport: Any, *args: Any, **kw: Any) -> None:
         made.append((world[threading.get_ident()], transport.size))
         init(self, transport, *args, **kw)
 
-    monkeypatch.setattr(_Prober, "__init__", recorded)
+    monkeypatch.setattr(Prober, "__init__", recorded)
     spec = "racks:hosts_per_rack=2,oversub=2"
     pairs = [(1, 6), (6, 1), (2, 1)]
 

@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-__all__ = ["cluster_ranks", "cluster_levels", "as_matrix", "DEFAULT_GAP"]
+__all__ = ["cluster_ranks", "cluster_levels", "as_matrix", "single_linkage_groups",
+           "DEFAULT_GAP"]
 
 DEFAULT_GAP = 1.5     # rate levels closer than this ratio are one level (noise, not structure)
 
@@ -40,7 +41,7 @@ def _symmetric(bandwidth: Any) -> np.ndarray:
         return np.sqrt(b * b.T)
 
 
-def _partition(s: np.ndarray, threshold: float) -> List[List[int]]:
+def single_linkage_groups(s: np.ndarray, threshold: float) -> List[List[int]]:
     """Connected components of the pairs at or above ``threshold`` (single linkage)."""
     n = s.shape[0]
     parent = list(range(n))
@@ -95,7 +96,7 @@ def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]
     if n < 3 or not len(ratios) or ratios.max() < gap:
         return [list(range(n))]
     k = int(np.argmax(ratios))
-    return _partition(s, math.sqrt(values[k] * values[k + 1]))
+    return single_linkage_groups(s, math.sqrt(values[k] * values[k + 1]))
 
 
 def cluster_levels(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[List[int]]]:
@@ -111,7 +112,7 @@ def cluster_levels(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[Lis
     if n < 3:
         return out
     for k in np.flatnonzero(ratios >= gap):
-        part = _partition(s, math.sqrt(values[k] * values[k + 1]))
+        part = single_linkage_groups(s, math.sqrt(values[k] * values[k + 1]))
         if 1 < len(part) < n and part not in out:
             out.append(part)
     return out

@@ -1,11 +1,11 @@
 """The probe's measurements between ranks: latency ping-pongs and timed flows, over a transport.
 
-:class:`_Prober` holds the state of one collective probe over a
+:class:`Prober` holds the state of one collective probe over a
 :class:`~horotopo.transport.base.Transport` (MPI's, or any other: the probe never touches MPI
 itself) and makes its two kinds of measurement:
 
-- :meth:`_Prober.latency`: ping-pong between pairs; each pair keeps its fastest round trip.
-- :meth:`_Prober.measure`: an adaptive test of flows run at once, giving per-flow rates and the
+- :meth:`Prober.latency`: ping-pong between pairs; each pair keeps its fastest round trip.
+- :meth:`Prober.measure`: an adaptive test of flows run at once, giving per-flow rates and the
   aggregates of subsets of them.
 
 A transfer is a warm-up (which drains token buckets and opens the TCP window) followed, back to
@@ -32,7 +32,7 @@ from ..transport.types import Describe
 from .config import ProbeConfig, ProbeError
 from .pairing import Pair
 
-__all__ = ["_Prober", "as_probe_error", "pow2", "SUBSET_FACTOR"]
+__all__ = ["Prober", "as_probe_error", "pow2", "SUBSET_FACTOR"]
 
 # Offsets in the block of tags each exchange takes from the transport (alloc_tags): every rank
 # runs the same exchanges in the same order, so the blocks agree without communication.
@@ -131,7 +131,7 @@ def as_probe_error() -> Iterator[None]:
         raise ProbeError(str(exc)) from exc
 
 
-class _Prober:
+class Prober:
     """State of one collective probe over a transport (its tags keep the probe's messages
     apart from anything else on it)."""
 

@@ -6,7 +6,7 @@ its tags from a block that every world rank reserved beforehand (so the world's 
 stay in step while only the members talk), and runs its control allreduce as recursive
 doubling between the members only: ``log2`` of the group's size in message steps, where the
 world's control allreduce would make every world rank take part. The probe's
-:class:`~horotopo.probe.flows._Prober` runs over it unchanged.
+:class:`~horotopo.probe.flows.Prober` runs over it unchanged.
 """
 from __future__ import annotations
 

@@ -23,11 +23,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..topology import measured_document
-from .cluster import _partition
-from .pairing import Pair, _spread
+from .cluster import single_linkage_groups
+from .pairing import Pair, round_robin
 
 __all__ = ["HostLayout", "host_layout", "generated_hosts", "depression", "host_groups", "group_flows",
-           "unproven_hosts", "fan_flows", "alone_estimates", "rank_document", "SharedLink"]
+           "unproven_hosts", "fan_flows", "alone_estimates", "rank_document", "SharedLink",
+           "fastest_out_and_in"]
 
 # A shared link in host terms: (source hosts, destination hosts, capacity, label); it carries
 # every transfer from a rank of a source host to a rank of a destination host.
@@ -96,7 +97,7 @@ def generated_hosts(doc: Mapping[str, Any]) -> List[str]:
     return out
 
 
-def _best(rates: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def fastest_out_and_in(rates: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """(fastest figure out of each host, fastest into each host), NaN ignored."""
     with np.errstate(all="ignore"):
         return np.nanmax(rates, axis=1), np.nanmax(rates, axis=0)
@@ -106,7 +107,7 @@ def _nics(rates: np.ndarray, nic: Optional[Tuple[Sequence[float], Sequence[float
           ) -> Tuple[np.ndarray, np.ndarray]:
     """Each host's NIC (out, in): ``nic`` where the fan tests gave it, else the best figures."""
     if nic is None:
-        return _best(rates)
+        return fastest_out_and_in(rates)
     return np.asarray(nic[0], dtype=float), np.asarray(nic[1], dtype=float)
 
 
@@ -115,7 +116,7 @@ def depression(concurrent: Any) -> np.ndarray:
     its hosts reach at best, lower where something it shared with the round held it back
     (NaN on the diagonal). A slow NIC is its host's best too, so it does not read as shared."""
     c = np.asarray(concurrent, dtype=float)
-    out, inn = _best(c)
+    out, inn = fastest_out_and_in(c)
     with np.errstate(all="ignore"):
         return c / np.minimum(out[:, None], inn[None, :])
 
@@ -150,7 +151,7 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
         sub = np.ix_(nodes, nodes)
         linked = (kept[sub] & (overlap[sub] >= threshold)).astype(float)
         out: List[List[int]] = []
-        for part in _partition(linked, 0.5):
+        for part in single_linkage_groups(linked, 0.5):
             members = [nodes[v] for v in part]
             inside = kept[np.ix_(members, members)]
             dense = (inside.sum() - len(members)) / max(1, len(members) * (len(members) - 1))
@@ -184,7 +185,8 @@ def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool,
         return sorted(x) if speed is None else sorted(x, key=lambda v: (-speed[v], v))
 
     rest = [order(x) for k, x in enumerate(groups) if k != g]
-    others = _spread([x for x in rest if len(x) > 1]) + _spread([x for x in rest if len(x) == 1])
+    others = (round_robin([x for x in rest if len(x) > 1])
+              + round_robin([x for x in rest if len(x) == 1]))
     m = min(len(mine), len(others))
     if m < 2:
         return []
@@ -203,7 +205,7 @@ def unproven_hosts(concurrent: Any, shared: Sequence[SharedLink], margin: float,
     c = np.asarray(concurrent, dtype=float)
     if not outgoing:
         c = c.T
-    out, inn = _best(c)
+    out, inn = fastest_out_and_in(c)
     if not np.isfinite(out).any():
         return []
     top = np.nanmax(out)

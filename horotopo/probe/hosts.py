@@ -35,12 +35,13 @@ import numpy as np
 from ..topology import GBPS_TO_BPS
 from ..transport.base import Transport
 from .config import ProbeConfig
-from .flows import _Prober, as_probe_error
+from .flows import Prober, as_probe_error
 from .group import TAG_BLOCK, GroupTransport
-from .hostinfer import (HostLayout, SharedLink, _best, alone_estimates, depression, fan_flows,
-                        group_flows, host_groups, host_layout, rank_document, unproven_hosts)
+from .hostinfer import (HostLayout, SharedLink, alone_estimates, depression, fan_flows,
+                        fastest_out_and_in, group_flows, host_groups, host_layout,
+                        rank_document, unproven_hosts)
 from .pairing import Pair, circle_rounds
-from .phases import _aggregate, _aggregate_and_rates
+from .phases import aggregate_and_flow_rates, aggregate_rate
 
 __all__ = ["probe_hosts", "round_rates", "INTRA_SHARE"]
 
@@ -64,7 +65,7 @@ FAN_HEADROOM = 1.25
 WAIT_BUDGETS = 20.0
 
 
-def round_rates(pr: _Prober, label: str, later_tests: int = 0) -> np.ndarray:
+def round_rates(pr: Prober, label: str, later_tests: int = 0) -> np.ndarray:
     """Rates (bytes/s) of every ordered pair of ``pr``'s ranks, each round of the circle
     method at once; ``pr.rtt`` gets the round trips. ``later_tests`` is what the caller runs
     afterwards (the budget keeps time for it).
@@ -137,7 +138,7 @@ def _samples(ratio: np.ndarray, count: int) -> List[Pair]:
     return worst + [rest[int(k * step)] for k in range(count // 2)]
 
 
-def _leaders(pr: _Prober, cfg: ProbeConfig) -> Dict[str, Any]:
+def _leaders(pr: Prober, cfg: ProbeConfig) -> Dict[str, Any]:
     """Steps 3 to 5 of the module's list, on the leaders (bytes/s)."""
     h = pr.n
     margin = cfg.margin
@@ -170,7 +171,7 @@ def _leaders(pr: _Prober, cfg: ProbeConfig) -> Dict[str, Any]:
                     continue
                 expected = [min(out[a], inn[b]) for a, b in flows]
                 way = "out of" if outgoing else "into"
-                agg = _aggregate(pr, flows, f"{way} host group {g}", expected)
+                agg = aggregate_rate(pr, flows, f"{way} host group {g}", expected)
                 found = agg < (1.0 - margin) * sum(expected)
                 tests.append({"group": g, "out": outgoing, "flows": [list(f) for f in flows],
                               "aggregate": agg, "alone": float(sum(expected)),
@@ -186,7 +187,7 @@ def _leaders(pr: _Prober, cfg: ProbeConfig) -> Dict[str, Any]:
             "clock": pr.clock, "count": pr.tests, "rounds": len(circle_rounds(h))}
 
 
-def _fans(pr: _Prober, concurrent: np.ndarray, shared: List[SharedLink], margin: float
+def _fans(pr: Prober, concurrent: np.ndarray, shared: List[SharedLink], margin: float
           ) -> Tuple[Tuple[np.ndarray, np.ndarray], List[Dict[str, Any]]]:
     """Each host's NIC out and in (bytes/s): its best figure in the rounds, raised where a fan
     test measured more, and the fan tests run.
@@ -199,7 +200,7 @@ def _fans(pr: _Prober, concurrent: np.ndarray, shared: List[SharedLink], margin:
     (:func:`~horotopo.probe.hostinfer.fan_flows`); the aggregate went through its NIC, so the
     NIC carries at least that. A slow NIC reads as before; no fan where the partners cannot
     show more than the host's best figure."""
-    best = _best(concurrent)
+    best = fastest_out_and_in(concurrent)
     nic = (best[0].copy(), best[1].copy())
     top = float(np.nanmax(np.concatenate(best)))
     plans = []
@@ -223,7 +224,7 @@ def _fans(pr: _Prober, concurrent: np.ndarray, shared: List[SharedLink], margin:
     return nic, fans
 
 
-def _fan(pr: _Prober, flows: List[Pair], expected: List[float], label: str,
+def _fan(pr: Prober, flows: List[Pair], expected: List[float], label: str,
          margin: float) -> float:
     """A fan test's aggregate (bytes/s): the flows sized by their expected rates, then, where
     the aggregate fell clearly short of them, sized again by the rates each flow got, so that
@@ -231,10 +232,10 @@ def _fan(pr: _Prober, flows: List[Pair], expected: List[float], label: str,
     what the slow partners leave of the NIC and runs on alone, so the aggregate reads the NIC
     short). Either is bytes through the NIC over the time
     they took, so the larger bounds the NIC from below."""
-    rates, first = _aggregate_and_rates(pr, flows, label, expected)
+    rates, first = aggregate_and_flow_rates(pr, flows, label, expected)
     if first >= (1 - margin) * sum(expected) or not np.all(rates > 0):
         return first
-    return max(first, _aggregate(pr, flows, f"{label}, resized", list(rates)))
+    return max(first, aggregate_rate(pr, flows, f"{label}, resized", list(rates)))
 
 
 def _span(members: List[int]) -> str:
@@ -285,14 +286,14 @@ def probe_hosts(transport: Transport, cfg: ProbeConfig, say: Callable[[str], Non
     if len(layout.members[host]) > 1:
         inside = replace(cfg, budget_s=cfg.budget_s * INTRA_SHARE,
                          max_bytes=max(cfg.start_bytes, min(cfg.max_bytes, LOCAL_MAX_BYTES)))
-        pr = _Prober(GroupTransport(t, layout.members[host], tag_local), inside,
+        pr = Prober(GroupTransport(t, layout.members[host], tag_local), inside,
                      say if me == 0 else quiet)
         pr.hosts = [f"world rank {r} on {layout.names[host]}" for r in layout.members[host]]
         local = (round_rates(pr, f"inside {layout.names[host]}"), pr.rtt.copy())
         local_clock = pr.clock
     leaders = None
     if me in layout.leaders and len(layout.members) > 1:
-        pr = _Prober(GroupTransport(t, layout.leaders, tag_leaders),
+        pr = Prober(GroupTransport(t, layout.leaders, tag_leaders),
                      replace(cfg, ping_reps=min(cfg.ping_reps, ROUND_PINGS)),
                      say if me == 0 else quiet)
         pr.hosts = [f"leader of {layout.names[h]}, world rank {r}"

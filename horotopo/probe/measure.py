@@ -35,15 +35,15 @@ from ..transport.base import Transport
 from . import phases
 from .cluster import cluster_levels, cluster_ranks
 from .config import MODES, ProbeConfig, ProbeError
-from .flows import _Prober, as_probe_error
+from .flows import Prober, as_probe_error
 from .group import TAG_BLOCK, GroupTransport
 from .hosts import WAIT_BUDGETS, probe_hosts
 from .infer import build_document, infer_all, infer_shared
 from .pairing import (SCAN_MAX_RANKS, ExtensionResult, GroupResult, Pair, bipartitions,
                       extension_tests, group_tests)
 
-# _Prober stays importable from here (the MPI tests drive one directly).
-__all__ = ["ProbeConfig", "ProbeError", "probe", "measure_pairs", "MODES", "_Prober"]
+# Prober stays importable from here (the MPI tests drive one directly).
+__all__ = ["ProbeConfig", "ProbeError", "probe", "measure_pairs", "MODES", "Prober"]
 
 
 def _checked(link: Any) -> Transport:
@@ -97,10 +97,10 @@ def probe(transport: Transport, mode: str = "full", *, name: Optional[str] = Non
     link = _checked(transport)
     if cfg.scheme_for(link.size) == "hosts":
         return probe_hosts(link, cfg, say, name or f"probed-{link.size}", hosts)
-    return _probe(_Prober(link, cfg, say), cfg, name)
+    return _probe(Prober(link, cfg, say), cfg, name)
 
 
-def _probe(pr: _Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]:
+def _probe(pr: Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]:
     """The phases of :func:`probe`."""
     with as_probe_error():
         pr.hosts = [str(h) for h in pr.transport.allgather_object(
@@ -192,10 +192,10 @@ def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quic
     if link.rank in members:
         index = {r: k for k, r in enumerate(members)}
         if whole:
-            pr = _Prober(link, cfg, lambda msg: None)
+            pr = Prober(link, cfg, lambda msg: None)
         else:
             assert tag is not None
-            pr = _Prober(GroupTransport(link, members, tag), cfg, lambda msg: None)
+            pr = Prober(GroupTransport(link, members, tag), cfg, lambda msg: None)
             pr.hosts = [f"world rank {r}" for r in members]
         out = {}
         for a, b in pairs:

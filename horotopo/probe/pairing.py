@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["circle_rounds", "GroupTest", "group_tests", "bipartitions", "SCAN_MAX_RANKS",
            "ExtensionTest", "extension_tests", "resource_ends", "Pair", "GroupResult",
-           "ExtensionResult"]
+           "ExtensionResult", "round_robin"]
 
 Pair = Tuple[int, int]
 # What a concurrent test measured: (src ranks, dst ranks, the flows that ran at once, their
@@ -95,7 +95,7 @@ class GroupTest:
     flows: Tuple[Pair, ...]
 
 
-def _spread(groups: Sequence[Sequence[int]]) -> List[int]:
+def round_robin(groups: Sequence[Sequence[int]]) -> List[int]:
     """The ranks of ``groups`` taken round-robin, one group after another."""
     out: List[int] = []
     for k in range(max((len(g) for g in groups), default=0)):
@@ -134,7 +134,7 @@ def group_tests(partitions: Sequence[Sequence[Sequence[int]]], min_pairs: int = 
                     add(a, b)
         if len(groups) >= 3:
             for x, a in enumerate(groups):
-                rest = _spread([g for y, g in enumerate(groups) if y != x])
+                rest = round_robin([g for y, g in enumerate(groups) if y != x])
                 add(a, rest)
                 add(rest, a)
     return tests

@@ -1,4 +1,4 @@
-"""The probe's tests, phase by phase, each made with a :class:`~horotopo.probe.flows._Prober`.
+"""The probe's tests, phase by phase, each made with a :class:`~horotopo.probe.flows.Prober`.
 
 - :func:`pair_rates`: latency and bandwidth of every ordered pair, in circle-method order, one
   direction at a time; then a second look at the pairs whose two directions disagree.
@@ -16,11 +16,12 @@ from typing import Any, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from .flows import SUBSET_FACTOR, _Prober, pow2
+from .flows import SUBSET_FACTOR, Prober, pow2
 from .infer import expected_rates
 from .pairing import ExtensionResult, ExtensionTest, GroupResult, GroupTest, Pair, circle_rounds
 
-__all__ = ["pair_rates", "concurrent", "extensions", "fans", "fan_tests", "tests_after_pairs"]
+__all__ = ["pair_rates", "concurrent", "extensions", "fans", "fan_tests", "tests_after_pairs",
+           "aggregate_rate", "aggregate_and_flow_rates"]
 
 
 def fan_tests(n: int) -> int:
@@ -39,7 +40,7 @@ def _span(ranks: Sequence[int]) -> str:
     return "ranks " + ",".join(str(r) for r in ranks)
 
 
-def pair_rates(pr: _Prober) -> np.ndarray:
+def pair_rates(pr: Prober) -> np.ndarray:
     """Rates (bytes/s) of every ordered pair, alone; ``pr.rtt`` gets their round trips.
 
     One pair at a time, or a circle-method round at once with ``concurrent_pairs`` (see
@@ -70,7 +71,7 @@ def pair_rates(pr: _Prober) -> np.ndarray:
     return bw
 
 
-def _retry_lopsided(pr: _Prober, bw: np.ndarray, tests_after: int) -> None:
+def _retry_lopsided(pr: Prober, bw: np.ndarray, tests_after: int) -> None:
     """Measure again the pairs whose two directions disagree, while the budget allows.
 
     Most links are symmetric, and the way a figure goes wrong (a descheduled rank, a
@@ -99,37 +100,37 @@ def _retry_lopsided(pr: _Prober, bw: np.ndarray, tests_after: int) -> None:
                 force=True)
 
 
-def _aggregate(pr: _Prober, flows: Sequence[Pair], label: str,
+def aggregate_rate(pr: Prober, flows: Sequence[Pair], label: str,
                expected: Sequence[float]) -> float:
     """The aggregate rate (bytes/s) of ``flows`` run at once, sized by their ``expected`` rates
     so that they finish together unless something they share caps them."""
-    return _aggregate_and_rates(pr, flows, label, expected)[1]
+    return aggregate_and_flow_rates(pr, flows, label, expected)[1]
 
 
-def _aggregate_and_rates(pr: _Prober, flows: Sequence[Pair], label: str,
+def aggregate_and_flow_rates(pr: Prober, flows: Sequence[Pair], label: str,
                          expected: Sequence[float]) -> Tuple[np.ndarray, float]:
-    """:func:`_aggregate`, and the rate each flow got (bytes/s)."""
+    """:func:`aggregate_rate`, and the rate each flow got (bytes/s)."""
     # The first scale gives the fastest flow about a concurrent test's target.
     start = pow2(max(expected) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
     rates, agg, _ = pr.measure(flows, [list(range(len(flows)))], label, start, weights=expected)
     return rates, float(agg[0])
 
 
-def concurrent(pr: _Prober, tests: Sequence[GroupTest], bw: np.ndarray) -> List[GroupResult]:
+def concurrent(pr: Prober, tests: Sequence[GroupTest], bw: np.ndarray) -> List[GroupResult]:
     """Run the group ``tests``; each gives ``(src, dst, flows, aggregate)`` in bytes/s."""
     results: List[GroupResult] = []
     for test in tests:
         flows = list(test.flows)
         alone = expected_rates(bw, flows)
         label = f"concurrent {_span(test.src)} -> {_span(test.dst)}"
-        agg = _aggregate(pr, flows, label, alone)
+        agg = aggregate_rate(pr, flows, label, alone)
         results.append((test.src, test.dst, flows, agg))
         pr.note(f"{label}: {len(flows)} pairs, {agg * 8 / 1e9:.3f} gbps in all "
                 f"(alone {sum(alone) * 8 / 1e9:.3f})", force=True)
     return results
 
 
-def extensions(pr: _Prober, tests: Sequence[ExtensionTest], bw: np.ndarray
+def extensions(pr: Prober, tests: Sequence[ExtensionTest], bw: np.ndarray
                ) -> List[ExtensionResult]:
     """Run the extension ``tests``; each gives ``(src, dst, rank, side, flows, aggregate)``."""
     results: List[ExtensionResult] = []
@@ -137,14 +138,14 @@ def extensions(pr: _Prober, tests: Sequence[ExtensionTest], bw: np.ndarray
         flows = list(test.flows)
         alone = expected_rates(bw, flows)
         label = f"rank {test.rank} behind {_span(test.src)} -> {_span(test.dst)}"
-        agg = _aggregate(pr, flows, label, alone)
+        agg = aggregate_rate(pr, flows, label, alone)
         results.append((test.src, test.dst, test.rank, test.side, flows, agg))
         pr.note(f"{label}: {agg * 8 / 1e9:.3f} gbps together (alone "
                 f"{sum(alone) * 8 / 1e9:.3f})")
     return results
 
 
-def fans(pr: _Prober, bw: np.ndarray, shared: Sequence[Mapping[str, Any]]
+def fans(pr: Prober, bw: np.ndarray, shared: Sequence[Mapping[str, Any]]
          ) -> Tuple[List[float], List[float]]:
     """(fan-out, fan-in) of every rank in bytes/s: one rank sending to all the others at once,
     then all the others sending to it, sized by what the known ``shared`` resources allow."""
@@ -154,6 +155,6 @@ def fans(pr: _Prober, bw: np.ndarray, shared: Sequence[Mapping[str, Any]]
         others = [j for j in range(n) if j != k]
         for flows, into in (([(k, j) for j in others], out), ([(j, k) for j in others], inn)):
             label = f"fan-{'out' if into is out else 'in'} at rank {k}"
-            into[k] = _aggregate(pr, flows, label, expected_rates(bw, flows, shared))
+            into[k] = aggregate_rate(pr, flows, label, expected_rates(bw, flows, shared))
         pr.note(f"host limits: {k + 1}/{n} ranks")
     return out, inn

@@ -93,7 +93,7 @@ def abort(message: str, code: int = ABORT_EXIT_CODE) -> None:
 _previous_hook: Optional[Callable[..., Any]] = None
 
 
-def _excepthook(etype: type, value: BaseException, tb: Any) -> None:
+def abort_excepthook(etype: type, value: BaseException, tb: Any) -> None:
     exit_quietly = getattr(value, "exit_quietly", None)
     if callable(exit_quietly):  # a user error that ends the job in one line (init's settings)
         exit_quietly()
@@ -119,14 +119,14 @@ def install_excepthook() -> None:
     initialized, it is plain Python's behaviour.
     """
     global _previous_hook
-    if sys.excepthook is not _excepthook:
+    if sys.excepthook is not abort_excepthook:
         _previous_hook = sys.excepthook
-        sys.excepthook = _excepthook
+        sys.excepthook = abort_excepthook
 
 
 def uninstall_excepthook() -> None:
     """Restore the hook that :func:`install_excepthook` replaced."""
     global _previous_hook
-    if sys.excepthook is _excepthook:
+    if sys.excepthook is abort_excepthook:
         sys.excepthook = _previous_hook or sys.__excepthook__
         _previous_hook = None

@@ -21,13 +21,13 @@ import numpy as np
 from ..ops import UFUNCS
 from .simgrid_pending import Request
 
-__all__ = ["SimCollectives"]
+__all__ = ["SimCollectives", "RoundsRequest"]
 
 # The control steps fold with these, "band" for vectors of flag bits (as in p2p).
 _UFUNCS = dict(UFUNCS, band=np.bitwise_and)
 
 
-class _Rounds:
+class RoundsRequest:
     """A collective step in flight as rounds of point-to-point requests (a generator yields
     each round's requests once the previous round has completed; its return ends it)."""
 
@@ -78,13 +78,13 @@ class SimCollectives:
         finally:
             self._unscaled -= 1
 
-    def iallreduce_control(self, buf: Any, op: Any) -> _Rounds:
+    def iallreduce_control(self, buf: Any, op: Any) -> RoundsRequest:
         """Start a recursive-doubling allreduce of the small vector ``buf`` (``log2 n`` rounds
         instead of the generic step's ``n``-way exchange); wait for it with :meth:`wait`."""
         fold = _UFUNCS.get(op)
         if fold is None:
             raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
-        return _Rounds(self._doubling(np.asarray(buf), fold, self.alloc_tags(1), False))
+        return RoundsRequest(self._doubling(np.asarray(buf), fold, self.alloc_tags(1), False))
 
     def _doubling(self, buf: np.ndarray, fold: Any, tag: int, scaled: bool
                   ) -> Iterator[List[Request]]:
@@ -135,7 +135,7 @@ class SimCollectives:
         fold = _UFUNCS.get(op)
         if fold is None:
             raise ValueError(f"op must be one of {sorted(_UFUNCS)}, got {op!r}")
-        self.wait([_Rounds(self._doubling(np.asarray(recvbuf), fold, self.alloc_tags(1),
+        self.wait([RoundsRequest(self._doubling(np.asarray(recvbuf), fold, self.alloc_tags(1),
                                           True))], None)
 
     def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:

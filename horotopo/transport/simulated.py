@@ -36,7 +36,7 @@ import numpy as np
 
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .types import Describe
-from .simgrid_collectives import SimCollectives, _Rounds
+from .simgrid_collectives import SimCollectives, RoundsRequest
 from .simgrid_pending import CompletionQueue, Request
 from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationConfigError,
                               SimulationError, SimulatorMissing, load_simgrid)
@@ -325,14 +325,14 @@ class SimulatedTransport(SimCollectives, Transport):
 
     def test(self, request: Any) -> bool:
         self.flush()
-        if isinstance(request, _Rounds):
+        if isinstance(request, RoundsRequest):
             return self._test_rounds(request)
         head = self._head(request)
         if not request.done and (self._finished(head) or head.comm.test()):
             self._complete(head)
         return request.done
 
-    def _test_rounds(self, rounds: _Rounds) -> bool:
+    def _test_rounds(self, rounds: RoundsRequest) -> bool:
         for r in rounds.pending():
             head = self._head(r)
             if not head.done and (self._finished(head) or head.comm.test()):
@@ -341,7 +341,7 @@ class SimulatedTransport(SimCollectives, Transport):
         return rounds.done
 
     def cancel(self, request: Any) -> None:
-        reqs = request.pending() if isinstance(request, _Rounds) else [request]
+        reqs = request.pending() if isinstance(request, RoundsRequest) else [request]
         for r in reqs:
             if not r.done and r.comm is not None:
                 r.comm.cancel()
@@ -419,7 +419,7 @@ class SimulatedTransport(SimCollectives, Transport):
                 if done[k]:
                     continue
                 req = requests[k]
-                if isinstance(req, _Rounds):
+                if isinstance(req, RoundsRequest):
                     req.advance()
                     if req.done:
                         finished = True
@@ -464,7 +464,7 @@ class SimulatedTransport(SimCollectives, Transport):
         missing: List[int] = []
         for k in pending:
             req = requests[k]
-            if isinstance(req, _Rounds):
+            if isinstance(req, RoundsRequest):
                 missing += [r.peer for r in req.pending()]
             elif peers is not None:
                 missing.append(peers[k])

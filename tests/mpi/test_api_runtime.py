@@ -21,7 +21,7 @@ def started():
 
 def test_init_wires_the_excepthook_watchdog_and_adaptive_engine():
     rt = runtime()
-    assert sys.excepthook is reliability._excepthook
+    assert sys.excepthook is reliability.abort_excepthook
     assert isinstance(rt.engine, AdaptiveEngine)
     assert rt.engine.watchdog is not None
     assert rt.engine.watchdog.timeout_s == reliability.timeout_from_env()

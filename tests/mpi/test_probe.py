@@ -10,7 +10,7 @@ from mpi4py import MPI
 from horotopo.cli import main as cli_main
 from horotopo.plan import make_plan
 from horotopo.probe import ProbeError, measure_pairs, probe
-from horotopo.probe.measure import ProbeConfig, _Prober
+from horotopo.probe.measure import ProbeConfig, Prober
 from horotopo.topology import from_dict, load
 from horotopo.transport import MPITransport
 
@@ -63,7 +63,7 @@ def test_a_missing_peer_is_a_timeout_naming_the_pair():
     if comm.size < 2:
         pytest.skip("needs two ranks: a pair whose sender never sends")
     transport = MPITransport(comm)
-    pr = _Prober(transport, ProbeConfig.for_mode("quick", timeout_s=0.5), lambda m: None)
+    pr = Prober(transport, ProbeConfig.for_mode("quick", timeout_s=0.5), lambda m: None)
     pr.hosts = ["h%d" % r for r in range(comm.size)]
     error = ""
     if comm.rank == 0:
