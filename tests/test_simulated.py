@@ -230,7 +230,7 @@ def test_hierarchical_platform_routes_every_pair_as_the_topology_does():
         topo = from_dict(doc)
 
         def body(t, topo=topo):
-            sg = t._sg
+            sg = t.sg
             me = sg.Host.current()
             bad = []
             for j in range(topo.n):

@@ -111,7 +111,7 @@ def test_wait_any_is_handed_the_messages_that_can_complete_not_every_receive_pos
         if t.rank == 0:
             t.waitall([t.isend(b, 1, 3) for b in bufs])
             return None
-        t._sg = counting
+        t.sg = counting
         prog = Progress(t)
         for b in bufs:
             prog.irecv(b, 0, 3, lambda: None)

@@ -152,7 +152,7 @@ def test_arrived_messages_are_reported_in_list_order_without_blocking_in_wait_an
             sg.this_actor.sleep_for(1.0)
             t.waitall([t.isend(np.full(3, 9, np.int64), 0, 9)])
             return None
-        t._sg = Counting()
+        t.sg = Counting()
         a, b = np.zeros(3, np.int64), np.zeros(3, np.int64)
         reqs = [t.irecv(b, 1, 8), t.irecv(a, 1, 7)]
         t.test(reqs[0])  # posts them; both arrive while this rank sleeps

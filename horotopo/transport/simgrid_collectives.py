@@ -58,7 +58,7 @@ class SimCollectives:
 
     _size: int
     _rank: int
-    _unscaled: int
+    unscaled: int
     isend: Callable[..., Any]
     irecv: Callable[..., Any]
     _isend: Callable[..., Any]
@@ -72,11 +72,11 @@ class SimCollectives:
     def true_size(self) -> Iterator[None]:
         """Charge the messages posted inside at their true size, not ``scale`` times it: the
         control steps, and the probe (its transfers are sized to be timed, not scaled)."""
-        self._unscaled += 1
+        self.unscaled += 1
         try:
             yield
         finally:
-            self._unscaled -= 1
+            self.unscaled -= 1
 
     def iallreduce_control(self, buf: Any, op: Any) -> RoundsRequest:
         """Start a recursive-doubling allreduce of the small vector ``buf`` (``log2 n`` rounds

@@ -113,7 +113,7 @@ class CompletionQueue:
         request.seq = self._seq
         self._seq += 1
         if request.kind == "recv":
-            scale = 1.0 if self._t._unscaled else self._t.scale
+            scale = 1.0 if self._t.unscaled else self._t.scale
             request.est = int(round(request.buf.nbytes * scale))  # as its sender charges it
         if not request.queued and request.comm is not None:
             self.posted(request)
@@ -194,8 +194,8 @@ class CompletionQueue:
                     best, first = r, seq
             if best is None:
                 reqs = list(candidates)
-                t._complete(reqs[t._sg.Comm.wait_any([r.comm for r in reqs])], waited=True)
+                t.complete(reqs[t.sg.Comm.wait_any([r.comm for r in reqs])], waited=True)
             else:
-                t._complete(best)
+                t.complete(best)
         self._open -= 1
         return ready.popleft()

@@ -64,7 +64,7 @@ class SimulatedTransport(SimCollectives, Transport):
     def __init__(self, sim: Simulation, rank: int, size: int, scale: float,
                  processor_name: str) -> None:
         self.sim = sim
-        self._sg = sim.sg
+        self.sg = sim.sg
         self._rank = rank
         self._size = size
         self.scale = float(scale)
@@ -74,7 +74,7 @@ class SimulatedTransport(SimCollectives, Transport):
         self._streams: Dict[Tuple[int, int], Request] = {}  # (dest, tag): its last send
         self._pipe: Dict[int, float] = {}  # dest: bytes in flight that fill the route
         self._cpu_free = 0.0      # simulated time at which this rank's CPU is done
-        self._unscaled = 0        # > 0 inside a control step
+        self.unscaled = 0         # > 0 inside a control step
         self._snapshot: Optional[Tuple[Any, np.ndarray, Request]] = None
 
     # ---- identity ---------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class SimulatedTransport(SimCollectives, Transport):
 
     def now(self) -> float:
         """The simulated clock, in seconds (the simulation's, from SimGrid's start)."""
-        return float(self._sg.Engine.clock)
+        return float(self.sg.Engine.clock)
 
     def alloc_tags(self, count: int) -> int:
         return self._tags.alloc(count)
@@ -125,7 +125,7 @@ class SimulatedTransport(SimCollectives, Transport):
             raise TransportError(f"rank {self._rank} reached the common start {late:.6f} s "
                                  f"after it (margin {margin_s} s)")
         if late < 0:
-            self._sg.this_actor.sleep_for(-late)
+            self.sg.this_actor.sleep_for(-late)
         return start
 
     # ---- messages -----------------------------------------------------------------------------
@@ -136,7 +136,7 @@ class SimulatedTransport(SimCollectives, Transport):
         return arr.reshape(-1).view(np.uint8)
 
     def isend(self, buf: Any, dest: int, tag: int) -> Request:
-        return self._isend(buf, dest, tag, scaled=not self._unscaled)
+        return self._isend(buf, dest, tag, scaled=not self.unscaled)
 
     def _isend(self, buf: Any, dest: int, tag: int, scaled: bool) -> Request:
         """Post a send charged ``scale`` times its bytes when ``scaled``, else its bytes."""
@@ -197,7 +197,7 @@ class SimulatedTransport(SimCollectives, Transport):
 
     def _charge(self, seconds: float) -> None:
         """Occupy the CPU for ``seconds`` from when it is free (or from now)."""
-        clock = self._sg.Engine.clock
+        clock = self.sg.Engine.clock
         self._cpu_free = (self._cpu_free if self._cpu_free > clock else clock) + seconds
 
     def _post(self, req: Request) -> None:
@@ -214,9 +214,9 @@ class SimulatedTransport(SimCollectives, Transport):
         posting order, so each mailbox keeps MPI's order); with ``settle``, also wait for the
         CPU when nothing is queued (a rank's last work)."""
         if self._queue or settle:
-            wait = self._cpu_free - self._sg.Engine.clock
+            wait = self._cpu_free - self.sg.Engine.clock
             if wait > 0:
-                self._sg.this_actor.sleep_for(wait)
+                self.sg.this_actor.sleep_for(wait)
         if self._queue:
             queue, self._queue = self._queue, []
             for req in queue:
@@ -236,7 +236,7 @@ class SimulatedTransport(SimCollectives, Transport):
                 blocked = [r for r in self._streams.values() if not r.done and r.comm is None]
                 if not blocked:
                     break
-                self._complete(self._head(blocked[0]))
+                self.complete(self._head(blocked[0]))
 
     def _put(self, req: Request) -> None:
         req.comm = self.sim.acquire(req.mailbox).put_async(req.payload, req.charged)
@@ -274,7 +274,7 @@ class SimulatedTransport(SimCollectives, Transport):
             got = self._pipe[dest] = self.sim.pipe_bytes(self._rank, dest)
         return got
 
-    def _complete(self, req: Request, waited: bool = False) -> None:
+    def complete(self, req: Request, waited: bool = False) -> None:
         """``req`` has completed, or completes now (``wait`` blocks until it has).
 
         ``waited``: ``wait_any`` returned it. Otherwise ``comm.wait()`` is called even on a
@@ -329,14 +329,14 @@ class SimulatedTransport(SimCollectives, Transport):
             return self._test_rounds(request)
         head = self._head(request)
         if not request.done and (self._finished(head) or head.comm.test()):
-            self._complete(head)
+            self.complete(head)
         return request.done
 
     def _test_rounds(self, rounds: RoundsRequest) -> bool:
         for r in rounds.pending():
             head = self._head(r)
             if not head.done and (self._finished(head) or head.comm.test()):
-                self._complete(head)
+                self.complete(head)
         rounds.advance()
         return rounds.done
 
@@ -378,7 +378,7 @@ class SimulatedTransport(SimCollectives, Transport):
             for r in requests:
                 head = r if r.comm is not None else self._head(r)
                 if self._finished(head):
-                    self._complete(head)
+                    self.complete(head)
                     break
             else:
                 self._wait_any(requests)
@@ -390,7 +390,7 @@ class SimulatedTransport(SimCollectives, Transport):
         heads = requests
         if any([r.comm is None for r in requests]):  # a list: faster than a generator
             heads = list({id(h): h for h in map(self._head, requests)}.values())
-        self._complete(heads[self._sg.Comm.wait_any([h.comm for h in heads])], waited=True)
+        self.complete(heads[self.sg.Comm.wait_any([h.comm for h in heads])], waited=True)
 
     def waitall(self, requests: Sequence[Any]) -> None:
         pending = [r for r in requests if not r.done]
@@ -448,15 +448,15 @@ class SimulatedTransport(SimCollectives, Transport):
             # the first completed, as wait_any would report it, without a simcall
             got = next((i for i, (_, head) in enumerate(owners) if self._finished(head)), -1)
             if got >= 0:
-                self._complete(owners[got][1])
+                self.complete(owners[got][1])
                 continue
             if sim_deadline is None:
-                got = self._sg.Comm.wait_any(comms)
+                got = self.sg.Comm.wait_any(comms)
             else:
-                got = self._sg.Comm.wait_any_for(comms, max(0.0, sim_deadline - self.now()))
+                got = self.sg.Comm.wait_any_for(comms, max(0.0, sim_deadline - self.now()))
             if got < 0:
                 self._time_out(requests, done, peers, what)
-            self._complete(owners[got][1], waited=True)
+            self.complete(owners[got][1], waited=True)
 
     def _time_out(self, requests: List[Any], done: List[bool], peers: Optional[Sequence[int]],
                   what: Describe) -> None:
