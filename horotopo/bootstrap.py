@@ -169,7 +169,7 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
             try:
                 topology = load_for_job(path, size)
             except TopologyError as exc:
-                raise BootstrapError(f"HOROTOPO_TOPOLOGY={path}: {exc}") from exc
+                raise SettingsError(f"HOROTOPO_TOPOLOGY={path}: {exc}") from exc
             say(f"horotopo: topology from HOROTOPO_TOPOLOGY={path}: {topology.name!r}, "
                 f"{topology.n} ranks ({topology.kind})")
         elif use_ring:
@@ -182,8 +182,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
                 f"{doc['probe']['seconds']:.2f} s, {len(doc.get('shared', []))} shared "
                 "bottlenecks")
         if topology.n != size:
-            raise BootstrapError(f"HOROTOPO_TOPOLOGY={path}: the topology has {topology.n} "
-                                 f"ranks but this job has {size}")
+            raise SettingsError(f"HOROTOPO_TOPOLOGY={path}: the topology has {topology.n} "
+                                f"ranks but this job has {size}")
         return topology
 
     # 3 and 4. rank 0 plans (or says why it cannot), every rank gets the plan, digests compared
@@ -196,6 +196,7 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
                                  f"{type(exc).__name__}: {exc}") from exc
 
     plan, planned_on = share_plan(transport, build, what="init", error=BootstrapError,
+                                  settings_error=SettingsError,
                                   failure="rank 0 failed in init", timeout_s=PLAN_TIMEOUT_S,
                                   check_timeout_s=EXCHANGE_TIMEOUT_S)
     assert planned_on is not None  # build always returns the model it planned on

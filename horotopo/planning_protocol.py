@@ -34,6 +34,7 @@ Build = Callable[[], Tuple[Plan, Optional[Topology]]]
 
 def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str = "plan",
                error: Type[Exception] = RuntimeError, failure: str = "planning failed",
+               settings_error: Optional[Type[Exception]] = None,
                timeout_s: float = PLAN_TIMEOUT_S,
                check_timeout_s: float = EXCHANGE_TIMEOUT_S) -> Tuple[Plan, Optional[Topology]]:
     """Plan on ``root``, broadcast, check digests; collective over ``transport``.
@@ -56,6 +57,10 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         What every rank raises on a failure (a build error, a timeout, differing digests).
     failure : str
         Prefix of the message for an unexpected exception in ``build``.
+    settings_error : exception type, optional
+        A subclass of ``error`` that ``build`` raises for the user's own mistake (a bad
+        file named by a setting): every rank raises it as this type, so the job can report
+        it as a settings error rather than a failure.
     timeout_s : float
         How long the other ranks wait for the root's plan (the planner may take a while).
     check_timeout_s : float
@@ -81,7 +86,9 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
             payload = {"plan": plan.to_json(),
                        "topology": None if topology is None else topology.to_json()}
         except error as exc:
-            payload = {"error": _one_line(str(exc))}
+            payload = {"error": _one_line(str(exc)),
+                       "settings": settings_error is not None
+                       and isinstance(exc, settings_error)}
         except BaseException as exc:  # noqa: BLE001 - every rank must learn of the failure
             # Anything at all (a RecursionError, a MemoryError, a bug; a KeyboardInterrupt is
             # passed on too, then raised here as itself).
@@ -96,7 +103,8 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
         if interrupted is not None:
             raise interrupted
         if failed is not None:
-            raise error(failed)
+            settings = settings_error is not None and json.loads(bytes(data)).get("settings")
+            raise (settings_error if settings else error)(failed)
         digests = [d.decode() for d in transport.allgather_bytes(
             plan.digest.encode(), check_timeout_s, f"{what}: comparing plans")]
     except TransportTimeout as exc:

@@ -133,8 +133,10 @@ def test_init_fails_on_every_rank_with_rank_0s_error(tmp_path, n, case):
     result = run_mpi(n, [sys.executable, str(script), case], timeout=120, env=env)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("OUTCOME")]
     assert len(lines) == n, result.stdout[-3000:]
-    want = "nested" if case == "deep" else "LookupError: a planner bug"
-    assert all(ln.startswith("OUTCOME BootstrapError") and want in ln for ln in lines), lines
+    # a bad file named by HOROTOPO_TOPOLOGY is the user's mistake: a settings error
+    kind, want = (("SettingsError", "nested") if case == "deep"
+                  else ("BootstrapError", "LookupError: a planner bug"))
+    assert all(ln.startswith(f"OUTCOME {kind}") and want in ln for ln in lines), lines
     assert len(set(lines)) == 1, lines
     print(" ".join(ln for ln in result.stdout.splitlines() if ln.startswith("SECONDS")))
 
@@ -215,3 +217,24 @@ def test_init_checks_every_setting_before_it_starts(monkeypatch):
     assert "\n" not in text
     assert "HOROTOPO_HIERARCHY='sometimes'" in text and "HOROTOPO_GPU_KERNELS='fast'" in text
     assert not horotopo.is_initialized()
+
+
+def test_a_topology_file_for_another_job_is_a_settings_error_on_every_rank():
+    from horotopo.config import ConfigError
+
+    got = outcomes(2, {"HOROTOPO_TOPOLOGY": "racks-2x3"})
+    assert all(isinstance(e, ConfigError) for e in got), got
+    assert len({str(e) for e in got}) == 1, got
+    assert str(got[0]).startswith("HOROTOPO_TOPOLOGY=racks-2x3: topology file ")
+    assert str(got[0]).endswith("racks-2x3.json: the topology has 6 ranks but this job has 2")
+
+
+@pytest.mark.mpi
+def test_an_uncaught_topology_file_error_prints_one_line_for_the_job_and_exits_2():
+    result = _launch(2, "import horotopo.torch as hvd; hvd.init()",
+                     {"HOROTOPO_TOPOLOGY": "racks-2x3"})
+    assert result.returncode == 2, result.stdout[-3000:]
+    lines = _lines(result.stdout)
+    assert len(lines) == 1, result.stdout[-3000:]
+    assert lines[0].startswith("horotopo: HOROTOPO_TOPOLOGY=racks-2x3: topology file ")
+    assert lines[0].endswith("racks-2x3.json: the topology has 6 ranks but this job has 2")
