@@ -29,6 +29,7 @@ from horotopo.engine import Engine
 from horotopo.ops import ALLREDUCE_DTYPES, OPS, check_dtype
 from horotopo.packing import ring_parents
 from horotopo.plan import Plan, parse_size, plan_from_trees
+from horotopo.topology import plural
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     top = parse_size(args.maxbytes)
     _log(f"# horotopo allreduce_perf: {n} ranks, {dtype.name} {args.op}, "
          f"algorithm {args.algorithm}, chunk {eng.chunk_bytes} B, plan {plan.digest} "
-         f"({len(plan.trees)} trees)")
+         f"({plural(len(plan.trees), 'tree')})")
     _log(f"# {'size':>12} {'count':>10} {'alg':>5} {'time_us':>10} {'algbw':>7} {'busbw':>7} "
          f"{'#wrong':>6} {'mpi_us':>10} {'mpi_bw':>7} {'ratio':>6} {'pred_us':>10}")
     while size <= top:
