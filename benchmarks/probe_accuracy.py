@@ -90,25 +90,6 @@ def pairwise_errors(declared: Any, doc: Mapping[str, Any]) -> List[Tuple[int, in
     return rows
 
 
-def plan_rate_on(plan: Any, topology: Any) -> float:
-    """Modelled allreduce rate (bytes/s) of ``plan``'s trees and shares on ``topology``.
-
-    The engine splits every buffer by the plan's shares, so resource ``l`` carries
-    ``sum_t share_t * load_t(l)`` bytes per byte reduced; the slowest resource sets the rate.
-    This is what a plan made from the probed model would get on the real (declared) network,
-    without the noise of a measurement.
-    """
-    import numpy as np
-
-    from horotopo.packing import ArcModel
-
-    model = ArcModel(topology)
-    use = sum(t.share * model.load(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees)
-    busy = np.asarray(use, dtype=float) / model.capacity
-    worst = float(busy.max()) if np.size(busy) else 0.0
-    return float("inf") if worst <= 0 else 1.0 / worst
-
-
 def allreduce_ratio(cluster: Any, declared_plan: Any, probed_plan: Any, size: str, iters: int,
                     workdir: Path) -> Dict[str, Any]:
     """Allreduce of both plans in one interleaved job: times and probed / declared throughput."""
@@ -138,7 +119,7 @@ def allreduce_ratio(cluster: Any, declared_plan: Any, probed_plan: Any, size: st
 def evaluate(doc_in: Mapping[str, Any], quick: bool, allreduce: Optional[str], iters: int,
              prefix: str = "pa") -> Dict[str, Any]:
     """Probe one declared topology on the emulated cluster and compare; the report's row."""
-    from horotopo.plan import make_plan
+    from horotopo.plan import make_plan, modelled_rate_on
     from horotopo.topology import from_dict
 
     emulate = emulate_module()
@@ -170,8 +151,8 @@ def evaluate(doc_in: Mapping[str, Any], quick: bool, allreduce: Optional[str], i
         row["optimum_ratio"] = round(got.throughput_Bps / want.throughput_Bps, 4)
         # the probed plan on the declared network, in the model: the allreduce target
         # without measurement noise
-        row["modelled_plan_ratio"] = round(plan_rate_on(got, declared)
-                                           / plan_rate_on(want, declared), 4)
+        row["modelled_plan_ratio"] = round(modelled_rate_on(got, declared)
+                                           / modelled_rate_on(want, declared), 4)
         if allreduce:
             work = Path(tempfile.mkdtemp(prefix="probe-accuracy-"))
             ar = allreduce_ratio(cluster, want, got, allreduce, iters, work)

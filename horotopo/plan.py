@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 from .packing import (ArcModel, Packing, check_certificate, format_percent, pack, plural,
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
@@ -33,7 +35,7 @@ from .packing.gk import PHASE_START
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
-           "ring_time", "parse_size", "format_size", "children", "depth"]
+           "ring_time", "modelled_rate_on", "parse_size", "format_size", "children", "depth"]
 
 PLAN_VERSION = 1
 MIN_CHUNK = 64 << 10
@@ -366,6 +368,22 @@ def ring_time(plan: Plan, nbytes: int) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # building plans
+
+
+def modelled_rate_on(plan: Plan, topology: Topology) -> float:
+    """Modelled allreduce rate (bytes/s) of ``plan``'s trees and shares on ``topology``, which
+    need not be the topology the plan was made from.
+
+    The engine splits every buffer by the plan's shares, so resource ``l`` carries
+    ``sum_t share_t * load_t(l)`` bytes per byte reduced; the slowest resource sets the rate.
+    A plan made from a probed model is thus judged on the real (declared) network, without the
+    noise of a measurement.
+    """
+    model = ArcModel(topology)
+    use = sum(t.share * model.load(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees)
+    busy = np.asarray(use, dtype=float) / model.capacity
+    worst = float(busy.max()) if np.size(busy) else 0.0
+    return float("inf") if worst <= 0 else 1.0 / worst
 
 
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,

@@ -1,26 +1,17 @@
 """The probe's inference on synthetic measurements (no MPI): schedule, clustering, shared
 bottlenecks, host caps, the document, and the planned optimum of what it infers."""
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from horotopo.plan import make_plan
+from horotopo.plan import make_plan, modelled_rate_on
 from horotopo.generate import racks as generated_racks
 from horotopo.generate import random_declared
 from horotopo.probe.infer import (build_document, circle_rounds, cluster_levels, cluster_ranks,
                                   expected_fan, expected_rates, extension_tests, format_report,
                                   group_tests, infer_all, infer_host_caps, infer_shared)
 from horotopo.topology import GBPS_TO_BPS, bundled, from_dict, load
-
-
-_spec = importlib.util.spec_from_file_location(
-    "probe_accuracy", Path(__file__).resolve().parent.parent / "benchmarks" / "probe_accuracy.py")
-_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_bench)
-plan_rate_on = _bench.plan_rate_on
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +304,7 @@ def test_probed_optimum_within_15_percent_of_declared(make):
     got = make_plan(probed)
     assert got.throughput_Bps == pytest.approx(want.throughput_Bps, rel=0.15), declared.name
     # and the plan made from the probe, run on the real network, is nearly as good
-    real = plan_rate_on(got, declared) / plan_rate_on(want, declared)
+    real = modelled_rate_on(got, declared) / modelled_rate_on(want, declared)
     assert real >= 0.85, f"{declared.name}: the probed plan gets {real:.3f} of the declared one"
 
 
