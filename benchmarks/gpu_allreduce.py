@@ -27,21 +27,14 @@ from mpi4py import MPI
 
 from horotopo import gpu
 from horotopo.engine import Engine
-from horotopo.plan import Plan, parse_size, plan_from_trees
+from horotopo.plan import parse_size
 from horotopo.transport import MPITransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
+# the plan the GPU tests run too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import results as results_doc  # noqa: E402
-
-
-def two_tree_plan(n: int, chunk_bytes: int) -> Plan:
-    """A plan of two trees for ``n`` ranks: a chain rooted at 0 (rate 2) and a star rooted at
-    n-1 (rate 1). Uneven shares, deep and shallow trees (the GPU tests use it too)."""
-    chain = [-1] + list(range(n - 1))
-    star = [n - 1] * n
-    star[n - 1] = -1
-    return plan_from_trees(n, [(0, chain, chain, 2.0), (n - 1, star, star, 1.0)],
-                           chunk_bytes=chunk_bytes)
+from gpu_plans import two_tree_plan  # noqa: E402
 
 
 def _timed(comm, fn, repeats: int) -> float:

@@ -9,7 +9,8 @@ from mpi4py import MPI
 
 from horotopo import gpu
 from horotopo.engine import Engine
-from gpu_support import require_device, two_tree_plan
+from gpu_plans import two_tree_plan
+from gpu_support import require_device
 from horotopo.transport import MPITransport
 
 COMM = MPI.COMM_WORLD

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 from horotopo.engine import Engine
 from horotopo.gpu import StagingTransport
-from gpu_support import two_tree_plan
+from gpu_plans import two_tree_plan
 from horotopo.transport import MPITransport
 
 
