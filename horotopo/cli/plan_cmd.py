@@ -8,6 +8,7 @@ import time
 
 from ..packing import format_percent, plural
 from ..packing.depth import FORESTS
+from ..packing.hostforest import has_hosts
 from ..plan import Plan, format_size, make_plan, target_size
 from ..topology import bundled_names, load
 from . import CommandError, positive_size, writable_path, write_text
@@ -85,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             raise CommandError("--png needs matplotlib (pip install 'horotopo[plot]')") from None
     topology = load(args.topology)
+    if args.forest == "hosts" and not has_hosts(topology):
+        raise CommandError(f"--forest hosts needs machines that hold several ranks (or a local "
+                           f"fabric much faster than the way out); {topology.name!r} has none")
 
     def progress(msg: str) -> None:
         if not args.quiet:
