@@ -58,7 +58,7 @@ from horotopo.planning_protocol import share_plan
 from horotopo.probe import probe
 from horotopo.probe.hostinfer import generated_hosts
 from horotopo.schedule import window_for
-from horotopo.simulation import run_simulated
+from horotopo.simulation.runner import run_simulated
 from horotopo.simulation.platform import set_link_rate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer

@@ -37,7 +37,7 @@ from horotopo.engine import Engine  # noqa: E402
 from horotopo.generate import GENERATORS, generate  # noqa: E402
 from horotopo.packing.alphabeta import NetworkModel, SoftwareCosts, window_for  # noqa: E402
 from horotopo.plan import Plan, format_size, make_plan, parse_size  # noqa: E402
-from horotopo.simulation import run_simulated  # noqa: E402
+from horotopo.simulation.runner import run_simulated  # noqa: E402
 from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
 from horotopo.transport.simulated import DEFAULT_COSTS, SimCosts  # noqa: E402
 

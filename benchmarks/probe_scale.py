@@ -34,7 +34,7 @@ import numpy as np
 from horotopo.generate import generate
 from horotopo.probe import probe
 from horotopo.probe.hostinfer import generated_hosts
-from horotopo.simulation import run_simulated
+from horotopo.simulation.runner import run_simulated
 from horotopo.topology import GBPS_TO_BPS, from_dict
 from horotopo.transport.simulated import DEFAULT_COSTS, SimCosts
 

@@ -53,7 +53,7 @@ def simulated(topology: Topology, plan: Plan, sizes: Sequence[int],
               algorithms: Sequence[str]) -> Dict[Tuple[str, int], Dict[str, float]]:
     """Simulated seconds (slowest rank) and wrong elements per (algorithm, size)."""
     from horotopo.engine import Engine
-    from horotopo.simulation import run_simulated
+    from horotopo.simulation.runner import run_simulated
 
     n = topology.n
     cases = [(alg, size) for size in sizes for alg in algorithms]

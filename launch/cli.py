@@ -482,7 +482,7 @@ else:
     note("native", False, "no CUDA device")
 try:
     # as horotopo simulate finds it: in the environment, else in Debian's dist-packages
-    from horotopo.transport.simgrid_support import load_simgrid
+    from horotopo.simulation.support import load_simgrid
     simgrid = load_simgrid()
     note("simgrid", True, "SimGrid " + str(getattr(simgrid, "simgrid_version",
                                                    getattr(simgrid, "__version__", ""))))

@@ -22,7 +22,10 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
                     "horotopo.gpu._env", "horotopo.gpu.elementwise", "horotopo.gpu.kernels",
                     "horotopo.gpu.staging", "horotopo.transport.wire", "horotopo.transport.poll",
                     "horotopo.transport.types")),
-    ("transport", ("horotopo.transport", "horotopo.gpu")),
+    # the simulated transport stands on SimGrid's engine, actors and requests
+    ("transport", ("horotopo.transport", "horotopo.gpu", "horotopo.simulation.support",
+                   "horotopo.simulation.actors", "horotopo.simulation.pending",
+                   "horotopo.simulation.collectives")),
     ("probe", ("horotopo.probe",)),
     ("simulation", ("horotopo.simulation",)),
     ("packing", ("horotopo.packing",)),

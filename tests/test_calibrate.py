@@ -13,7 +13,7 @@ import pytest
 from horotopo import costs
 from horotopo.cli import calibrate_cmd, main
 from horotopo.cli.simulate_cmd import resolve, simulate
-from horotopo.transport.simgrid_support import SimulatorMissing, load_simgrid
+from horotopo.simulation.support import SimulatorMissing, load_simgrid
 
 ROOT = Path(__file__).resolve().parents[1]
 # A small cluster whose links are fast enough that the ranks' reduce work, not the network,

@@ -12,7 +12,7 @@ from horotopo.bootstrap import SettingsError, setup
 from horotopo.packing import alphabeta as ab
 from horotopo.plan import make_plan
 from horotopo.topology import load
-from horotopo.transport.simgrid_support import SimCosts
+from horotopo.simulation.support import SimCosts
 
 from loop_transport import run_ranks
 

@@ -152,7 +152,7 @@ def test_check_build_prints_horovods_sections_with_detected_marks(capsys):
     for absent in ("TensorFlow", "MXNet", "Gloo", "NCCL", "DDL", "CCL"):
         assert lines[absent] == "[ ]", absent
     assert lines["MPI"] == "[X]"      # the test suite runs with mpi4py and an MPI
-    from horotopo.transport.simgrid_support import SimulatorMissing, load_simgrid
+    from horotopo.simulation.support import SimulatorMissing, load_simgrid
     try:
         simgrid_there = load_simgrid() is not None
     except SimulatorMissing:

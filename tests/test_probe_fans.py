@@ -19,7 +19,7 @@ MARGIN = 0.2
 def _simulated_probe(doc):
     """What the quick probe measures on the declared ``doc``, simulated (skips without
     SimGrid)."""
-    from horotopo.simulation import run_simulated
+    from horotopo.simulation.runner import run_simulated
     from horotopo.transport.simulated import SimulatorMissing, load_simgrid
     try:
         load_simgrid()

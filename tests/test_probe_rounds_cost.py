@@ -34,7 +34,8 @@ SPEC = "sites:hosts_per_rack=2,wan_gbps=2"
 
 
 def _run(spec: str, n: int, body: Any) -> List[Any]:
-    from horotopo.simulation import SimCosts, run_simulated
+    from horotopo.simulation import SimCosts
+    from horotopo.simulation.runner import run_simulated
     # The probe's receives land in place: no per-byte receive cost (see probe_scale.py).
     costs = SimCosts(simulated.DEFAULT_COSTS.per_message_s, 0.0)
     return run_simulated(from_dict(generate(spec, n)), body, costs=costs, timeout_s=120).results

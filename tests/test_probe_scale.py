@@ -166,7 +166,8 @@ class Recording(GroupTransport):
 def _probe_sim(spec, n, **overrides):
     """Run the probe by hosts on the generated cluster; (rank 0's document, declared topology,
     every rank's sends)."""
-    from horotopo.simulation import SimCosts, run_simulated
+    from horotopo.simulation import SimCosts
+    from horotopo.simulation.runner import run_simulated
     doc = generate(spec, n)
     topo = from_dict(doc)
     hosts = generated_hosts(doc)

@@ -39,7 +39,8 @@ def test_the_scan_stays_within_its_test_count():
 
 def _probed(doc):
     from horotopo.probe import probe
-    from horotopo.simulation import SimCosts, run_simulated
+    from horotopo.simulation import SimCosts
+    from horotopo.simulation.runner import run_simulated
     from horotopo.transport.simulated import DEFAULT_COSTS
 
     costs = SimCosts(DEFAULT_COSTS.per_message_s, 0.0)

@@ -27,10 +27,11 @@ from horotopo.engine import Engine  # noqa: E402
 from horotopo.generate import racks, random_declared, random_measured, uniform_star  # noqa: E402
 from horotopo.packing import ring_parents  # noqa: E402
 from horotopo.plan import plan_from_trees  # noqa: E402
-from horotopo.simulation import SimCosts, SimulationError, run_simulated  # noqa: E402
+from horotopo.simulation import SimCosts, SimulationError  # noqa: E402
+from horotopo.simulation.runner import run_simulated  # noqa: E402
 from horotopo.simulation.platform import resource_latencies  # noqa: E402
 from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
-from horotopo.transport import simgrid_support  # noqa: E402
+from horotopo.simulation import support as simgrid_support  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 
 from bench_scripts import benchmark_json, run_benchmark  # noqa: E402

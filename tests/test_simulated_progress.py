@@ -1,4 +1,4 @@
-"""The simulated transport's completion queue (horotopo/transport/simgrid_pending.py): the
+"""The simulated transport's completion queue (horotopo/simulation/pending.py): the
 progress loop's requests kept between waits, so that a completion costs time in proportion to
 the messages that can complete next, not to every message posted.
 
@@ -23,7 +23,8 @@ from horotopo.algorithms.progress import Progress  # noqa: E402
 from horotopo.engine import Engine  # noqa: E402
 from horotopo.generate import uniform_star  # noqa: E402
 from horotopo.reliability.tracking import TrackedTransport  # noqa: E402
-from horotopo.simulation import SimulationError, run_simulated  # noqa: E402
+from horotopo.simulation import SimulationError  # noqa: E402
+from horotopo.simulation.runner import run_simulated  # noqa: E402
 from horotopo.topology import from_dict  # noqa: E402
 from horotopo.transport.base import TransportError  # noqa: E402
 from horotopo.transport.simulated import SimulatedTransport  # noqa: E402

@@ -17,7 +17,8 @@ from horotopo import planning_protocol  # noqa: E402
 from horotopo.generate import uniform_star  # noqa: E402
 from horotopo.plan import Plan, plan_from_trees  # noqa: E402
 from horotopo.schedule import ScheduleCache, compile_allreduce  # noqa: E402
-from horotopo.simulation import SimCosts, run_simulated  # noqa: E402
+from horotopo.simulation import SimCosts  # noqa: E402
+from horotopo.simulation.runner import run_simulated  # noqa: E402
 from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 

@@ -230,7 +230,8 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
     from ..probe import probe as run_probe
     from ..schedule import window_for
     from ..simulation.platform import processor_names
-    from ..simulation import SimCosts, SimulationError, run_simulated
+    from ..simulation import SimCosts, SimulationError
+    from ..simulation.runner import run_simulated
 
     if probe not in PROBES:
         raise ValueError(f"probe must be one of {', '.join(PROBES)}, got {probe!r}")

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ..probe.hostinfer import generated_hosts
 from ..topology import HostRoutes, Topology
-from ..transport.simulated import Simulation
+from .actors import Simulation
 
 __all__ = ["Platform", "build_platform", "processor_names", "resource_latencies", "link_name",
            "set_link_rate"]

@@ -15,11 +15,10 @@ from typing import Any, Callable, Optional, Sequence
 
 from .. import config
 from ..topology import Topology
-from ..transport.simulated import (SimCosts, SimRun, Simulation,
-                                   SimulatedTransport, SimulationConfigError, SimulationError,
-                                   load_simgrid)
-from ..transport.simgrid_run import PROGRESS_EVERY_S
+from ..transport.simulated import SimulatedTransport
+from .actors import PROGRESS_EVERY_S, SimRun, Simulation
 from .platform import build_platform
+from .support import SimCosts, SimulationConfigError, SimulationError, load_simgrid
 
 __all__ = ["run_simulated", "run_here"]
 

@@ -36,11 +36,11 @@ import numpy as np
 
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .types import Describe
-from .simgrid_collectives import SimCollectives, RoundsRequest
-from .simgrid_pending import CompletionQueue, Request
-from .simgrid_support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationConfigError,
+from ..simulation.collectives import RoundsRequest, SimCollectives
+from ..simulation.pending import CompletionQueue, Request
+from ..simulation.support import (DEFAULT_COSTS, INSTALL_HINT, SimCosts, SimulationConfigError,
                               SimulationError, SimulatorMissing, load_simgrid)
-from .simgrid_run import SimRun, Simulation
+from ..simulation.actors import SimRun, Simulation
 
 __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
            "SimulatedTransport", "SimRun", "SimulationError", "SimulationConfigError",
@@ -361,7 +361,7 @@ class SimulatedTransport(SimCollectives, Transport):
 
     def completion_queue(self) -> CompletionQueue:
         """A queue that keeps one progress loop's requests between its waits (see
-        :mod:`horotopo.transport.simgrid_pending`): each completion then costs time in
+        :mod:`horotopo.simulation.pending`): each completion then costs time in
         proportion to the messages that can complete next, where :meth:`waitsome` passes over
         every request it is given."""
         return CompletionQueue(self)

@@ -1,8 +1,7 @@
 """A SimGrid simulation of ranks: the engine, the mailboxes and the run that collects results.
 
-Split from :mod:`horotopo.transport.simulated` (which re-exports :class:`Simulation` and
-:class:`SimRun`): this module owns SimGrid's engine and the actors; that one owns what a rank
-sees, the Transport.
+This module owns SimGrid's engine and the actors; :mod:`horotopo.transport.simulated` owns
+what a rank sees, the Transport, and is handed to :meth:`Simulation.run` to make one per rank.
 """
 from __future__ import annotations
 
@@ -12,11 +11,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .simgrid_support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationConfigError,
+from .support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationConfigError,
                               SimulationError, load_simgrid)
 
 if TYPE_CHECKING:
-    from .simulated import SimulatedTransport
+    from ..transport.simulated import SimulatedTransport
 
 __all__ = ["Simulation", "SimRun"]
 
@@ -173,7 +172,7 @@ class Simulation:
         """Bytes in flight that fill the route from rank ``source`` to rank ``dest``: its
         latency times its bottleneck rate (a stream keeps that many on the network; see
         ``SimulatedTransport._may_start``, and the receive side in
-        :mod:`horotopo.transport.simgrid_pending`, which must agree with it)."""
+        :mod:`horotopo.simulation.pending`, which must agree with it)."""
         key = (source, dest)
         got = self._pipes.get(key)
         if got is None:

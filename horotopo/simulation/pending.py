@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional, Tuple
 
-from .base import TransportError
+from ..transport.poll import TransportError
 
 if TYPE_CHECKING:
-    from .simulated import SimulatedTransport
+    from ..transport.simulated import SimulatedTransport
 
 __all__ = ["CompletionQueue", "Request"]
 

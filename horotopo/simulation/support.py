@@ -1,8 +1,7 @@
 """SimGrid's Python bindings and the software costs a simulation charges.
 
-Split from :mod:`horotopo.transport.simulated`, which re-exports every name: finding the
-bindings (Debian's ``python3-simgrid`` outside the venv) and the measured cost constants are
-separate jobs from the transport itself. The figures come from the one cost profile
+Finding the bindings (Debian's ``python3-simgrid`` outside the venv) and the costs are jobs
+apart from the transport (:mod:`horotopo.transport.simulated`, which re-exports these names). The figures come from the one cost profile
 (:mod:`horotopo.costs`) that the planner charges too.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ ranks. A broadcast's bytes (or an allgather's list of them) reach every rank *by
 the ranks live in one process and the object is immutable, so the simulation charges each
 message its length without a copy per rank (4096 copies of a 11 MB plan would not fit in
 memory), and every rank gets the same object, which lets the plan protocol decode it once.
-Split from :mod:`horotopo.transport.simulated`, whose transport mixes this class in.
+:class:`~horotopo.transport.simulated.SimulatedTransport` mixes this class in.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..ops import UFUNCS
-from .simgrid_pending import Request
+from .pending import Request
 
 __all__ = ["SimCollectives", "RoundsRequest"]
 
