@@ -157,3 +157,13 @@ def test_a_benchmark_writes_a_stamped_results_file(tmp_path: Path) -> None:
     for field in ("- date", "- CPU", "- cores", "- memory", "- OS", "- Python", "- MPI", "- GPU"):
         assert stamp.get(field), f"no {field[2:]} in the stamp"
     assert "| sites-16-wan10 | 16 |" in text
+
+
+def test_the_architecture_doc_names_every_module() -> None:
+    """docs/architecture.md gives every module its layer; a new module needs its row there."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = sorted((ROOT / "horotopo").rglob("*.py")) + sorted((ROOT / "launch").rglob("*.py"))
+    assert len(modules) > 50
+    missing = [path.relative_to(ROOT).as_posix() for path in modules
+               if f"`{path.relative_to(ROOT).as_posix()}`" not in doc]
+    assert not missing, "docs/architecture.md has no row for: " + ", ".join(missing)
