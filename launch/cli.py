@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -396,7 +397,11 @@ def _run_emulated(opts: Options) -> int:
     from .emulate import EmulatedCluster, EmulationError
 
     try:
-        cluster = EmulatedCluster(opts.emulate, prefix=opts.prefix)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            cluster = EmulatedCluster(opts.emulate, prefix=opts.prefix)
+        for warning in said:
+            _warn(str(warning.message))
         env = dict(opts.env)
         env.setdefault("HOROTOPO_TOPOLOGY", str(Path(opts.emulate).resolve()))
         if opts.dry_run:

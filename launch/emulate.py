@@ -211,6 +211,7 @@ def _wiring(doc: Mapping[str, Any], prefix: str) -> Tuple[List[_Node], List[_Lin
     nodes = [_Node(name, name in switch_set, f"{prefix}-{name}", _node_ip(k))
              for k, name in enumerate(names)]
     links = []
+    unshaped_latency = []
     for k, link in enumerate(doc["links"]):
         gbps = link["gbps"]
         ab, ba = (gbps if isinstance(gbps, list) else [gbps, gbps])
@@ -220,10 +221,12 @@ def _wiring(doc: Mapping[str, Any], prefix: str) -> Tuple[List[_Node], List[_Lin
                                      f"more than one machine can emulate faithfully (at most "
                                      f"{MAX_GBPS}); scale the topology down")
         if link.get("latency_ms"):
-            warnings.warn(f"link {link['ends'][0]}-{link['ends'][1]}: latency_ms is not "
-                          f"emulated (only rates are shaped)", stacklevel=3)
+            unshaped_latency.append(f"{link['ends'][0]}-{link['ends'][1]}")
         links.append(_Link(link["ends"][0], link["ends"][1], float(ab), float(ba),
                            f"{prefix}l{k}"))
+    if unshaped_latency:
+        warnings.warn(f"latency_ms is not emulated, only rates are shaped (links "
+                      f"{', '.join(unshaped_latency)})", stacklevel=3)
     return nodes, links
 
 

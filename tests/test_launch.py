@@ -302,6 +302,23 @@ def test_emulated_command_lines():
                               command=["p"])
 
 
+def test_unshaped_latency_is_one_warning_line(tmp_path, capsys):
+    """Declared latencies are not emulated: one horotopo-run warning naming the links, not a
+    Python warning per link."""
+    from horotopo.topology import resolve
+
+    doc = json.loads(Path(resolve("racks-2x3")).read_text())
+    for link in doc["links"][:2]:
+        link["latency_ms"] = 0.5
+    path = tmp_path / "lat.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["--emulate", str(path), "--dry-run", "python", "t.py"]) == 0
+    err = capsys.readouterr().err
+    names = ", ".join("-".join(link["ends"]) for link in doc["links"][:2])
+    assert err == ("horotopo-run: warning: latency_ms is not emulated, only rates are shaped "
+                   f"(links {names})\n")
+
+
 def test_format_command_quotes():
     assert format_command(["a", "b c"], {"X": "-p 2"}) == "X='-p 2' a 'b c'"
 
