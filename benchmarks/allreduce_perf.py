@@ -86,7 +86,7 @@ def load_plan(args: argparse.Namespace, comm: "MPI.Comm") -> Plan:
 
                 # No ring fallback: a planner error fails the run (below), it is not benchmarked
                 # as if it were the plan.
-                doc = make_plan(topo_mod.load(args.topology)).to_json()
+                doc = make_plan(topo_mod.load_for_job(args.topology, comm.size)).to_json()
             else:
                 n = comm.size
                 doc = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
@@ -100,7 +100,11 @@ def load_plan(args: argparse.Namespace, comm: "MPI.Comm") -> Plan:
         raise SystemExit(f"allreduce_perf: cannot load the plan: {doc['error']}")
     if note:
         _log(f"# note: {note}")
-    return Plan.from_json(doc)
+    plan = Plan.from_json(doc)
+    if plan.n != comm.size:
+        raise SystemExit(f"allreduce_perf: the plan is for {plan.n} ranks but this job has "
+                         f"{comm.size}")
+    return plan
 
 
 def _inputs(count: int, dtype: np.dtype, op: str, rank: int, size: int):
