@@ -1,4 +1,4 @@
-"""The Horovod timeline in a real job, at any size (issue 12 §3): hvd.start_timeline /
+"""The Horovod timeline in a real job, at any size: hvd.start_timeline /
 stop_timeline while running, and HOROVOD_TIMELINE at init. Only rank 0 writes; it checks the
 file and every rank fails with its verdict."""
 import os
