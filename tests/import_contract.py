@@ -42,7 +42,7 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 # contract, and so does a listed one that no longer exists, so the list stays exact.
 KNOWN_CYCLES: Tuple[FrozenSet[str], ...] = (
     frozenset(f"horotopo.api.{name}" for name in (
-        "arrays", "basics", "executors", "handles", "objects", "process_sets", "runtime")),
+        "arrays", "basics", "handles", "objects", "process_sets")),
     frozenset({"horotopo.packing.alphabeta", "horotopo.packing.profiles"}),
 )
 

@@ -22,6 +22,7 @@ from .ops import OP_NAMES, Adasum, Average
 from .records import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, JOIN, NATIVE_DTYPES,
                       PROCESS_SET, REDUCESCATTER, RETUNE, RETUNE_MODES, Entry, Handle, Response,
                       Signature)
+from .set_table import PROCESS_SET_ADD, ranks_from_name
 from .settings import log
 
 __all__ = ["Executor", "OpExecutor", "EXECUTORS", "OnDevice"]
@@ -258,8 +259,6 @@ class ProcessSetExecutor(OpExecutor):
     on_device = False
 
     def run(self, ex: "Executor", entries: List[Entry], responses: List[Response]) -> List[Any]:
-        from .process_sets import PROCESS_SET_ADD, ranks_from_name
-
         resp = responses[0]
         if ex.sets is None or ex.build_group is None:
             raise RuntimeError("this runtime has no process-set table")

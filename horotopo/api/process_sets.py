@@ -4,11 +4,9 @@ subset of the ranks.
 A process set is registered by every rank at the same point (``hvd.init(process_sets=...)``,
 or :func:`add_process_set` with ``HOROVOD_DYNAMIC_PROCESS_SETS=1``): a negotiated op of the
 global set, so that each rank's background thread builds the set at the same place of the
-response stream. The set's members then make a communicator of their own (the transport's
-``group_comm``, collective over the members only) and a plan of their own: the set's first
-rank plans the job's measured topology restricted to the members (:func:`restrict`; no new
-probe) and shares the plan with the members (:func:`horotopo.planning_protocol.share_plan`),
-so the trees serve the subset. The set's collectives are negotiated through rank 0 with the
+response stream; :mod:`horotopo.api.set_table` holds what the runtime builds for it (the
+members' communicator, and a plan of the members' sub-network, so the trees serve the
+subset). The set's collectives are negotiated through rank 0 with the
 others (a name is ready once the set's members asked for it) and run on the set's engine.
 
 Ranks stay global in the API, as in Horovod: a broadcast's ``root_rank`` is a global rank,
@@ -16,22 +14,15 @@ and ``ProcessSet.rank()`` is the rank within the set.
 """
 from __future__ import annotations
 
-import json
-import threading
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from .. import config
-from ..topology import Topology
+from .records import PROCESS_SET
+from .set_table import PROCESS_SET_ADD, PROCESS_SET_REMOVE, SetTable, restrict
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "resolve", "restrict", "Group", "SetTable", "init_process_sets", "check_duplicates", "NOT_REGISTERED",
-           "PROCESS_SET_ADD", "PROCESS_SET_REMOVE", "build_group", "ranks_from_name",
-           "allow_dynamic", "dynamic"]
-
-#: The request's ``op`` of the negotiated process-set ops (kind PROCESS_SET).
-PROCESS_SET_ADD = 0
-PROCESS_SET_REMOVE = 1
+           "resolve", "restrict", "SetTable", "init_process_sets", "check_duplicates",
+           "NOT_REGISTERED", "allow_dynamic", "dynamic"]
 
 #: Horovod's words (operations.cc) after "<Op>: ".
 NOT_REGISTERED = "Process set provided does not exist, or has not been registered."
@@ -210,8 +201,6 @@ def add_process_set(process_set: Any) -> ProcessSet:
 
 
 def _add(rt: Any, process_set: Any) -> ProcessSet:
-    from .records import PROCESS_SET
-
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     ranks = tuple(process_set.ranks or ())
@@ -239,8 +228,6 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     ValueError
         Without ``HOROVOD_DYNAMIC_PROCESS_SETS=1`` (Horovod's message).
     """
-    from .records import PROCESS_SET
-
     rt = _runtime()
     pid = process_set.process_set_id
     if pid is None or pid == 0:
@@ -303,8 +290,9 @@ def _init_communicator_sets(rt: Any, comm_sets: Sequence[ProcessSet], taken: set
     """
     # Imported here: objects imports basics, which imports this module.
     from .objects import allgather_object
+    from horotopo.transport.mpi import member_ranks
 
-    mine = [tuple(sorted(int(r) for r in ps.mpi_comm.allgather(rt.rank))) for ps in comm_sets]
+    mine = [member_ranks(ps.mpi_comm, rt.rank) for ps in comm_sets]
     everyone = allgather_object(mine, name="process_set.communicators")
     counts = [len(lists) for lists in everyone]
     if len(set(counts)) != 1:
@@ -327,127 +315,3 @@ def _init_communicator_sets(rt: Any, comm_sets: Sequence[ProcessSet], taken: set
         pid = rt.sets.find(ranks)
         ps.process_set_id = None if pid in taken else pid
         taken.add(pid)
-
-
-def restrict(topology: Topology, ranks: Sequence[int]) -> Topology:
-    """The job's network model seen by ``ranks`` only: their hosts, the routes and latencies
-    between them (rank ``k`` of the result is ``ranks[k]``), the same resources.
-
-    The result is planned, never re-read from a file: its ``source`` records what it was cut
-    from, for its digest.
-    """
-    idx = [int(r) for r in ranks]
-    return Topology(
-        name=f"{topology.name}[{','.join(map(str, idx))}]",
-        hosts=tuple(topology.hosts[r] for r in idx),
-        resources=topology.resources, capacity_Bps=topology.capacity_Bps,
-        routes=[[tuple(topology.routes[a][b]) for b in idx] for a in idx],
-        latency_s=tuple(tuple(topology.latency_s[a][b] for b in idx) for a in idx),
-        kind=topology.kind,
-        source=json.dumps({"restricted_from": topology.digest, "ranks": idx}, sort_keys=True))
-
-
-def ranks_from_name(name: str) -> Tuple[int, ...]:
-    """The ranks of a PROCESS_SET add request, which its name carries (so that every rank
-    that adds the same set meets under one name)."""
-    return tuple(int(r) for r in name.rsplit(".", 1)[1].split(","))
-
-
-def build_group(comm: Any, ranks: Tuple[int, ...], rank: int, topology: Topology,
-                ring: bool, timeout_s: float) -> "Group":
-    """This member's part of a new set: a communicator over ``ranks`` of ``comm`` (collective
-    over the members only), the plan of the members' sub-network, made on the set's first
-    rank and checked by every member, and an engine that runs it (no re-probing: the set's
-    model is cut from the job's)."""
-    from horotopo.adapt import AdaptiveEngine
-    from horotopo.adapt.runtime import RUNTIME_DEFAULTS
-    from horotopo.plan import make_plan, ring_plan
-    from horotopo.planning_protocol import share_plan
-    from horotopo.transport import mpi as door
-
-    # The engine and the planning exchange each work on a Dup of it (freed when closed); the
-    # communicator itself lives as long as the process, as the runtime's own does.
-    sub = door.group_comm(comm, ranks)
-    model = restrict(topology, ranks)
-    transport = door.MPITransport(sub)
-    try:
-        plan, _ = share_plan(
-            transport,
-            lambda: ((ring_plan(model) if ring or len(ranks) < 3 else make_plan(model)), None),
-            what=f"process set {list(ranks)}: plan")
-    finally:
-        transport.close()
-    engine = AdaptiveEngine(sub, plan, model, adapt=False, timeout_s=timeout_s, calibrate_s=0.0,
-                            **RUNTIME_DEFAULTS)
-    return Group(0, tuple(ranks), ranks.index(rank), engine, plan, model)
-
-
-@dataclass
-class Group:
-    """What a member holds for one process set: the engine over the set's communicator, the
-    plan over its sub-network, and this rank's place in it."""
-
-    pid: int
-    ranks: Tuple[int, ...]
-    rank: int
-    engine: Any
-    plan: Any
-    topology: Topology
-
-    @property
-    def size(self) -> int:
-        return len(self.ranks)
-
-
-class SetTable:
-    """Every process set's ranks by id (identical on every rank), and this rank's groups.
-
-    Only the background thread changes it, when it runs a PROCESS_SET response; user threads
-    read it (dict reads are atomic, and a registration completes before the user's
-    ``add_process_set`` returns).
-    """
-
-    def __init__(self, size: int) -> None:
-        self._ranks: Dict[int, Tuple[int, ...]] = {0: tuple(range(size))}
-        self.groups: Dict[int, Group] = {}
-        self._next = 1
-        self._lock = threading.Lock()
-
-    @property
-    def members(self) -> Dict[int, Tuple[int, ...]]:
-        """The id -> ranks mapping itself (the coordinator counts requests against it)."""
-        return self._ranks
-
-    def get(self, pid: int) -> Optional[Tuple[int, ...]]:
-        return self._ranks.get(pid)
-
-    def ranks_of(self, pid: int) -> Tuple[int, ...]:
-        ranks = self._ranks.get(pid)
-        if ranks is None:
-            raise ValueError("Process set does not exist or has not been registered.")
-        return ranks
-
-    def find(self, ranks: Sequence[int]) -> Optional[int]:
-        key = tuple(ranks)
-        return next((pid for pid, r in self._ranks.items() if r == key), None)
-
-    def ids(self) -> Dict[int, List[int]]:
-        """``{id: ranks}`` (Horovod's ``_get_process_set_ids_and_ranks``)."""
-        return {pid: list(r) for pid, r in self._ranks.items()}
-
-    def register(self, ranks: Tuple[int, ...], group: Optional[Group]) -> int:
-        """Record a set under the next id (the same on every rank: every rank registers the
-        same sets in the same order); ``group`` is this rank's part, None for a non-member."""
-        with self._lock:
-            pid = self._next
-            self._next += 1
-            self._ranks[pid] = tuple(ranks)
-            if group is not None:
-                group.pid = pid
-                self.groups[pid] = group
-        return pid
-
-    def unregister(self, pid: int) -> Optional[Group]:
-        with self._lock:
-            self._ranks.pop(pid, None)
-            return self.groups.pop(pid, None)

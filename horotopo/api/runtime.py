@@ -37,7 +37,7 @@ from .controller import Controller
 from .errors import SHUT_DOWN
 from .executors import Executor
 from .ops import Average
-from .process_sets import SetTable, build_group
+from .set_table import SetTable, build_group
 from .queue import Item, RequestQueue
 from .records import (ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, RETUNE, RETUNE_MODES,
                       SUPPORTED_DTYPES, Entry, Handle, dtype_name)

@@ -351,6 +351,14 @@ def group_comm(comm: "MPI.Comm", ranks: Sequence[int]) -> "MPI.Comm":
         group.Free()
 
 
+def member_ranks(comm: Any, job_rank: int) -> Tuple[int, ...]:
+    """The job ranks of ``comm``'s members, sorted, each member passing its own ``job_rank``.
+
+    Collective over ``comm`` (a user's communicator, which need not span the job).
+    """
+    return tuple(sorted(int(r) for r in comm.allgather(int(job_rank))))
+
+
 def supports_threads(thread_level: int) -> bool:
     """True if ``thread_level`` (what ``MPI_Query_thread`` returned) is MPI_THREAD_MULTIPLE.
 
