@@ -52,12 +52,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
+from horotopo.reliability.targets import (  # noqa: E402
+    MEDIAN_FRACTION, MIN_FRACTION, MPI_SLACK, summarize)
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY_DIRS = (ROOT / "horotopo" / "data" / "topologies",)
-MIN_FRACTION = 0.75
-MEDIAN_FRACTION = 0.85
-MPI_SLACK = 1.05  # horotopo may take at most this times MPI_Allreduce's time
-TARGET_SIZE = 16 << 20
 
 
 def _log(msg: str) -> None:
@@ -157,53 +156,6 @@ def _topologies(names: Optional[str], n_random: int, random_ranks: int, seed: in
         doc = random_declared(random_ranks, seed + k, gbps_range=(0.2, 1.0))
         out.append((doc["name"], doc))
     return out
-
-
-def _stats(values: Sequence[float]) -> Dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def summarize(name: str, optimum_s: Dict[int, float], jobs: Sequence[Dict[str, Any]]
-              ) -> Tuple[Dict[str, Any], List[str]]:
-    """Per-size statistics over ``jobs`` (each a worker's document) and the target misses.
-
-    Pure, so that the verdict logic is tested without a cluster.
-    """
-    sizes: Dict[int, Dict[str, Any]] = {}
-    misses: List[str] = []
-    for size, opt in sorted(optimum_s.items()):
-        fractions, ratios, counts = [], [], {}
-        for job in jobs:
-            row = next(r for r in job["rows"] if int(r["size"]) == size)
-            hvd = statistics.median(row["hvd_s"])
-            mpi = statistics.median(row["mpi_s"])
-            fractions.append(opt / hvd)
-            ratios.append(mpi / hvd)
-            for alg in row["algorithms"]:
-                counts[alg] = counts.get(alg, 0) + 1
-        entry = {"size": size, "optimum_s": opt, "fraction": _stats(fractions),
-                 "ratio_to_mpi": _stats(ratios), "fractions": fractions, "ratios": ratios,
-                 "algorithms": counts}
-        sizes[size] = entry
-        if size == TARGET_SIZE:
-            f = entry["fraction"]
-            if f["min"] < MIN_FRACTION:
-                misses.append(f"{name} 16 MiB: minimum fraction of optimum {f['min']:.3f} "
-                              f"< {MIN_FRACTION}")
-            if f["median"] < MEDIAN_FRACTION:
-                misses.append(f"{name} 16 MiB: median fraction of optimum {f['median']:.3f} "
-                              f"< {MEDIAN_FRACTION}")
-            worst = min(ratios)
-            if worst < 1.0 / MPI_SLACK:
-                misses.append(f"{name} 16 MiB: a job took {1.0 / worst:.3f}x MPI_Allreduce's "
-                              f"time (> {MPI_SLACK})")
-    wrong = sum(int(j.get("wrong", 0)) for j in jobs)
-    if wrong:
-        misses.append(f"{name}: {wrong} wrong elements")
-    return {"name": name, "jobs": len(jobs), "sizes": list(sizes.values()),
-            "replans": [int(j.get("replans", 0)) for j in jobs],
-            "init_s": [round(float(j.get("init_s", 0.0)), 3) for j in jobs],
-            "cost_models": [j.get("cost_model", "") for j in jobs]}, misses
 
 
 def _load() -> Dict[str, Any]:

@@ -5,7 +5,6 @@ through everything the real one does (namespaces, MPI across them, torch's store
 the emulated network, the three DDP variants, the parameter check); it needs root and ip
 netns, and says so when skipped.
 """
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,44 +12,43 @@ from pathlib import Path
 
 import pytest
 
+from bench_scripts import run_benchmark
+
 pytest.importorskip("torch", reason="the benchmark trains with torch (the [torch] extra)")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "ddp_step.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("ddp_step", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+VARIANTS = ["gloo", "horotopo", "gloo+hook"]
 
 
 def test_help_explains_the_variants_and_the_arguments():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
-                         text=True, timeout=60)
+    out = run_benchmark("ddp_step.py", "--help", timeout_s=60)
     assert out.returncode == 0, out.stderr
     for word in ("gloo+hook", "allreduce_hook", "images/s", "--hidden", "--rounds", "--local",
                  "--json", "racks-2x3", "needs root"):
         assert word in out.stdout, word
-    bench = _bench()
-    with pytest.raises(SystemExit):
-        bench.parse_args(["--steps", "0"])
+    bad = run_benchmark("ddp_step.py", "--steps", "0", timeout_s=60)
+    assert bad.returncode == 2 and "--steps must be at least 1, got 0" in bad.stderr, bad.stderr
 
 
 def test_the_table_has_a_row_per_variant_with_its_ratio():
-    bench = _bench()
-    rows = [{"variant": v, "process_group": bench.WHAT[v][0], "reducer": bench.WHAT[v][1],
-             "images_per_s": rate, "step_ms_median": 64000 / rate,
-             "ratio_vs_gloo": rate / 100.0, "max_param_diff_vs_gloo": 0.0}
-            for v, rate in zip(bench.VARIANTS, (100.0, 250.0, 180.0))]
-    doc = {"ranks": 6, "params": 4206602, "gradient_bytes": 16826408, "batch_per_rank": 32,
-           "rounds": 3, "steps_per_round": 2, "rows": rows}
-    table = bench.report(doc, "emulated racks-2x3").splitlines()
-    assert "6 ranks, emulated racks-2x3" in table[0] and "4.21M parameters" in table[0]
-    assert [line.split()[0] for line in table[2:]] == list(bench.VARIANTS)
-    assert table[3].split()[-2:] == ["2.50x", "0.0e+00"]
-    assert table[4].split()[-2:] == ["1.80x", "0.0e+00"]
+    # plain local ranks and a tiny MLP: the table of a real run, without root
+    out = run_benchmark("ddp_step.py", "--local", "-np", "2", "--hidden", "16", "--layers", "2",
+                        "--batch", "4", "--rounds", "1", "--steps", "1", timeout_s=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = out.stdout.strip().splitlines()
+    assert "2 ranks, plain local ranks" in table[0] and "1 rounds x 1 steps" in table[0]
+    assert table[1].split()[1:3] == ["variant", "process"]
+    rows = [line.split() for line in table[2:]]
+    assert [row[0] for row in rows] == VARIANTS
+    gloo_rate = float(rows[0][-4])
+    for row in rows:
+        rate, ratio, diff = float(row[-4]), row[-2], float(row[-1])
+        # images/s is printed to 0.1 and the ratio to 0.01: compare within both roundings
+        assert rate > 0 and ratio.endswith("x"), row
+        assert float(ratio[:-1]) == pytest.approx(rate / gloo_rate, abs=0.006), row
+        assert diff <= 1e-3, row
+    assert rows[0][-2] == "1.00x"
 
 
 PAIR = {"name": "pair", "switches": ["sw"],

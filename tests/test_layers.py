@@ -105,3 +105,72 @@ def test_a_module_outside_every_layer_is_reported(tmp_path):
 def test_layers_are_named_once():
     names = [name for name, _ in LAYERS]
     assert len(names) == len(set(names))
+
+
+# The test files that still load a script of benchmarks/. The set may only shrink: a file not
+# listed that loads one fails, and so does a listed one that no longer does.
+LOADS_BENCHMARKS = frozenset({
+    "test_adapt_sim.py", "test_emulate_main.py", "test_netns.py", "test_netns_adapt.py",
+    "test_netns_probe.py", "test_predict.py"})
+
+_LOADERS = {"spec_from_file_location", "import_module", "run_path", "insert", "append"}
+
+
+def benchmark_loads(tests_dir: pathlib.Path, scripts: set) -> dict:
+    """``{test file: [line, ...]}`` where a test imports benchmarks/ or one of its scripts,
+    or hands a benchmarks/ path to a module loader or to ``sys.path``."""
+    import ast
+
+    found: dict = {}
+    for path in sorted(tests_dir.rglob("*.py")):
+        source = path.read_text()
+        lines = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if not node.level else []
+            elif isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                text = ast.get_source_segment(source, node) or ""
+                hit = name in _LOADERS and ("benchmarks" in text or any(
+                    isinstance(c, ast.Constant) and c.value in scripts
+                    for c in ast.walk(node)))
+                if hit:
+                    lines.append(node.lineno)
+                continue
+            else:
+                continue
+            if any(n.split(".")[0] in scripts | {"benchmarks"} for n in names):
+                lines.append(node.lineno)
+        if lines:
+            found[path.relative_to(tests_dir).as_posix()] = sorted(lines)
+    return found
+
+
+def _benchmark_scripts() -> set:
+    return {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+
+
+def test_tests_load_no_benchmark_but_the_listed_ones():
+    found = benchmark_loads(ROOT / "tests", _benchmark_scripts())
+    new = {f: lines for f, lines in found.items() if f not in LOADS_BENCHMARKS}
+    assert not new, f"tests that load benchmarks/ (run the script, or test horotopo): {new}"
+    gone = LOADS_BENCHMARKS - set(found)
+    assert not gone, f"listed in LOADS_BENCHMARKS but no longer load benchmarks/: {sorted(gone)}"
+
+
+def test_a_benchmark_load_is_caught(tmp_path):
+    _write(tmp_path, {
+        "spec.py": "import importlib.util\nspec = importlib.util.spec_from_file_location(\n"
+                   "    'x', ROOT / 'benchmarks' / 'x.py')\n",
+        "path.py": "import sys\nsys.path.insert(0, str(ROOT / 'benchmarks'))\nimport x\n",
+        "package.py": "from benchmarks.x import f\n",
+        "named.py": "import importlib.util\nspec = importlib.util.spec_from_file_location(\n"
+                    "    'x', SCRIPT)\n",
+        "subprocess_run.py": "import subprocess\n"
+                             "subprocess.run(['python', 'benchmarks/x.py'])\n",
+    })
+    assert benchmark_loads(tmp_path, {"x"}) == {
+        "named.py": [2], "package.py": [1], "path.py": [2, 3], "spec.py": [2]}

@@ -1,20 +1,10 @@
-"""benchmarks/robustness.py's verdict, on made-up job documents (no cluster needed)."""
-import importlib.util
-from pathlib import Path
-
+"""The robustness verdict (benchmarks/robustness.py's), on made-up job documents (no cluster
+needed)."""
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from horotopo.reliability.targets import summarize
+
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("robustness",
-                                                  ROOT / "benchmarks" / "robustness.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _job(hvd_s, mpi_s, alg="tree", wrong=0):
@@ -22,20 +12,20 @@ def _job(hvd_s, mpi_s, alg="tree", wrong=0):
                       "algorithms": [alg] * len(hvd_s)}], "wrong": wrong}
 
 
-def test_targets_met(bench):
+def test_targets_met():
     jobs = [_job([1.0, 1.1, 1.05], [3.0, 3.0, 3.0]) for _ in range(3)]
-    res, misses = bench.summarize("t", {16 * MiB: 0.95}, jobs)
+    res, misses = summarize("t", {16 * MiB: 0.95}, jobs)
     assert misses == []
     f = res["sizes"][0]["fraction"]
     assert f["median"] == pytest.approx(0.95 / 1.05)
     assert res["sizes"][0]["algorithms"] == {"tree": 9}
 
 
-def test_each_miss_is_listed(bench):
+def test_each_miss_is_listed():
     # one job ran MPI_Allreduce at 0.3 of the optimum and 10% slower than MPI in its own run
     jobs = [_job([1.0] * 3, [3.0] * 3), _job([3.3] * 3, [3.0] * 3, alg="mpi"),
             _job([1.3] * 3, [3.0] * 3, wrong=2)]
-    _, misses = bench.summarize("t", {16 * MiB: 1.0}, jobs)
+    _, misses = summarize("t", {16 * MiB: 1.0}, jobs)
     text = "\n".join(misses)
     assert "minimum fraction" in text and "median fraction" in text
     assert "MPI_Allreduce's time" in text and "2 wrong elements" in text

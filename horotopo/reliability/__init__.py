@@ -12,6 +12,9 @@ liveness pings. One job per module, usable separately:
   ranks it was waiting for.
 - :mod:`~horotopo.reliability.liveness`: :class:`LivenessResponder`, pings over the transport
   that find the dead or stopped ranks when a wait names none.
+- :mod:`~horotopo.reliability.targets`: :func:`~horotopo.reliability.targets.summarize`, the
+  robustness verdict over repeated jobs' timings (fraction of the optimum, time against
+  ``MPI_Allreduce``, wrong elements).
 
 Only :mod:`horotopo.transport.mpi` touches MPI; this package reaches it through the
 transport. :class:`~horotopo.config.ConfigError` is re-exported for the callers that catch it
