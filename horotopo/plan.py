@@ -437,7 +437,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     One exception, bounded: a host forest of ``m`` host trees over ``H`` machines with
     ``2 m < H`` is held to ``1 - 1 / H`` of ring's throughput (0.992 at 128 machines), the most
     ``m`` equal-rate trees can reach where ring reaches the NICs' bound
-    (:func:`~horotopo.packing.depth._floor_factor`); it is kept only where it predicts less
+    (:func:`~horotopo.packing.depth.floor_factor`); it is kept only where it predicts less
     time than the others for ``size``.
 
     ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over

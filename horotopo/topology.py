@@ -97,9 +97,20 @@ class Topology:
     def digest(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()[:16]
 
+    def route(self, i: int, j: int) -> Tuple[int, ...]:
+        """The resources a transfer ``i -> j`` consumes, without building row ``i`` of a
+        table that computes its entries on access (a declared topology at thousands of ranks)."""
+        pair = getattr(self.routes, "pair", None)
+        return pair(i, j) if pair is not None else tuple(self.routes[i][j])
+
+    def latency(self, i: int, j: int) -> float:
+        """The latency of ``i -> j`` in seconds, read the way :meth:`route` reads a route."""
+        pair = getattr(self.latency_s, "pair", None)
+        return float(pair(i, j) if pair is not None else self.latency_s[i][j])
+
     def pair_capacity_Bps(self, i: int, j: int) -> float:
         """The rate ``i -> j`` gets alone: its tightest resource (inf for same-host ranks)."""
-        return min((self.capacity_Bps[r] for r in self.routes[i][j]), default=math.inf)
+        return min((self.capacity_Bps[r] for r in self.route(i, j)), default=math.inf)
 
     def describe(self) -> str:
         lines = [f"topology {self.name!r} ({self.kind}): {plural(self.n, 'rank')} on "

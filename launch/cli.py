@@ -477,7 +477,7 @@ try:
 except Exception as exc:
     note("mpi", False, f"{type(exc).__name__}: {exc}")
     note("cuda_aware", False, "no MPI")
-from horotopo.gpu._env import device_status
+from horotopo.gpu.env import device_status
 has_device, why = device_status()
 note("cupy", has_device, why or "a CUDA device is visible")
 if has_device:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from horotopo.gpu._env import cupy_module, device_status
+from horotopo.gpu.env import cupy_module, device_status
 
 TEST_GPU_ENV = "HOROTOPO_TEST_GPU"
 SKIP_REASON = "no CUDA device"

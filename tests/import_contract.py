@@ -19,7 +19,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tup
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("foundation", ("horotopo.config", "horotopo.costs", "horotopo.timeline",
                     "horotopo.topology", "horotopo.generate", "horotopo.ops", "horotopo.buffers",
-                    "horotopo.gpu._env", "horotopo.gpu.elementwise", "horotopo.gpu.kernels",
+                    "horotopo.gpu.env", "horotopo.gpu.elementwise", "horotopo.gpu.kernels",
                     "horotopo.gpu.staging", "horotopo.transport.wire", "horotopo.transport.poll",
                     "horotopo.transport.types")),
     # the simulated transport stands on SimGrid's engine, actors and requests

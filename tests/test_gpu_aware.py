@@ -155,7 +155,7 @@ def test_query_reads_the_loaded_mpi_library():
 
 
 def test_self_test_without_device_says_no(monkeypatch):
-    from horotopo.gpu._env import device_status
+    from horotopo.gpu.env import device_status
     monkeypatch.setattr(awareness, "device_status", device_status)  # the real one
     if device_status()[0]:
         pytest.skip("a CUDA device is present; tests/mpi/test_gpu_mpi.py covers this case")

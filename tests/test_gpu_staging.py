@@ -309,10 +309,10 @@ def test_the_staging_decision_is_made_once_per_transport(monkeypatch, device, aw
     # The runtime decides for user point-to-point traffic, then its engine asks for the same
     # transport: the second ask must cost no collective (ranks would still agree, but each
     # extra allreduce is a round over the whole job at init).
-    from horotopo.gpu import StagingTransport, _env, awareness
+    from horotopo.gpu import StagingTransport, awareness, env
     from horotopo.gpu.transport import staging_if_needed
 
-    monkeypatch.setattr(_env, "device_status", lambda: (device, ""))
+    monkeypatch.setattr(env, "device_status", lambda: (device, ""))
     aware_calls = []
     monkeypatch.setattr(awareness, "cuda_aware", lambda comm: aware_calls.append(comm) or aware)
     transport = _CountingControl()

@@ -9,7 +9,7 @@ from horotopo.packing.hierarchy import HostModel, machines
 from horotopo.packing.hostforest import (MAX_HOST_TREES, _flat, has_hosts, host_groups,
                                          host_tree_counts, host_trees, pack_host_forest,
                                          pack_host_forests, pick_rotations)
-from horotopo.packing.depth import FOREST_MARGIN, _floor_factor
+from horotopo.packing.depth import FOREST_MARGIN, floor_factor
 from horotopo.packing.model import ArcModel
 from horotopo.plan import depth, make_plan
 from horotopo.topology import bundled, from_dict, load
@@ -322,9 +322,9 @@ def test_a_few_host_trees_are_held_to_what_they_can_reach_of_rings_floor():
     topo = from_dict(generate(SITES, 1024))
     h_count = len(set(machines(topo)))
     assert h_count == 128
-    assert _floor_factor(h_count, "hosts", {"host_trees": 32}) == pytest.approx(1 - 1 / 128)
-    assert _floor_factor(h_count, "hosts", {"host_trees": 64}) == 1.0
-    assert _floor_factor(h_count, "deep", {}) == 1.0
+    assert floor_factor(h_count, "hosts", {"host_trees": 32}) == pytest.approx(1 - 1 / 128)
+    assert floor_factor(h_count, "hosts", {"host_trees": 64}) == 1.0
+    assert floor_factor(h_count, "deep", {}) == 1.0
     plan = make_plan(topo, size=64 * MiB)
     record = plan.planner["forest"]
     assert record["chosen"] == "hosts"

@@ -49,7 +49,7 @@ def test_one_op_vocabulary_every_layer_maps_onto():
     from typing import Literal, get_args
 
     from horotopo.api import ops as api_ops
-    from horotopo.gpu import _env, elementwise, kernels
+    from horotopo.gpu import elementwise, env, kernels
     from horotopo.transport import base, p2p
 
     assert ops.REDUCTIONS == ("sum", "min", "max", "product")
@@ -57,7 +57,7 @@ def test_one_op_vocabulary_every_layer_maps_onto():
     assert get_args(ops.Reduction) == ops.REDUCTIONS  # the type spells the same names
     assert base.ReduceOp is ops.Reduction
     assert get_args(base.ControlOp) == (ops.Reduction, Literal["band"])
-    assert _env.OPS == ops.REDUCTIONS
+    assert env.OPS == ops.REDUCTIONS
     assert set(kernels.OP_SUFFIX) == set(elementwise._UFUNC) == set(ops.UFUNCS) \
         == set(ops.REDUCTIONS)
     assert set(p2p._UFUNCS) == set(ops.REDUCTIONS) | {"band"}

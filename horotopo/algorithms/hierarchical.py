@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .. import config
 from ..buffers import (ScratchPool, chunk_bounds, combine_into, reduce_into, segment_bounds,
                        synchronize)
-from ..packing.alphabeta import ENGINE_COSTS, SoftwareCosts, _entry
+from ..packing.alphabeta import ENGINE_COSTS, SoftwareCosts
 from ..probe.group import GroupTransport
 from ..probe.hostinfer import HostLayout, host_layout
 from ..topology import Topology
@@ -222,9 +222,9 @@ def _stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
     for u, v, nbytes in flows:
         if nbytes <= 0:
             continue
-        for r in _entry(topology.routes, u, v):
+        for r in topology.route(u, v):
             load[r] = load.get(r, 0.0) + nbytes
-        latency = max(latency, float(_entry(topology.latency_s, u, v)))
+        latency = max(latency, topology.latency(u, v))
         chunks = math.ceil(nbytes / chunk_bytes)
         pieces = max(pieces, chunks)
         cpu[u] = cpu.get(u, 0.0) + chunks * costs.per_message_s

@@ -302,7 +302,7 @@ def _zeros(sig: Signature) -> Any:
 
         dtype = bfloat16_dtype() if sig.dtype == "bfloat16" else np.dtype(sig.dtype)
         return np.zeros(sig.shape, dtype)
-    from ..gpu._env import cupy_module
+    from ..gpu.env import cupy_module
     from ..gpu.kernels import cupy_bfloat16
 
     cp = cupy_module()

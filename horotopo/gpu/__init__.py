@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ._env import (OPS, cupy_module, device_status, is_cupy_array, is_device_array,
+from .env import (OPS, cupy_module, device_status, is_cupy_array, is_device_array,
                    is_torch_cuda, synchronize)
 from .awareness import ENV as CUDA_AWARE_ENV
 from .awareness import cuda_aware, parse_override, query_mpi_library

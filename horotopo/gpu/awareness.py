@@ -23,7 +23,7 @@ import warnings
 from typing import Any, Dict, List, Optional
 
 from .. import config
-from ._env import cupy_module, device_status
+from .env import cupy_module, device_status
 
 ENV = "HOROTOPO_CUDA_AWARE"
 _MPIX_GPU_SUPPORT_CUDA = 0

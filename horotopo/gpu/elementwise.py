@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import UFUNCS, bfloat16_dtype, reduce_pair
 from ..transport.wire import wire_view
-from ._env import check_op, dtype_name
+from .env import check_op, dtype_name
 
 #: Float dtypes and the type their step is computed in.
 COMPUTE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",

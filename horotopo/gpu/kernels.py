@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import config
 from ..ops import ReduceOp
-from ._env import (OPS, check_op, cupy_module, dtype_name, is_cupy_array, is_device_array,
+from .env import (OPS, check_op, cupy_module, dtype_name, is_cupy_array, is_device_array,
                    is_torch_cuda, synchronize, torch_bfloat16_as_int16)
 from .elementwise import bfloat16_dtype, reduce_arrays, scale_array
 

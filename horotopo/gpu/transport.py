@@ -69,7 +69,7 @@ class StagingTransport(WrappedTransport):
 
     def __init__(self, inner: Any, copier: Optional[Any] = None,
                  is_device: Optional[Callable[[Any], bool]] = None) -> None:
-        from ._env import is_device_array
+        from .env import is_device_array
 
         super().__init__(inner, owns=True)
         self._copier = copier
@@ -239,7 +239,7 @@ _STAGING_DECIDED: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictio
 
 
 def _needs_staging(transport: Any, comm: Any) -> bool:
-    from ._env import device_status
+    from .env import device_status
     from .awareness import cuda_aware
 
     any_device = np.array([1 if device_status()[0] else 0], dtype=np.int32)

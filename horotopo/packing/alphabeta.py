@@ -183,16 +183,8 @@ def arc_figures(topology: Topology, u: int, v: int,
     """``(latency_s, seconds per byte)`` of one message ``u -> v``: the route's latency and
     its bottleneck link's inverse rate (0 for ranks that share memory), as ``network`` gives
     them."""
-    rate = min((topology.capacity_Bps[r] for r in _entry(topology.routes, u, v)),
-               default=math.inf)
-    return network.hop(_entry(topology.latency_s, u, v), 1.0 / rate)
-
-
-def _entry(table: Any, i: int, j: int) -> Any:
-    """``table[i][j]`` without building row ``i`` where the table computes entries on
-    access (a declared topology's routes at thousands of ranks)."""
-    pair = getattr(table, "pair", None)
-    return pair(i, j) if pair is not None else table[i][j]
+    rate = min((topology.capacity_Bps[r] for r in topology.route(u, v)), default=math.inf)
+    return network.hop(topology.latency(u, v), 1.0 / rate)
 
 
 def on_network(profile: Profile, network: NetworkModel) -> Profile:

@@ -36,14 +36,15 @@ from ..topology import Topology
 from .certificate import RTOL
 # gk's pool of halves and its split LP serve the bounded columns as they do gk's own
 from .alphabeta import ENGINE_COSTS, FOREST_KINDS, SoftwareCosts
-from .gk import UNBOUNDED_BPS, _Pool, pack, pair_rates
+from .gk import UNBOUNDED_BPS, TreePool, pack, pair_rates
 from .hierarchy import machines
 from .hostforest import has_hosts, host_tree_counts, pack_bottleneck_forest, pack_host_forests
 from .leveled import LEVEL_TOLERANCE, leveled
 from .model import ArcModel, Packing
 
 __all__ = ["bounded_arborescence", "depth_bound_for", "pack_bounded", "choose_forest",
-           "check_forest", "receive_limited", "FORESTS", "FOREST_MARGIN", "RECEIVE_CHUNK"]
+           "check_forest", "floor_factor", "receive_limited", "FORESTS", "FOREST_MARGIN",
+           "RECEIVE_CHUNK"]
 
 #: ``make_plan(forest=...)``: choose on the prediction, or force one forest.
 FORESTS = ("auto",) + FOREST_KINDS
@@ -159,7 +160,7 @@ def pack_bounded(topology: Topology, max_depth: int, *, rounds: int = 30,
     n = model.n
     if n < 2:
         raise ValueError("a bounded-depth packing needs at least two ranks")
-    pool = _Pool(model)
+    pool = TreePool(model)
     y = 1.0 / model.capacity
     pi = np.zeros(n)
     tried = np.zeros(n)
@@ -198,7 +199,7 @@ def pack_bounded(topology: Topology, max_depth: int, *, rounds: int = 30,
                    bound_phase="")
 
 
-def _keep_top(pool: _Pool, rates: np.ndarray, per_root: int) -> np.ndarray:
+def _keep_top(pool: TreePool, rates: np.ndarray, per_root: int) -> np.ndarray:
     """Rates after keeping each root's ``per_root`` best halves of each kind (re-solved)."""
     inward = np.array([h[0] for h in pool.halves])
     roots = np.array([h[1] for h in pool.halves])
@@ -291,7 +292,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     packing's certified bound, which bounds every packing. Another forest replaces the deep
     one only where its throughput is at least ``floor_Bps`` (ring's, the plan's floor; a host
     forest of fewer than ``H / 2`` trees ``1 - 1 / H`` of it, the most such a forest can reach
-    where ring reaches the NICs' bound: :func:`_floor_factor`) and its predicted time is lower
+    where ring reaches the NICs' bound: :func:`floor_factor`) and its predicted time is lower
     by more than
     :data:`FOREST_MARGIN` (``forest`` names one to force it). On a measured topology whose
     capacities :func:`~.leveled.leveled` changes (rates within the probe's noise of each
@@ -363,7 +364,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
                  for found in packer()]
         # of one kind's candidates (host-tree counts) those above the floor (any, where the
         # kind is forced) are eligible to be weighed against the others
-        floor = lambda c: floor_Bps * (1 - RTOL) * _floor_factor(h_count, kind, c[1])
+        floor = lambda c: floor_Bps * (1 - RTOL) * floor_factor(h_count, kind, c[1])
         eligible = [c for c in tried if forest == kind or c[0].throughput_Bps >= floor(c)]
         # the most host trees, unless fewer are predicted faster by more than the margin:
         # the model charges every count the same fill once the chunks are chosen (a tie but
@@ -400,7 +401,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
         if forest == kind or (above_floor and faster):
             pick, record["chosen"], best = plan, kind, record[kind]["predicted_s"]
     if (forest == "auto" and ring is not None and ring.trees
-            and pick.throughput_Bps < floor_Bps * (1 - RTOL) * _floor_factor(
+            and pick.throughput_Bps < floor_Bps * (1 - RTOL) * floor_factor(
                 h_count, record["chosen"], record[record["chosen"]])):
         # the pick's max-min fair rates (what its flows get when they compete) fell below
         # ring's throughput, which its LP rates were not: ring's chains stand in, as their fair
@@ -418,7 +419,7 @@ def choose_forest(topology: Topology, packing: Packing, build: Callable[[Packing
     return pick, record
 
 
-def _floor_factor(h_count: int, kind: str, summary: Dict[str, Any]) -> float:
+def floor_factor(h_count: int, kind: str, summary: Dict[str, Any]) -> float:
     """The share of ring's throughput (the plan's floor) that a forest of ``kind`` must reach
     on a network of ``h_count`` machines.
 

@@ -55,7 +55,7 @@ from .certificate import check_certificate
 from .model import (ArcModel, Packing, TreeRate, aware_ring_order, pair_rates, ring_parents,
                     ring_parents_in_order)
 
-__all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "PHASE_GK",
+__all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "TreePool", "PHASE_GK",
            "PHASE_COLUMNS", "PHASE_START"]
 
 # Names of the steps that produce bounds, as CertificateError and Plan.planner report them.
@@ -119,7 +119,7 @@ def start_bound(model: ArcModel) -> float:
     return dual_bound(model.capacity, lengths, d1, d2)
 
 
-class _Pool:
+class TreePool:
     """Reduce and broadcast trees found so far, deduplicated, with their unit loads."""
 
     def __init__(self, model: ArcModel, lazy_rows: bool = False):
@@ -280,7 +280,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         min_share = min(0.01, 0.25 / n)
     zeros = np.zeros(n)
 
-    pool = _Pool(model, lazy_rows)
+    pool = TreePool(model, lazy_rows)
     # Ring in node order, and a topology-aware ring (n chains), which is optimal on uniform
     # stars and near it on racks, and gives the pruning a low-support solution to fall back on.
     order = aware_ring_order(model)
@@ -410,7 +410,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
                    history=tuple(history), bound_phase=phase, dual=dual)
 
 
-def _filled_bound(model: ArcModel, pool: _Pool, rates: np.ndarray, best: tuple) -> tuple:
+def _filled_bound(model: ArcModel, pool: TreePool, rates: np.ndarray, best: tuple) -> tuple:
     """``best`` ``(bound, phase, dual)``, or the dual point at lengths ``1/c`` on the resources
     the pool's LP fills where it bounds lower (degenerate LP duals on many symmetric NICs)."""
     used = np.sum([r * pool.loads[i] for i, r in enumerate(rates) if r > 0], axis=0)
@@ -437,7 +437,7 @@ def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_
     return keep
 
 
-def _prune(pool: _Pool, rates: np.ndarray, per_root: int, min_share: float,
+def _prune(pool: TreePool, rates: np.ndarray, per_root: int, min_share: float,
            start: float, time_limit_s: float, tolerance: float,
            aware_ring: Sequence[int]) -> np.ndarray:
     """Cut the support to at most ``per_root`` trees of each kind per root.

@@ -55,11 +55,6 @@ PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
 EDMONDS_MAX_RANKS = 256
 
 
-def _route(topology: Topology, i: int, j: int) -> Tuple[int, ...]:
-    routes = topology.routes
-    return routes.pair(i, j) if isinstance(routes, HostRoutes) else tuple(routes[i][j])
-
-
 def machines(topology: Topology) -> Tuple[int, ...]:
     """The machine (host) of every rank, numbered in order of first rank.
 
@@ -144,8 +139,8 @@ class HostModel:
             self.key = np.arange(h_count)
             self.keys = h_count
             out_rows = in_rows = [[] for _ in range(h_count)]
-            core = _unit_rows([[r for c in range(k) for r in _route(
-                topology, self.designated[c, h], self.designated[c, g])] if h != g else []
+            core = _unit_rows([[r for c in range(k) for r in topology.route(
+                self.designated[c, h], self.designated[c, g])] if h != g else []
                 for h in range(h_count) for g in range(h_count)], 1.0 / k, width)
         out_m = _unit_rows(out_rows, 1.0 / k, width)
         in_m = _unit_rows(in_rows, 1.0 / k, width)
@@ -155,8 +150,8 @@ class HostModel:
                 d = self.designated[c, h]
                 for j in m:
                     if j != d:
-                        star_in.extend(_route(topology, j, d))
-                        star_out.extend(_route(topology, d, j))
+                        star_in.extend(topology.route(j, d))
+                        star_out.extend(topology.route(d, j))
         fixed = _unit_rows([star_in, star_out], 1.0 / k, width)
         self._merge(np.asarray(topology.capacity_Bps, dtype=float), out_m, in_m, core, fixed)
 
@@ -243,7 +238,7 @@ class HostModel:
         a tree-shaped network once per direction, the fewest any ring can; what it gives
         elsewhere, :func:`~horotopo.packing.model.aware_ring_order` weighs."""
         d = self.designated[0]
-        return sorted(range(self.n), key=lambda h: (_route(self.topology, d[0], d[h]), h))
+        return sorted(range(self.n), key=lambda h: (self.topology.route(d[0], d[h]), h))
 
     def cut_lengths(self) -> np.ndarray:
         """Lengths ``1 / c`` on the slowest machine's *cut*: the slowest resource that every
@@ -411,7 +406,7 @@ def ring_throughput(topology: Topology) -> float:
     """
     n = topology.n
     cap = np.asarray(topology.capacity_Bps, dtype=float)
-    used = [r for v in range(n) for r in _route(topology, v, (v + 1) % n)] if n > 1 else []
+    used = [r for v in range(n) for r in topology.route(v, (v + 1) % n)] if n > 1 else []
     load = 2.0 * (n - 1) * np.bincount(np.asarray(used, dtype=np.int64), minlength=len(cap))
     hit = load > 0
     return float(n * np.min(cap[hit] / load[hit])) if hit.any() else np.inf

@@ -35,7 +35,7 @@ trees' loads. :func:`~.depth.choose_forest` predicts each count of :data:`HOST_T
 (at most :data:`MAX_HOST_TREES`, which bounds the planning time at thousands of ranks).
 Fewer than ``H / 2`` trees at one rate cannot reach the NICs' bound (they miss it by
 ``1 / H``), which
-the forest choice allows for (:func:`~.depth._floor_factor`).
+the forest choice allows for (:func:`~.depth.floor_factor`).
 
 It certifies nothing; :func:`~.depth.choose_forest` offers it beside the others and keeps it
 where it predicts less time by the margin.
@@ -49,9 +49,8 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from ..topology import Topology
-from .alphabeta import _entry
 from .bottleneck import seed_pairs
-from .hierarchy import HostModel, _route, cut_point, machines
+from .hierarchy import HostModel, cut_point, machines
 from .model import Packing, TreeRate
 
 __all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MAX_HOST_TREES",
@@ -97,7 +96,7 @@ def has_hosts(topology: Topology) -> bool:
     if not 2 <= len(set(of)) < topology.n:
         return False
     cap = topology.capacity_Bps
-    slowest = lambda i, j: min((cap[r] for r in _route(topology, i, j)), default=np.inf)
+    slowest = lambda i, j: min((cap[r] for r in topology.route(i, j)), default=np.inf)
     first: dict = {}
     for i, m in enumerate(of):
         j = first.setdefault(m, i)
@@ -124,7 +123,7 @@ def host_groups(model: HostModel) -> List[Group]:
     """
     h_count = model.n
     d = model.designated[0]
-    lat = np.array([[float(_entry(model.topology.latency_s, int(d[a]), int(d[b]))) if a != b else np.inf
+    lat = np.array([[model.topology.latency(int(d[a]), int(d[b])) if a != b else np.inf
                      for b in range(h_count)] for a in range(h_count)])
     labels = []  # one partition per level, finest first; the last has two or more groups
     label = np.arange(h_count)

@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from horotopo.gpu import awareness
-from horotopo.gpu._env import device_status
+from horotopo.gpu.env import device_status
 
 COMM = MPI.COMM_WORLD
 
