@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
+from horotopo.adapt.recovery import summarize_recovery  # noqa: E402
+
 
 def _log(msg: str) -> None:
     print(f"[adapt] {msg}", file=sys.stderr, flush=True)
@@ -135,27 +137,6 @@ def _degraded_doc(doc: Dict[str, Any], a: str, b: str, factor: float) -> Dict[st
     raise SystemExit(f"no link between {a!r} and {b!r} in the topology")
 
 
-def summarize(res: Dict[str, Any], tolerance: float, skip: int) -> Dict[str, Any]:
-    """Medians per phase and the verdict (pure: tests call it on made-up series)."""
-    series = res["series"]
-    switch = [s["step"] for s in series if s["replanned"] and s["phase"] == "after"]
-    before = [s["seconds"] for s in series if s["phase"] == "before"][skip:]
-    half = min(s["step"] for s in series if s["phase"] == "after")
-    degraded = [s["seconds"] for s in series
-                if s["phase"] == "after" and (not switch or s["step"] <= switch[0])]
-    recovered = ([s["seconds"] for s in series if switch and s["step"] > switch[0]][skip:]
-                 if switch else [])
-    fresh = sorted(res["fresh_s"])[:max(1, len(res["fresh_s"]) - 1)]  # drop the worst
-    med = (lambda v: statistics.median(v) if v else float("nan"))
-    rec, fr = med(recovered), med(fresh)
-    ratio = rec / fr if recovered and fr > 0 else float("nan")
-    return {"before_s": med(before), "degraded_s": med(degraded), "recovered_s": rec,
-            "fresh_s": fr, "recovered_over_fresh": ratio,
-            "replan_step": switch[0] if switch else None, "degrade_step": half,
-            "calls_to_detect": (switch[0] - half + 1) if switch else None,
-            "ok": bool(res["wrong"] == 0 and switch and ratio <= 1.0 + tolerance)}
-
-
 def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", default="slow-nic",
@@ -230,7 +211,7 @@ def main(argv: Any = None) -> int:
         _log(f"the job failed (exit {proc.returncode}):\n{(proc.stdout or '')[-3000:]}")
         return 1
     res = json.loads(lines[-1])
-    summary = summarize(res, args.tolerance, skip=1)
+    summary = summarize_recovery(res, args.tolerance, skip=1)
     summary.update({"topology": doc.get("name"), "link": f"{a}->{b}", "factor": args.factor,
                     "size": args.size, "ranks": len(doc["ranks"])})
     if args.json:

@@ -206,6 +206,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="also time both plans' allreduce of SIZE bytes (e.g. 8M)")
     p.add_argument("--iters", type=int, default=5, help="allreduce iterations per plan")
     p.add_argument("--json", action="store_true", help="one JSON object per topology")
+    p.add_argument("--prefix", default="pa",
+                   help="names of the emulated cluster's namespaces and links start with this, "
+                        "apart from another emulated cluster's (pa)")
     results_doc.add_markdown_option(p, "probe_accuracy")
     args = p.parse_args(argv)
     emulate = emulate_module()
@@ -217,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     done: List[Dict[str, Any]] = []
     for doc in _topologies(args):
         _log(f"{doc.get('name')}: building the cluster and probing")
-        row = evaluate(doc, args.quick, args.allreduce, args.iters)
+        row = evaluate(doc, args.quick, args.allreduce, args.iters, prefix=args.prefix)
         misses = verdict(row)
         failed |= bool(misses)
         done.append({**row, "misses": misses})

@@ -1,7 +1,7 @@
 """Emulated-network tier for adaptivity (root only): benchmarks/adapt_emulated.py on the
 bundled slow-nic topology, one host's uplink reshaped to a quarter halfway through. The run
 must re-plan within a few calls and recover to within 15% of a fresh plan of the new network.
-Also the benchmark's pure summary on made-up series."""
+Also the recovery verdict on made-up series."""
 import json
 import subprocess
 import sys
@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from horotopo.adapt.recovery import summarize_recovery
 from horotopo_launch.emulate import available, leftovers
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import adapt_emulated  # noqa: E402
 
 _OK, _WHY = available()
 
@@ -26,15 +25,15 @@ def _series(times, replan_at, half):
 def test_summary_verdicts():
     times = [0.2] * 10 + [0.4, 0.4, 0.4] + [0.21] * 7
     res = {"series": _series(times, 12, 10), "fresh_s": [0.2, 0.2, 0.3], "wrong": 0}
-    s = adapt_emulated.summarize(res, 0.15, skip=1)
+    s = summarize_recovery(res, 0.15, skip=1)
     assert s["ok"] and s["replan_step"] == 12 and s["calls_to_detect"] == 3
     assert s["degraded_s"] == pytest.approx(0.4) and s["recovered_s"] == pytest.approx(0.21)
     assert s["recovered_over_fresh"] == pytest.approx(1.05)
     slow = dict(res, series=_series(times[:13] + [0.3] * 7, 12, 10))
-    assert not adapt_emulated.summarize(slow, 0.15, skip=1)["ok"]
+    assert not summarize_recovery(slow, 0.15, skip=1)["ok"]
     never = dict(res, series=_series(times, -1, 10))
-    assert not adapt_emulated.summarize(never, 0.15, skip=1)["ok"]
-    assert not adapt_emulated.summarize(dict(res, wrong=3), 0.15, skip=1)["ok"]
+    assert not summarize_recovery(never, 0.15, skip=1)["ok"]
+    assert not summarize_recovery(dict(res, wrong=3), 0.15, skip=1)["ok"]
 
 
 def _emulated_run(prefix):

@@ -2,6 +2,8 @@
 
 - :mod:`horotopo.adapt.policy` (pure): the slowdown detector, the suspect links, the refreshed
   model and its topology document.
+- :mod:`horotopo.adapt.recovery` (pure): the verdict over a run's timed calls, whether it
+  re-planned after the change and came within a tolerance of a fresh plan.
 - :mod:`horotopo.adapt.reprobe`: a quick probe of chosen directed pairs only.
 - :mod:`horotopo.adapt.runtime`: :class:`AdaptiveEngine`, the Engine wrapper that monitors its
   own transfers, detects, re-plans on rank 0 and switches plans at the same call on every rank;
