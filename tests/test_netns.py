@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from bench_scripts import run_benchmark
 from horotopo.topology import bundled
 from horotopo_launch.emulate import (EmulatedCluster, EmulationError, available, leftovers)
 
@@ -275,19 +276,12 @@ def test_openmpi_allreduce_across_four_namespaces(tmp_path):
     assert after["n2", "sw"] - before["n2", "sw"] >= 4 << 20
 
 
-def test_main_job_on_the_emulated_cluster(capsys):
+def test_main_job_on_the_emulated_cluster():
     """benchmarks/main.sh's driver, at small sizes: emulated, correct, with a verdict."""
-    import importlib.util
-    from pathlib import Path
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location(
-        "emulated_allreduce", root / "benchmarks" / "emulated_allreduce.py")
-    drv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(drv)
-    rc = drv.main(["-b", "512K", "-e", "512K", "-n", "1", "-w", "1",
-                   "--timeout", "240"])
-    out, err = capsys.readouterr()
-    assert rc == 0, out + err
+    proc = run_benchmark("emulated_allreduce.py", "-b", "512K", "-e", "512K", "-n", "1",
+                         "-w", "1", "--timeout", "240", timeout_s=300)
+    out, err = proc.stdout, proc.stderr
+    assert proc.returncode == 0, out + err
     assert "allreduce on 6 ranks, emulated cluster (racks-2x3.json)" in out, out + err
     assert out.strip().splitlines()[-1].startswith("verdict: at 512 KiB horotopo is"), out
     _assert_clean("htmain")
