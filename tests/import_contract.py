@@ -43,7 +43,6 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 KNOWN_CYCLES: Tuple[FrozenSet[str], ...] = (
     frozenset(f"horotopo.api.{name}" for name in (
         "arrays", "basics", "handles", "objects", "process_sets")),
-    frozenset({"horotopo.packing.alphabeta", "horotopo.packing.profiles"}),
 )
 
 # The one door to MPI (plus launch/, which is outside the package, and the CUDA-awareness

@@ -35,7 +35,7 @@ from .. import config
 from .. import costs as _costs
 from ..topology import Topology
 from .certificate import plural
-from .profiles import Crowding, tree_profiles
+from .profiles import Crowding, Profile, declared_arc, tree_profiles
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
@@ -44,11 +44,6 @@ __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_N
            "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time",
            "plan_time", "PLAN_SCALES", "describe_choice", "target_size", "FOREST_KINDS"]
 
-#: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
-#: inverse of the rate a first chunk gets on the hop (its bottleneck link's, or in a plan that
-#: link's share, see the module docstring; 0 between ranks that share memory); the order of
-#: the groups does not matter.
-Profile = Tuple[Tuple[float, float, int], ...]
 
 # Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
 # chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
@@ -183,8 +178,7 @@ def arc_figures(topology: Topology, u: int, v: int,
     """``(latency_s, seconds per byte)`` of one message ``u -> v``: the route's latency and
     its bottleneck link's inverse rate (0 for ranks that share memory), as ``network`` gives
     them."""
-    rate = min((topology.capacity_Bps[r] for r in topology.route(u, v)), default=math.inf)
-    return network.hop(topology.latency(u, v), 1.0 / rate)
+    return network.hop(*declared_arc(topology, u, v))
 
 
 def on_network(profile: Profile, network: NetworkModel) -> Profile:

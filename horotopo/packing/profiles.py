@@ -21,13 +21,24 @@ import numpy as np
 from ..topology import HostRoutes, Topology
 from .model import hops_to_root
 
-__all__ = ["tree_profiles", "arc_figures_batch", "forest_depths", "plan_latency", "Crowding",
-           "fill_crowding"]
+__all__ = ["Profile", "declared_arc", "tree_profiles", "arc_figures_batch", "forest_depths",
+           "plan_latency", "Crowding", "fill_crowding"]
 
 #: Rank entries (trees x ranks) handled per batch: bounds the arrays at some tens of MB.
 BATCH_ENTRIES = 1 << 20
 
+#: Hops of a critical path, grouped: ``(latency_s, seconds per byte, count)``, the second the
+#: inverse of the rate a first chunk gets on the hop (its bottleneck link's, or in a plan that
+#: link's share, see :mod:`horotopo.packing.alphabeta`; 0 between ranks that share memory);
+#: the order of the groups does not matter.
 Profile = Tuple[Tuple[float, float, int], ...]
+
+
+def declared_arc(topology: Topology, u: int, v: int) -> Tuple[float, float]:
+    """``(latency_s, seconds per byte)`` of one message ``u -> v`` on the declared network: the
+    route's latency and its bottleneck link's inverse rate (0 for ranks that share memory)."""
+    rate = min((topology.capacity_Bps[r] for r in topology.route(u, v)), default=math.inf)
+    return topology.latency(u, v), 1.0 / rate
 
 
 def _figures_declared(topology: Topology, tails: np.ndarray, heads: np.ndarray
@@ -59,10 +70,9 @@ def _figures_declared(topology: Topology, tails: np.ndarray, heads: np.ndarray
 def _figures_generic(topology: Topology, tails: np.ndarray, heads: np.ndarray
                      ) -> Tuple[np.ndarray, np.ndarray]:
     """Arc figures looked up once per distinct arc (route tables held in full)."""
-    from .alphabeta import arc_figures  # alphabeta calls this module: import on use
     n = topology.n
     keys, inverse = np.unique(tails * n + heads, return_inverse=True)
-    figs = np.array([arc_figures(topology, int(k) // n, int(k) % n) for k in keys],
+    figs = np.array([declared_arc(topology, int(k) // n, int(k) % n) for k in keys],
                     dtype=float).reshape(len(keys), 2)
     return figs[inverse, 0], figs[inverse, 1]
 
