@@ -21,7 +21,7 @@ import numpy as np
 from .packing import (ArcModel, Packing, check_certificate, format_percent, pack, plural,
                       ring_packing, start_bound, validate_arborescence)
 from .packing.model import hops_to_root
-from .packing.profiles import fill_crowding, forest_depths
+from .packing.profiles import fill_crowding, forest_depths, tree_profiles
 from .packing.profiles import plan_latency as _plan_latency
 from .packing.sharing import share_fairly, sharing_note
 from .packing import alphabeta as _ab
@@ -508,8 +508,9 @@ def plan_from_trees(n: int, trees: Sequence[Tuple[int, Sequence[int], Sequence[i
     total = float(sum(t[3] for t in trees))
     shares = [t[3] / total for t in trees]
     shares[-1] = 1.0 - sum(shares[:-1])
-    profiles = [_ab.tree_profile(topology, a, b, chunk_bytes) if topology is not None else ()
-                for _, a, b, _ in trees]
+    profiles = (tree_profiles(topology, [(a, b) for _, a, b, _ in trees],
+                              [chunk_bytes] * len(trees), _ab.ENGINE_COSTS)
+                if topology is not None else [()] * len(trees))
     plan = Plan(n=n, trees=tuple(Tree(int(r), tuple(a), tuple(b), float(x), s, profile=prof)
                                  for (r, a, b, x), s, prof in zip(trees, shares, profiles)),
                 chunk_bytes=chunk_bytes, throughput_Bps=total, ring_Bps=total,

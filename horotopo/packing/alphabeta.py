@@ -41,7 +41,7 @@ __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_N
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
            "RANK_WINDOW_BYTES", "MIN_WINDOW",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
-           "choose_chunk", "chunk_candidates", "tree_profile", "plan_chunks", "rank_degrees", "busiest_cpu_time",
+           "choose_chunk", "chunk_candidates", "plan_chunks", "rank_degrees", "busiest_cpu_time",
            "plan_time", "PLAN_SCALES", "describe_choice", "target_size", "FOREST_KINDS"]
 
 
@@ -382,17 +382,6 @@ def busiest_cpu_time(degrees: Tuple[np.ndarray, np.ndarray], parts: Sequence[flo
     return float(per_rank.max())
 
 
-def tree_profile(topology: Topology, reduce_parent: Sequence[int], bcast_parent: Sequence[int],
-                 chunk_bytes: float, costs: SoftwareCosts = ENGINE_COSTS) -> Profile:
-    """The hops of a tree pair's critical reduce path and critical broadcast path, merged."""
-    groups: Dict[Tuple[float, float], int] = {}
-    for parent, inward in ((reduce_parent, True), (bcast_parent, False)):
-        for lat, inv, count in critical_profile(topology, parent, inward, chunk_bytes,
-                                                costs=costs):
-            groups[(lat, inv)] = groups.get((lat, inv), 0) + count
-    return tuple((lat, inv, count) for (lat, inv), count in sorted(groups.items()))
-
-
 def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[float],
               profiles: Sequence[Profile], degrees: Tuple[np.ndarray, np.ndarray],
               costs: SoftwareCosts = ENGINE_COSTS, network: NetworkModel = IDEAL_NETWORK,
@@ -463,7 +452,7 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     """
     msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
     busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
-    # profiles of the whole batch at once (identical to tree_profile, tree by tree)
+    # profiles of the whole batch at once
     pairs = [(a, b) for _, a, b, _ in trees]
     rates = [t[3] for t in trees] if crowding is not None else None
 

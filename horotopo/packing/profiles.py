@@ -1,9 +1,10 @@
 """Critical-path profiles of many trees at once (the plan's per-tree chunk step at scale).
 
-:func:`horotopo.packing.alphabeta.tree_profile` walks one tree in Python and looks every arc's
-route up one by one. A hierarchical plan at 4096 ranks has 2048 rank-level trees of 4096 ranks
-each (tens of millions of arcs), which that walk does not finish in minutes. This module gives
-the same profiles, bit for bit, with array operations over a batch of trees:
+A tree pair's profile is the hops of its critical reduce path and critical broadcast path,
+merged; walking one tree in Python (:func:`~horotopo.packing.alphabeta.critical_profile`) looks
+every arc's route up one by one. A hierarchical plan at 4096 ranks has 2048 rank-level trees
+of 4096 ranks each (tens of millions of arcs), which that walk does not finish in minutes. This
+module gives the same profiles, bit for bit, with array operations over a batch of trees:
 
 - arc figures (route latency, inverse bottleneck rate) in closed form from a declared
   topology's :class:`~horotopo.topology.HostRoutes` parts, or per distinct arc otherwise;
@@ -304,8 +305,9 @@ def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float, float
 def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]],
                   chunks: Sequence[float], costs: Any, rates: Optional[Sequence[float]] = None,
                   crowding: Optional["Crowding"] = None) -> List[Profile]:
-    """:func:`~horotopo.packing.alphabeta.tree_profile` of every ``(reduce_parent,
-    bcast_parent)`` in ``pairs`` at its chunk in ``chunks``, on the declared network.
+    """The profile (hops of the critical reduce and broadcast paths, merged) of every
+    ``(reduce_parent, bcast_parent)`` in ``pairs`` at its chunk in ``chunks``, on the declared
+    network.
 
     Parameters
     ----------
@@ -327,7 +329,7 @@ def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     -------
     list of Profile
         Per pair, its critical reduce and broadcast paths' hops ``(latency_s, s_per_byte,
-        count)`` merged and sorted; without ``crowding``, identical to what ``tree_profile``
+        count)`` merged and sorted; without ``crowding``, identical to what the one-tree walk
         returns.
     """
     n = topology.n
