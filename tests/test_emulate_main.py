@@ -129,8 +129,8 @@ def test_allreduce_perf_fails_when_the_planner_fails(monkeypatch, error):
         raise error
 
     monkeypatch.setattr(horotopo.plan, "make_plan", make_plan)
-    # rank 0 of a one-rank job: bcast hands back what it is given
-    comm = types.SimpleNamespace(rank=0, size=1, bcast=lambda obj, root=0: obj)
+    # rank 0 of a job the size of the topology; bcast hands back what it is given
+    comm = types.SimpleNamespace(rank=0, size=6, bcast=lambda obj, root=0: obj)
     args = perf._args(["--topology", str(bundled("racks-2x3"))])
     with pytest.raises(SystemExit, match=f"cannot load the plan: {type(error).__name__}: "
                                          f"{re.escape(str(error))}"):

@@ -187,7 +187,11 @@ def test_an_uncaught_settings_error_prints_one_line_for_the_job_and_exits_2():
 def test_a_settings_error_can_be_caught_on_every_rank():
     code = ("import horotopo as hvd\n"
             "try:\n    hvd.init()\n"
-            "except ValueError as exc:\n    print('caught', type(exc).__name__, exc)\n")
+            "except ValueError as exc:\n"
+            # one write per line: two ranks' pieces of a print could interleave in mpiexec
+            "    import sys\n"
+            "    sys.stdout.write(f'caught {type(exc).__name__} {exc}\\n')\n"
+            "    sys.stdout.flush()\n")
     result = _launch(2, code, {"HOROVOD_CYCLE_TIME": "abc"})
     assert result.returncode == 0, result.stdout[-3000:]
     assert _lines(result.stdout) == [f"caught ConfigError {CYCLE_TIME_ERROR}"] * 2
