@@ -99,7 +99,7 @@ def test_a_failure_travels_as_one_line():
 # ---- through init() under mpiexec: the ranks' scripts all end with rank 0's error
 
 INIT_SCRIPT = """
-import sys, time
+import os, sys, time
 import horotopo as hvd
 from horotopo import bootstrap
 if sys.argv[1] == "planner":
@@ -109,11 +109,13 @@ if sys.argv[1] == "planner":
 start = time.monotonic()
 try:
     hvd.init()
+    outcome = "initialized"
 except Exception as exc:
-    print(f"OUTCOME {type(exc).__name__}: {exc}", flush=True)
-    print(f"SECONDS {time.monotonic() - start:.2f}", flush=True)
-    sys.exit(0)
-print("OUTCOME initialized", flush=True)
+    outcome = f"{type(exc).__name__}: {exc}"
+# one file a rank: mpiexec may interleave two ranks' lines on its own stdout
+from mpi4py import MPI
+with open(os.path.join(sys.argv[2], f"outcome.{MPI.COMM_WORLD.Get_rank()}"), "w") as out:
+    out.write(f"OUTCOME {outcome}\\nSECONDS {time.monotonic() - start:.2f}\\n")
 """
 
 
@@ -130,15 +132,17 @@ def test_init_fails_on_every_rank_with_rank_0s_error(tmp_path, n, case):
     else:
         # a plan of the file's model, not of the uniform ring, goes through make_plan
         env["HOROTOPO_TOPOLOGY"] = _uniform_file(tmp_path, n)
-    result = run_mpi(n, [sys.executable, str(script), case], timeout=120, env=env)
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("OUTCOME")]
-    assert len(lines) == n, result.stdout[-3000:]
+    result = run_mpi(n, [sys.executable, str(script), case, str(tmp_path)], timeout=120,
+                     env=env)
+    files = sorted(tmp_path.glob("outcome.*"))
+    assert len(files) == n, result.stdout[-3000:]
+    lines = [f.read_text().splitlines()[0] for f in files]
     # a bad file named by HOROTOPO_TOPOLOGY is the user's mistake: a settings error
     kind, want = (("SettingsError", "nested") if case == "deep"
                   else ("BootstrapError", "LookupError: a planner bug"))
     assert all(ln.startswith(f"OUTCOME {kind}") and want in ln for ln in lines), lines
     assert len(set(lines)) == 1, lines
-    print(" ".join(ln for ln in result.stdout.splitlines() if ln.startswith("SECONDS")))
+    print(" ".join(f.read_text().splitlines()[1] for f in files))
 
 
 def _uniform_file(tmp_path, n):
