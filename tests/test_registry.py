@@ -218,7 +218,7 @@ def test_enabled_is_asked_once_per_buffer_type_and_dtype_of_the_bound_plan(monke
     assert asked == ["float32", "float64"]
     # Another plan than the bound one is asked afresh (an engine's plan is fixed, a caller's
     # query about another plan is not cached over it).
-    treeless = type("Treeless", (), {"trees": ()})()
+    treeless = type("Treeless", (), {"trees": (), "planner": {}})()
     assert bound.enabled(treeless, f32) == ["ring", "mpi", "dbtree", "hierarchical"]
     assert bound.enabled(treeless, f32) == ["ring", "mpi", "dbtree", "hierarchical"]
     assert asked == ["float32", "float64", "float32", "float32"]

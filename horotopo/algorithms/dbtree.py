@@ -15,7 +15,8 @@ one GPU per node). The first tree (:func:`btree`) is rooted at rank 0, whose onl
 largest power of two below ``n``; the second is its mirror (rank ``r`` plays ``n - 1 - r``)
 for even ``n``, or its shift by one rank for odd ``n``. The schedule is data: the two trees
 become a two-tree :class:`~horotopo.plan.Plan` with equal shares, which the engine's tree
-runner (:class:`~horotopo.algorithms.tree.TreeAllreduce`) interprets like any other plan.
+runner (:class:`~horotopo.algorithms.tree.TreeAllreduce`) interprets like any other plan, and
+that the plans' own model predicts (:func:`predict_time`).
 """
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ import functools
 from typing import Any, List, Optional, Tuple
 
 from ..buffers import ScratchPool
-from ..plan import Plan, plan_from_trees
+from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
+from ..plan import Plan, modelled_rate_on, plan_from_trees
+from ..topology import Topology
 from ..transport.base import Transport
 from .tree import TreeAllreduce, Window
 
-__all__ = ["btree", "double_binary_tree", "double_tree_plan", "DoubleBinaryTreeAllreduce"]
+__all__ = ["btree", "double_binary_tree", "double_tree_plan", "double_tree_plan_on",
+           "predict_time", "DoubleBinaryTreeAllreduce"]
 
 #: The chunk size the two-tree plan carries (the engine passes its own per call).
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -95,6 +99,29 @@ def double_tree_plan(n: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
     immutable, and the ranks of one process (a simulation's thousands) share it."""
     trees = [(root, parent, parent, 1.0) for root, parent in double_binary_tree(n)]
     return plan_from_trees(n, trees, chunk_bytes=chunk_bytes)
+
+
+def double_tree_plan_on(topology: Topology, chunk_bytes: int) -> Plan:
+    """The two trees as a Plan on ``topology``: equal shares (as the runner splits buffers),
+    each tree at half the rate that the topology's most loaded link allows the pair, and each
+    with its critical-path profile there at ``chunk_bytes``, so that
+    :meth:`~horotopo.plan.Plan.predict_time` times it as it times any plan."""
+    shape = double_tree_plan(topology.n, int(chunk_bytes))
+    rate = modelled_rate_on(shape, topology)
+    trees = [(t.root, t.reduce_parent, t.bcast_parent, rate / 2) for t in shape.trees]
+    return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes), topology=topology)
+
+
+def predict_time(topology: Topology, nbytes: int, chunk_bytes: int,
+                 costs: SoftwareCosts = ENGINE_COSTS,
+                 network: NetworkModel = IDEAL_NETWORK) -> float:
+    """Modelled seconds of :class:`DoubleBinaryTreeAllreduce` of ``nbytes`` on ``topology``
+    in chunks of ``chunk_bytes``: :func:`double_tree_plan_on`'s plan predicted by the plans'
+    own model (:meth:`~horotopo.plan.Plan.predict_time`)."""
+    if nbytes <= 0 or topology.n == 1:
+        return 0.0
+    return double_tree_plan_on(topology, chunk_bytes).predict_time(
+        nbytes, chunk_bytes, costs=costs, network=network)
 
 
 class DoubleBinaryTreeAllreduce:

@@ -27,20 +27,22 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..buffers import (ScratchPool, chunk_bounds, combine_into, reduce_into, segment_bounds,
                        synchronize)
-from ..packing.alphabeta import ENGINE_COSTS, SoftwareCosts
+from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
 from ..probe.group import GroupTransport
-from ..probe.hostinfer import HostLayout, host_layout
+from ..probe.hostinfer import HostLayout, generated_hosts, host_layout
 from ..topology import Topology
 from ..transport.base import Transport
+from .flows import Flow, stage_time
 from .progress import Progress
 from .ring import RingAllreduce
 
-__all__ = ["HierarchicalAllreduce", "HostSchedule", "hierarchical_schedule", "predict_time"]
+__all__ = ["HierarchicalAllreduce", "HostSchedule", "hierarchical_schedule", "predict_time",
+           "topology_hosts"]
 
 #: Tags of one call's cross-host rings (a group transport's smallest block); the rings of
 #: different shards share them, since a rank runs its rings one after another.
@@ -204,44 +206,24 @@ def _nothing() -> None:
 
 
 # -- the model ---------------------------------------------------------------------------------
-Flow = Tuple[int, int, float]  # (from rank, to rank, bytes)
-
-
-def _stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
-                costs: SoftwareCosts) -> float:
-    """Seconds of one stage of concurrent flows: the longest route latency, then the most
-    loaded link's bytes at its rate (flows sharing it fairly, none finishing early) or the
-    busiest rank's software time (a send and a receive per chunk, the received bytes
-    handled), whichever is longer, overlapped with the other but for one chunk's worth of
-    it (the first chunk's transfer before any handling, the last chunk's handling after the
-    transfers: all of it when the flows are one chunk each, as in a ring's steps)."""
-    load: Dict[int, float] = {}
-    cpu: Dict[int, float] = {}
-    latency = 0.0
-    pieces = 1
-    for u, v, nbytes in flows:
-        if nbytes <= 0:
-            continue
-        for r in topology.route(u, v):
-            load[r] = load.get(r, 0.0) + nbytes
-        latency = max(latency, topology.latency(u, v))
-        chunks = math.ceil(nbytes / chunk_bytes)
-        pieces = max(pieces, chunks)
-        cpu[u] = cpu.get(u, 0.0) + chunks * costs.per_message_s
-        cpu[v] = cpu.get(v, 0.0) + chunks * costs.per_message_s + nbytes * costs.per_byte_s
-    if not cpu:
-        return 0.0
-    network = max((b / topology.capacity_Bps[r] for r, b in load.items()), default=0.0)
-    busiest = max(cpu.values())
-    return latency + max(network, busiest) + min(network, busiest) / pieces
+def topology_hosts(topology: Topology) -> List[str]:
+    """Each rank's host on ``topology``, as its processor name would group it: a declared
+    multi-GPU host's ranks (``<host>g<k>`` under the switch ``<host>``,
+    :func:`~horotopo.probe.hostinfer.generated_hosts`) by that host, any other rank, and
+    every rank of a measured topology, by its own node."""
+    if topology.kind != "declared":
+        return list(topology.hosts)
+    return generated_hosts(topology.to_json())
 
 
 def predict_time(topology: Topology, hosts: Sequence[str], nbytes: int, chunk_bytes: int,
-                 costs: SoftwareCosts = ENGINE_COSTS) -> float:
+                 costs: SoftwareCosts = ENGINE_COSTS,
+                 network: NetworkModel = IDEAL_NETWORK) -> float:
     """Modelled seconds of a hierarchical allreduce of ``nbytes`` on ``topology``, its ranks
     on the hosts named by ``hosts`` (each rank's processor name), in chunks of ``chunk_bytes``.
 
-    The three stages one after another, each timed by :func:`_stage_time`: the reduce-scatter
+    The three stages one after another, each timed by
+    :func:`~horotopo.algorithms.flows.stage_time` on ``network``: the reduce-scatter
     in each host, ``2 (H - 1)`` steps of the cross-host rings (all shards' rings at once, a
     ``1 / H`` of a shard per step; a rank that owns several shards runs its rings one after
     another), the allgather in each host. The software costs are the plans' own
@@ -263,12 +245,12 @@ def predict_time(topology: Topology, hosts: Sequence[str], nbytes: int, chunk_by
             inside += [(m, owner, shard) for m in members if m != owner]
             gather += [(owner, m, shard) for m in members if m != owner]
     hosts_n = len(layout.members)
-    total = _stage_time(topology, inside, chunk, costs) + \
-        _stage_time(topology, gather, chunk, costs)
+    total = stage_time(topology, inside, chunk, costs, network) + \
+        stage_time(topology, gather, chunk, costs, network)
     if hosts_n > 1:
         step = [(m[c % len(m)], layout.members[(h + 1) % hosts_n][
                     c % len(layout.members[(h + 1) % hosts_n])], shard / hosts_n)
                 for c in range(widest) for h, m in enumerate(layout.members)]
         rounds = max(math.ceil(widest / len(m)) for m in layout.members)
-        total += rounds * 2 * (hosts_n - 1) * _stage_time(topology, step, chunk, costs)
+        total += rounds * 2 * (hosts_n - 1) * stage_time(topology, step, chunk, costs, network)
     return total

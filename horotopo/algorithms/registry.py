@@ -11,13 +11,17 @@ each kind's candidates to its transport once, at set-up (:meth:`Candidates.bind`
   is enabled, the model (a :class:`~horotopo.algorithms.cost.CostModel` or a calibrated
   :class:`~horotopo.algorithms.cost.Selector`) picks among them;
 - else the first enabled candidate the model times, else the first enabled one, in priority
-  order.
+  order;
+- where that gives ``tree``, the algorithm the plan records as the topology's fastest
+  (``plan.planner["algorithm"]``, :mod:`horotopo.algorithms.choice`) runs instead, when it is
+  enabled: the cost model decides small messages against the library, the plan's choice
+  decides how a large one crosses the topology.
 
 Registered by default: allreduce ``tree`` (the Plan's trees), ``ring`` (any transport),
 ``mpi`` (the transport's library allreduce), ``dbtree`` (NCCL's double binary tree) and
-``hierarchical`` (Horovod's hierarchical allreduce), peers for comparisons; broadcast
-``tree``. Every input of a choice is the same on every rank (the plan, the agreed dtype, the
-transport's kind), so ranks choose alike.
+``hierarchical`` (Horovod's hierarchical allreduce); broadcast ``tree``. Every candidate but
+``mpi`` has a topology model (``predict``). Every input of a choice is the same on every rank
+(the plan, the agreed dtype, the transport's kind), so ranks choose alike.
 """
 from __future__ import annotations
 
@@ -27,8 +31,13 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 from .. import ops as _ops
 from ..ops import is_allreduce_dtype
 from ..buffers import ScratchPool
+from ..packing.alphabeta import NetworkModel, SoftwareCosts
 from ..plan import Plan
+from ..topology import Topology
 from ..transport.base import Transport
+from . import dbtree as _dbtree
+from . import hierarchical as _hierarchical
+from . import ring as _ring
 from .cost import MODELLED
 from .dbtree import DoubleBinaryTreeAllreduce
 from .hierarchical import HierarchicalAllreduce
@@ -41,6 +50,8 @@ __all__ = ["Candidate", "Candidates", "Bound", "Chooser", "ALLREDUCE", "BROADCAS
 
 ALLREDUCE = "allreduce"
 BROADCAST = "broadcast"
+#: The plan's own trees: the name the cost model gives the topology-aware choice.
+TREE = "tree"
 
 
 class NotEnabledError(ValueError):
@@ -53,6 +64,11 @@ class Chooser(Protocol):
     def choose(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> str: ...
 
 
+#: ``predict(topology, plan, nbytes, chunk_bytes, costs, network) -> seconds``: the modelled
+#: time of one allreduce of ``nbytes`` on ``topology`` in chunks of ``chunk_bytes``, the engine
+#: bound to ``plan``, with the software ``costs`` on the ``network`` the transport makes of the
+#: declared links.
+Predict = Callable[[Topology, Plan, int, int, SoftwareCosts, NetworkModel], float]
 #: Builds an algorithm's runner over ``(transport, plan, pool, window)``.
 Factory = Callable[[Transport, Plan, ScratchPool, Optional[int]], Any]
 #: ``enabled(transport, plan, buffer)``: the transport is the engine's (fixed at set-up);
@@ -81,6 +97,10 @@ class Candidate:
         ``make(transport, plan, pool, window)``: the runner; an allreduce runner has
         ``run(src, out, op, chunk_elems)``, a broadcast runner ``run(buf, root, chunk_elems)``,
         and either may count its messages in ``last_messages``.
+    predict : callable, optional
+        :data:`Predict`: the algorithm's modelled time on a topology, the one time model
+        (:mod:`horotopo.algorithms.choice` picks the fastest of the candidates that have it).
+        None for an algorithm without a topology model (``mpi``, calibrated at init).
     """
 
     name: str
@@ -88,6 +108,12 @@ class Candidate:
     requires: str
     enabled: Enabled
     make: Factory
+    predict: Optional[Predict] = None
+
+
+#: What a bound kind knows of one (buffer type, dtype): the enabled names, whether every
+#: modelled one is among them, the candidate taken without a chooser, the one run for "tree".
+_Answer = Tuple[Tuple[str, ...], bool, Optional["Bound"], Optional["Bound"]]
 
 
 class Bound:
@@ -126,8 +152,9 @@ class Candidates:
         self._by_name: Dict[str, Bound] = {b.name: b for b in self.bound}
         self._plan = plan
         # (type, dtype) -> (enabled names in priority order, whether every modelled one is
-        # among them, the candidate taken when the chooser cannot be asked)
-        self._known: Dict[Tuple[type, Any], Tuple[Tuple[str, ...], bool, Optional[Bound]]] = {}
+        # among them, the candidate taken when the chooser cannot be asked, the candidate
+        # that runs where the chooser says "tree")
+        self._known: Dict[Tuple[type, Any], _Answer] = {}
 
     @classmethod
     def bind(cls, kind: str, transport: Transport, plan: Plan, pool: ScratchPool,
@@ -156,8 +183,7 @@ class Candidates:
         """The names of the candidates that can run this call, in priority order."""
         return list(self._answer(plan, buffer)[0])
 
-    def _answer(self, plan: Plan, buffer: Any
-                ) -> Tuple[Tuple[str, ...], bool, Optional[Bound]]:
+    def _answer(self, plan: Plan, buffer: Any) -> "_Answer":
         key = (type(buffer), getattr(buffer, "dtype", None))
         if plan is self._plan:
             known = self._known.get(key)
@@ -165,8 +191,12 @@ class Candidates:
                 return known
         on = tuple(b.name for b in self.bound if b._check(b._transport, plan, buffer))
         modelled = [name for name in on if name in MODELLED]
+        recorded = plan.planner.get("algorithm")
+        tree = self._by_name.get(recorded if recorded in on else TREE)
         fallback = self._by_name[modelled[0] if modelled else on[0]] if on else None
-        answer = (on, len(modelled) == len(MODELLED), fallback)
+        if fallback is not None and fallback.name == TREE:
+            fallback = tree
+        answer = (on, len(modelled) == len(MODELLED), fallback, tree)
         if plan is self._plan:
             self._known[key] = answer
         return answer
@@ -182,7 +212,7 @@ class Candidates:
         NotEnabledError
             ``forced`` is registered but not enabled for this call, or nothing is enabled.
         """
-        on, all_modelled, fallback = self._answer(plan, buffer)
+        on, all_modelled, fallback, tree = self._answer(plan, buffer)
         if forced is not None:
             chosen = self.get(forced)
             if forced in on:
@@ -195,7 +225,8 @@ class Candidates:
                 f"no {self.kind} algorithm is enabled for this call; registered: "
                 + "; ".join(f"{b.name} (needs {b.candidate.requires})" for b in self.bound))
         if chooser is not None and all_modelled:
-            return self._by_name[chooser.choose(plan, nbytes, chunk_bytes)]
+            name = chooser.choose(plan, nbytes, chunk_bytes)
+            return tree if name == TREE and tree is not None else self._by_name[name]
         return fallback
 
 
@@ -214,6 +245,27 @@ def _library_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
                                                 or is_allreduce_dtype(buffer.dtype))
 
 
+def _tree_predict(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: int,
+                  costs: SoftwareCosts, network: NetworkModel) -> float:
+    return plan.predict_time(nbytes, chunk_bytes, costs=costs, network=network)
+
+
+def _ring_predict(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: int,
+                  costs: SoftwareCosts, network: NetworkModel) -> float:
+    return _ring.predict_time(topology, nbytes, chunk_bytes, costs, network)
+
+
+def _dbtree_predict(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: int,
+                    costs: SoftwareCosts, network: NetworkModel) -> float:
+    return _dbtree.predict_time(topology, nbytes, chunk_bytes, costs, network)
+
+
+def _hierarchical_predict(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: int,
+                          costs: SoftwareCosts, network: NetworkModel) -> float:
+    return _hierarchical.predict_time(topology, _hierarchical.topology_hosts(topology), nbytes,
+                                      chunk_bytes, costs, network)
+
+
 def _broadcast_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
     return bool(plan.trees) and (buffer is None or _ops.dtype_code(buffer.dtype) > 0)
 
@@ -222,21 +274,22 @@ REGISTRY: Dict[str, List[Candidate]] = {
     ALLREDUCE: [
         Candidate("tree", ALLREDUCE, "a plan with trees and an allreduce dtype", _tree_enabled,
                   lambda t, plan, pool, window: TreeAllreduce(t, plan, window=window,
-                                                              pool=pool)),
+                                                              pool=pool), _tree_predict),
         Candidate("ring", ALLREDUCE, "an allreduce dtype", _ring_enabled,
-                  lambda t, plan, pool, window: RingAllreduce(t, pool=pool)),
+                  lambda t, plan, pool, window: RingAllreduce(t, pool=pool), _ring_predict),
         Candidate("mpi", ALLREDUCE, "a transport with a library allreduce and an allreduce "
                   "dtype", _library_enabled,
                   lambda t, plan, pool, window: MPIAllreduce(t, pool)),
-        # NCCL's double binary tree in rank order: a peer to compare with, never chosen by
-        # the cost model (which does not time it); forced by name.
+        # NCCL's double binary tree in rank order.
         Candidate("dbtree", ALLREDUCE, "an allreduce dtype", _ring_enabled,
                   lambda t, plan, pool, window: DoubleBinaryTreeAllreduce(t, pool=pool,
-                                                                          window=window)),
+                                                                          window=window),
+                  _dbtree_predict),
         # Horovod's hierarchical allreduce over the ranks' hosts (processor names, exchanged
-        # at its first call): a peer like dbtree, forced by name.
+        # at its first call).
         Candidate("hierarchical", ALLREDUCE, "an allreduce dtype", _ring_enabled,
-                  lambda t, plan, pool, window: HierarchicalAllreduce(t, pool=pool)),
+                  lambda t, plan, pool, window: HierarchicalAllreduce(t, pool=pool),
+                  _hierarchical_predict),
     ],
     BROADCAST: [
         Candidate("tree", BROADCAST, "a plan with trees and a broadcast dtype",

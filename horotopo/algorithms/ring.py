@@ -5,19 +5,22 @@ segment ``r - s`` to ``r + 1`` and reduces segment ``r - s - 1`` arriving from `
 then owns the finished segment ``r + 1``. In ``n - 1`` allgather steps the finished segments go
 round unchanged, so every rank holds the owner's bits and results are identical everywhere.
 Each step's segment moves as chunks of ``chunk_elems``, all posted at once, each reduced as it
-arrives; steps run one after another.
+arrives; steps run one after another. :func:`predict_time` is its modelled time on a topology.
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from ..buffers import (ScratchPool, chunk_bounds, combine_into, reduce_into, segment_bounds,
                        synchronize)
+from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
+from ..topology import Topology
 from ..transport.base import Transport
+from .flows import stage_time
 from .progress import Progress
 
-__all__ = ["RingAllreduce"]
+__all__ = ["RingAllreduce", "predict_time"]
 
 
 class RingAllreduce:
@@ -79,3 +82,18 @@ class RingAllreduce:
 
 def _nothing() -> None:
     pass
+
+
+def predict_time(topology: Topology, nbytes: int, chunk_bytes: int,
+                 costs: SoftwareCosts = ENGINE_COSTS,
+                 network: NetworkModel = IDEAL_NETWORK) -> float:
+    """Modelled seconds of :class:`RingAllreduce` of ``nbytes`` on ``topology`` in chunks of
+    ``chunk_bytes``: ``2 (n - 1)`` steps one after another, each every rank sending a segment
+    of ``nbytes / n`` to the next rank at once, timed by
+    :func:`~horotopo.algorithms.flows.stage_time` (the ring's arcs sharing the links they
+    cross, the busiest rank's software costs)."""
+    n = topology.n
+    if nbytes <= 0 or n == 1:
+        return 0.0
+    step = [(r, (r + 1) % n, nbytes / n) for r in range(n)]
+    return 2 * (n - 1) * stage_time(topology, step, chunk_bytes, costs, network)
