@@ -222,7 +222,7 @@ class FakeRuntime:
 def front_end(monkeypatch):
     rt = FakeRuntime()
     monkeypatch.setattr(arrays, "runtime", lambda: rt)
-    monkeypatch.setattr(process_sets, "_runtime", lambda: rt)
+    monkeypatch.setattr(process_sets, "runtime", lambda: rt)
     monkeypatch.setattr(gpu, "record_ready", lambda x: ("ready-for", type(x).__module__))
     return rt
 

@@ -465,7 +465,7 @@ import json, logging
 import horotopo as hvd
 from horotopo.api import basics
 hvd.init()
-rt = basics._runtime
+rt = basics.runtime()
 print("<" + json.dumps({"rank": hvd.rank(), "stall_check": rt.settings.stall_check,
                         "cycle_time_s": rt.settings.cycle_time_s,
                         "cache": rt.controller.cache.capacity,

@@ -12,7 +12,8 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from ..buffers import array_module, is_device_array
-from .basics import check_process_set, global_process_set, runtime, unnamed
+from .process_sets import check_process_set, global_process_set
+from .state import runtime, unnamed
 from .handles import HandleTable
 from .errors import HorovodInternalError
 from .ops import Adasum, check_adasum, check_op, handle_average_backwards_compatibility
@@ -34,7 +35,7 @@ synchronize = handles.synchronize
 
 
 
-def check_dtype(arr: np.ndarray, what: Optional[str] = None) -> None:
+def require_supported_dtype(arr: np.ndarray, what: Optional[str] = None) -> None:
     if dtype_name(arr.dtype) not in SUPPORTED_DTYPES:
         raise ValueError(f"Tensor type {what or arr.dtype} is not supported.")
 
@@ -52,7 +53,7 @@ def _stage(x: Any, inplace: bool) -> _Staged:
     if is_device_array(x):
         if inplace and not x.flags.c_contiguous:
             raise ValueError("Tensor is required to be contiguous.")
-        check_dtype(x, str(x.dtype))
+        require_supported_dtype(x, str(x.dtype))
         with x.device:
             arr = x if x.flags.c_contiguous else x.copy()  # copy(): C order, on the device
             out = arr if inplace else array_module(arr).empty_like(arr)
@@ -64,7 +65,7 @@ def _stage(x: Any, inplace: bool) -> _Staged:
         if not x.flags.c_contiguous:
             raise ValueError("Tensor is required to be contiguous.")
     arr = x if (isinstance(x, np.ndarray) and x.flags.c_contiguous) else np.ascontiguousarray(x)
-    check_dtype(arr)
+    require_supported_dtype(arr)
     return _Staged(arr, arr if inplace else np.empty_like(arr), -1)
 
 

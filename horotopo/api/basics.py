@@ -1,4 +1,5 @@
-"""Process-wide state: init/shutdown and the rank/size queries, as in ``horovod.common.basics``."""
+"""init/shutdown and the rank/size queries, as in ``horovod.common.basics``; the runtime
+they start is published in :mod:`.state`, which the other front-end modules read."""
 from __future__ import annotations
 
 import atexit
@@ -8,28 +9,27 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Sequence, Union
 
 from .. import config
 from .. import timeline as _timeline
-from .errors import NOT_INITIALIZED
 from . import process_sets as _process_sets
-from .process_sets import (ProcessSet, add_process_set, global_process_set, remove_process_set,
-                           resolve)
+from . import state
+from .objects import allgather_object
+from .process_sets import (ProcessSet, add_process_set, check_duplicates, global_process_set,
+                           register, remove_process_set)
 from .runtime import RETUNE, RETUNE_MODES, Runtime
+from .state import is_initialized, runtime, unnamed
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
            "cross_size", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled",
            "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
            "cuda_built", "rocm_built", "start_timeline", "stop_timeline", "runtime", "retune",
            "unnamed", "ProcessSet", "global_process_set", "add_process_set",
-           "remove_process_set", "check_process_set"]
+           "remove_process_set"]
 
-_runtime: Optional[Runtime] = None
 _atexit_done = False
 _init_lock = threading.Lock()
-_counters: Dict[Tuple[str, int], int] = {}
-_counters_lock = threading.Lock()  # user threads may name unnamed ops concurrently
 
 def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None) -> None:
     """Start horotopo on ``comm`` (an MPI communicator or a list of world ranks).
@@ -60,7 +60,7 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         itself, after :data:`SETTINGS_ERROR_GRACE_S`) and exits with status 2, upon which the
         launcher ends the job.
     """
-    global _runtime, _atexit_done
+    global _atexit_done
     if isinstance(process_sets, str):
         if process_sets.lower() != "dynamic":
             raise ValueError(f"process_sets must be a list of hvd.ProcessSet or 'dynamic', got "
@@ -69,9 +69,9 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         process_sets = []
     # Entries that repeat each other fail before the job starts (the global set's ranks are
     # known only once it has).
-    _process_sets.check_duplicates(list(process_sets or []))
+    check_duplicates(list(process_sets or []))
     with _init_lock:
-        if _runtime is not None and _runtime.alive:
+        if is_initialized():
             return
         from horotopo.reliability import install_excepthook
 
@@ -90,14 +90,13 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         # Published once started, before the process sets are registered: registering the
         # communicator sets gathers through hvd's own allgather_object, which finds the
         # runtime here. A failure unpublishes it.
-        _runtime = rt
-        _counters.clear()
+        state.publish(rt)
         try:
             _timeline_from_env(rt)
             global_process_set.ranks = list(range(rt.size))
-            _process_sets.init_process_sets(rt, list(process_sets or []))
+            _register_process_sets(rt, list(process_sets or []))
         except BaseException:
-            _runtime = None
+            state.withdraw()
             rt.stop()  # the other ranks learn of it at their next cycle, instead of hanging
             raise
         if not _atexit_done:
@@ -169,9 +168,8 @@ def _say(line: str) -> None:
 def shutdown() -> None:
     """Stop the background thread on every rank. Never hangs: it gives up after a timeout
     (``HOROTOPO_SHUTDOWN_TIMEOUT`` seconds, default 15) if a peer is gone."""
-    global _runtime
     with _init_lock:
-        rt, _runtime = _runtime, None
+        rt = state.withdraw()
     if rt is not None:
         rt.stop()
         if rt.rank == 0:
@@ -210,31 +208,6 @@ def _atexit() -> None:
         shutdown()
     except Exception:  # interpreter exit: nothing useful left to report to
         pass
-
-
-def is_initialized() -> bool:
-    """True between init() and shutdown() while the runtime is running."""
-    return _runtime is not None and _runtime.alive
-
-
-def runtime() -> Runtime:
-    """The running runtime; ValueError (Horovod's message) before init()."""
-    rt = _runtime
-    if rt is None:
-        raise ValueError(NOT_INITIALIZED)
-    return rt
-
-
-def unnamed(kind: str, pset: Any = 0) -> str:
-    """Name for an op submitted without one: ``allreduce.noname.<k>``, counted per kind so that
-    ranks running the same program agree even if their named ops differ, and per process set
-    (``pset``: its id or the ProcessSet), as only a set's members count its ops."""
-    runtime()  # Horovod's error before init
-    pid = getattr(pset, "process_set_id", pset) or 0
-    with _counters_lock:
-        k = _counters.get((kind, pid), 0)
-        _counters[(kind, pid)] = k + 1
-    return f"{kind}.noname.{k}" if not pid else f"{kind}.set{pid}.noname.{k}"
 
 
 def size() -> int:
@@ -381,8 +354,50 @@ def _timeline_from_env(rt: Runtime) -> None:
                                  f"({exc.strerror})") from exc
 
 
-def check_process_set(process_set: Any,
-                      what: str = "Allreduce") -> Tuple[int, Tuple[int, ...]]:
-    """``(id, ranks)`` of the set a collective ``what`` runs on (this rank must be in it; see
-    :func:`.process_sets.resolve`)."""
-    return resolve(process_set, what)
+def _register_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
+    """Register ``hvd.init(process_sets=[...])``'s sets in order (ids 1, 2, ...), once none
+    repeats another or the global set (:func:`check_duplicates`)."""
+    check_duplicates(process_sets, rt.size)
+    for ps in process_sets:
+        if ps.mpi_comm is None:
+            register(rt, ps)
+    if process_sets:
+        taken = {0} | {ps.process_set_id for ps in process_sets if ps.mpi_comm is None}
+        _init_communicator_sets(rt, [ps for ps in process_sets if ps.mpi_comm is not None],
+                                taken)
+
+
+def _init_communicator_sets(rt: Any, comm_sets: Sequence[ProcessSet], taken: set) -> None:
+    """Register the sets of ``init(process_sets=[ProcessSet(comm), ...])``.
+
+    A rank knows only its own communicators' members, so every rank's lists are gathered and
+    each distinct one is registered, entry by entry, in the order of its sorted ranks: the
+    same sets under the same ids everywhere. A communicator that repeats a set registered
+    before keeps no id (Horovod invalidates such duplicates too). Runs inside ``init()``,
+    which has published the runtime by then, so hvd's own ``allgather_object`` serves.
+    """
+    from horotopo.transport.mpi import member_ranks
+
+    mine = [member_ranks(ps.mpi_comm, rt.rank) for ps in comm_sets]
+    everyone = allgather_object(mine, name="process_set.communicators")
+    counts = [len(lists) for lists in everyone]
+    if len(set(counts)) != 1:
+        raise ValueError("hvd.init(process_sets=...): every rank must pass the same number of "
+                         f"communicator process sets; ranks passed {counts}")
+    if not mine:
+        return
+    for k in range(len(mine)):
+        # Checked on every rank from the same gathered lists, so all raise together.
+        for r, lists in enumerate(everyone):
+            if any(everyone[q][k] != lists[k] for q in lists[k]):
+                raise ValueError(f"hvd.init(process_sets=...): entry {k} is a communicator "
+                                 f"of ranks {list(lists[k])} on rank {r}, but its members "
+                                 "passed other communicators there")
+        for ranks in sorted({lists[k] for lists in everyone}):
+            if rt.sets.find(ranks) is None:
+                register(rt, ProcessSet(ranks))
+    for ps, ranks in zip(comm_sets, mine):
+        ps.ranks = list(ranks)
+        pid = rt.sets.find(ranks)
+        ps.process_set_id = None if pid in taken else pid
+        taken.add(pid)

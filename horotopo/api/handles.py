@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .basics import runtime
+from .state import runtime
 from .errors import HorovodInternalError
 
 __all__ = ["HandleTable"]
@@ -28,6 +28,18 @@ class HandleTable:
         with self._lock:
             self._entries[hid] = (tuple(waits) if waits is not None else (hid,), finish)
         return hid
+
+    def take(self, handle: int) -> Tuple[Sequence[int], Callable[..., Any]]:
+        """Remove ``handle`` and return its runtime handles and finishing function, for a
+        front end that registers the same op under its own table with its own conversion.
+
+        Raises
+        ------
+        KeyError
+            ``handle`` is not in the table.
+        """
+        with self._lock:
+            return self._entries.pop(handle)
 
     def clear(self) -> None:
         with self._lock:

@@ -8,7 +8,8 @@ from typing import Any, List, Optional
 import numpy as np
 
 from .arrays import set_root
-from .basics import check_process_set, global_process_set, rank, runtime, unnamed
+from .process_sets import check_process_set, global_process_set
+from .state import runtime, unnamed
 from .runtime import ALLGATHER, BROADCAST
 
 __all__ = ["broadcast_object", "allgather_object"]
@@ -48,13 +49,14 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     pset, root = set_root(process_set, root_rank)
     # Counted, not typed, default names: non-root ranks often pass None.
     base = name or unnamed("broadcast_object", pset)
-    payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
+    is_root = runtime().rank == root_rank
+    payload = _dumps(obj) if is_root else np.zeros(0, dtype=np.uint8)
     length = np.array([payload.size], dtype=np.int64)
     _run(BROADCAST, f"{base}.size", length, length, root, pset)
-    if rank() != root_rank:
+    if not is_root:
         payload = np.empty(int(length[0]), dtype=np.uint8)
     _run(BROADCAST, f"{base}.data", payload, payload, root, pset)
-    if rank() == root_rank:
+    if is_root:
         return obj
     return pickle.loads(payload.tobytes())
 

@@ -19,10 +19,11 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from .. import config
 from .records import PROCESS_SET
 from .set_table import PROCESS_SET_ADD, PROCESS_SET_REMOVE, SetTable, restrict
+from .state import runtime
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "resolve", "restrict", "SetTable", "init_process_sets", "check_duplicates",
-           "NOT_REGISTERED", "allow_dynamic", "dynamic"]
+           "resolve", "check_process_set", "restrict", "SetTable", "register",
+           "check_duplicates", "NOT_REGISTERED", "allow_dynamic", "dynamic"]
 
 #: Horovod's words (operations.cc) after "<Op>: ".
 NOT_REGISTERED = "Process set provided does not exist, or has not been registered."
@@ -90,7 +91,7 @@ class ProcessSet:
         if self.process_set_id is None:
             return None
         ranks = _table().ranks_of(self.process_set_id)
-        me = _runtime().rank
+        me = runtime().rank
         if me not in ranks:
             raise ValueError("Process is not part of provided process set.")
         return ranks.index(me)
@@ -99,7 +100,7 @@ class ProcessSet:
         """Whether this process is in the set; None before its ranks are known."""
         if self.ranks is None:
             return None
-        return _runtime().rank in self.ranks
+        return runtime().rank in self.ranks
 
     def __str__(self) -> str:
         return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
@@ -132,14 +133,8 @@ def dynamic() -> bool:
     return _dynamic or bool(config.get("HOROVOD_DYNAMIC_PROCESS_SETS"))
 
 
-def _runtime() -> Any:
-    from .basics import runtime
-
-    return runtime()
-
-
-def _table() -> "SetTable":
-    return _runtime().sets
+def _table() -> SetTable:
+    return runtime().sets
 
 
 def resolve(process_set: Any, what: str,
@@ -160,7 +155,7 @@ def resolve(process_set: Any, what: str,
     if not isinstance(process_set, ProcessSet):
         raise TypeError(f"process_set must be an hvd.ProcessSet, got "
                         f"{type(process_set).__name__}")
-    rt = _runtime()
+    rt = runtime()
     pid = process_set.process_set_id
     ranks = rt.sets.get(pid) if pid is not None else None
     if ranks is None:
@@ -190,17 +185,25 @@ def add_process_set(process_set: Any) -> ProcessSet:
         when a set of these ranks exists already (Horovod's messages), or for ranks out of
         range.
     """
-    rt = _runtime()
+    rt = runtime()
     if isinstance(process_set, ProcessSet) and process_set.mpi_comm is not None:
         raise NotImplementedError(
             "Dynamically adding process sets defined by an MPI communicator is not "
             "implemented. Please build the process set via a list of ranks.")
     if not dynamic():
         raise ValueError(_DYNAMIC_ADD)
-    return _add(rt, process_set)
+    return register(rt, process_set)
 
 
-def _add(rt: Any, process_set: Any) -> ProcessSet:
+def register(rt: Any, process_set: Any) -> ProcessSet:
+    """Register ``process_set`` (a ProcessSet or its ranks) on the runtime ``rt``: a negotiated
+    op of the global set, collective over every rank; its id is set once registered.
+
+    Raises
+    ------
+    ValueError
+        Ranks out of range or repeated, or a set of these ranks exists already.
+    """
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     ranks = tuple(process_set.ranks or ())
@@ -228,7 +231,7 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     ValueError
         Without ``HOROVOD_DYNAMIC_PROCESS_SETS=1`` (Horovod's message).
     """
-    rt = _runtime()
+    rt = runtime()
     pid = process_set.process_set_id
     if pid is None or pid == 0:
         return False
@@ -266,52 +269,8 @@ def check_duplicates(process_sets: Sequence[Any], size: Optional[int] = None) ->
         seen.add(key)
 
 
-def init_process_sets(rt: Any, process_sets: Sequence[ProcessSet]) -> None:
-    """Register ``hvd.init(process_sets=[...])``'s sets in order (ids 1, 2, ...), once none
-    repeats another or the global set (:func:`check_duplicates`)."""
-    check_duplicates(process_sets, rt.size)
-    for ps in process_sets:
-        if ps.mpi_comm is None:
-            _add(rt, ps)
-    if process_sets:
-        taken = {0} | {ps.process_set_id for ps in process_sets if ps.mpi_comm is None}
-        _init_communicator_sets(rt, [ps for ps in process_sets if ps.mpi_comm is not None],
-                                taken)
-
-
-def _init_communicator_sets(rt: Any, comm_sets: Sequence[ProcessSet], taken: set) -> None:
-    """Register the sets of ``init(process_sets=[ProcessSet(comm), ...])``.
-
-    A rank knows only its own communicators' members, so every rank's lists are gathered and
-    each distinct one is registered, entry by entry, in the order of its sorted ranks: the
-    same sets under the same ids everywhere. A communicator that repeats a set registered
-    before keeps no id (Horovod invalidates such duplicates too). Runs inside ``init()``,
-    which has published the runtime by then, so hvd's own ``allgather_object`` serves.
-    """
-    # Imported here: objects imports basics, which imports this module.
-    from .objects import allgather_object
-    from horotopo.transport.mpi import member_ranks
-
-    mine = [member_ranks(ps.mpi_comm, rt.rank) for ps in comm_sets]
-    everyone = allgather_object(mine, name="process_set.communicators")
-    counts = [len(lists) for lists in everyone]
-    if len(set(counts)) != 1:
-        raise ValueError("hvd.init(process_sets=...): every rank must pass the same number of "
-                         f"communicator process sets; ranks passed {counts}")
-    if not mine:
-        return
-    for k in range(len(mine)):
-        # Checked on every rank from the same gathered lists, so all raise together.
-        for r, lists in enumerate(everyone):
-            if any(everyone[q][k] != lists[k] for q in lists[k]):
-                raise ValueError(f"hvd.init(process_sets=...): entry {k} is a communicator "
-                                 f"of ranks {list(lists[k])} on rank {r}, but its members "
-                                 "passed other communicators there")
-        for ranks in sorted({lists[k] for lists in everyone}):
-            if rt.sets.find(ranks) is None:
-                _add(rt, ProcessSet(ranks))
-    for ps, ranks in zip(comm_sets, mine):
-        ps.ranks = list(ranks)
-        pid = rt.sets.find(ranks)
-        ps.process_set_id = None if pid in taken else pid
-        taken.add(pid)
+def check_process_set(process_set: Any,
+                      what: str = "Allreduce") -> Tuple[int, Tuple[int, ...]]:
+    """``(id, ranks)`` of the set a collective ``what`` runs on (this rank must be in it; see
+    :func:`resolve`)."""
+    return resolve(process_set, what)

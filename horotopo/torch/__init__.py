@@ -35,13 +35,13 @@ _adapter.register()
 
 def init(comm=None, process_sets=None) -> None:
     """Start horotopo (see :func:`horotopo.init`); forgets handles from an earlier run."""
-    _collectives._reset()
+    _collectives.forget_handles()
     _basics.init(comm, process_sets)
 
 
 def shutdown() -> None:
     """Stop horotopo on every rank (see :func:`horotopo.shutdown`)."""
-    _collectives._reset()
+    _collectives.forget_handles()
     _basics.shutdown()
 
 

@@ -11,7 +11,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 
 from ..api import arrays as _arrays
-from ..api.basics import check_process_set, global_process_set, runtime, size, unnamed
+from ..api.basics import runtime, size, unnamed
+from ..api.process_sets import check_process_set, global_process_set
 from ..api.handles import HandleTable
 from ..api.ops import (Adasum, Average, check_adasum, check_op,
                        handle_average_backwards_compatibility)
@@ -152,10 +153,8 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
     h_idx = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
                             process_set=process_set)
     h_val = allgather_async(t._values(), name=f"{name}.values", process_set=process_set)
-    idx_finish = _handles._entries[h_idx][1]
-    val_finish = _handles._entries[h_val][1]
-    with _handles._lock:
-        del _handles._entries[h_idx], _handles._entries[h_val]
+    _, idx_finish = _handles.take(h_idx)
+    _, val_finish = _handles.take(h_val)
 
     def finish(got_idx: List[Any], got_val: List[Any]) -> torch.Tensor:
         indices, values = idx_finish(got_idx), val_finish(got_val)
@@ -187,7 +186,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
     tensors = [check_tensor(t) for t in tensors]
     hid = _arrays.grouped_allgather_async([settled(array_of(t, False), t) for t in tensors],
                                           name, process_set)
-    entry = _arrays.handles._entries.pop(hid)
+    entry = _arrays.handles.take(hid)
     return _handles.add(hid, lambda *res: [tensor_of(a, t, False)
                                            for a, t in zip(entry[1](*res), tensors)],
                         waits=entry[0])
@@ -229,7 +228,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
         splits = splits.tolist()
     hid = _arrays.alltoall_async(settled(array_of(tensor, False), tensor), splits, name,
                                  process_set)
-    entry = _arrays.handles._entries.pop(hid)
+    entry = _arrays.handles.take(hid)
 
     def finish(*results: List[Any]) -> Tuple[torch.Tensor, torch.Tensor]:
         out, received = entry[1](*results)
@@ -246,7 +245,7 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
     hid = _arrays.reducescatter_async(settled(array_of(tensor, True), tensor), name, op,
                                       process_set,
                                       prescale_factor, postscale_factor)
-    entry = _arrays.handles._entries.pop(hid)
+    entry = _arrays.handles.take(hid)
     return _handles.add(hid, lambda *res: tensor_of(entry[1](*res), tensor, True), waits=entry[0])
 
 
@@ -260,7 +259,7 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
     hid = _arrays.grouped_reducescatter_async(
         [settled(array_of(t, True), t) for t in tensors], name, op, process_set,
         prescale_factor, postscale_factor)
-    entry = _arrays.handles._entries.pop(hid)
+    entry = _arrays.handles.take(hid)
     return _handles.add(hid, lambda *res: [tensor_of(a, t, True)
                                            for a, t in zip(entry[1](*res), tensors)],
                         waits=entry[0])
@@ -299,5 +298,6 @@ def synchronize(handle: Any) -> Any:
     return _handles.synchronize(handle)
 
 
-def _reset() -> None:
+def forget_handles() -> None:
+    """Drop every handle of an earlier run: init() and shutdown() start the table afresh."""
     _handles.clear()

@@ -5,7 +5,8 @@ from typing import Any, List, Optional, Tuple
 
 import torch
 
-from ..api.basics import check_process_set, global_process_set, rank
+from ..api.basics import rank
+from ..api.process_sets import check_process_set, global_process_set
 from ..api.objects import allgather_object, broadcast_object
 from .mpi_ops import broadcast_async_, synchronize
 
