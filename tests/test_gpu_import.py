@@ -17,7 +17,7 @@ import horotopo.gpu as g
 assert "cupy" not in [m for m in sys.modules if sys.modules[m] is not None]
 ok, why = g.device_status()
 assert not ok and "horotopo[cuda]" in why, why
-assert g.is_device_array(np.zeros(2)) is False
+assert g.is_gpu_buffer(np.zeros(2)) is False
 try:
     g.reduce_into(np.zeros(2), np.zeros(2), "sum")
 except TypeError as e:
@@ -53,10 +53,10 @@ _FakeCupy.__module__ = "cupy._core.core"
 
 
 def test_array_kind_checks_use_the_type_only():
-    assert gpu.is_device_array(np.zeros(1)) is False
+    assert gpu.is_gpu_buffer(np.zeros(1)) is False
     fake = _FakeCupy()
     fake.data, fake.dtype = None, np.float32
-    assert gpu.is_device_array(fake) is True
+    assert gpu.is_gpu_buffer(fake) is True
 
 
 @pytest.fixture

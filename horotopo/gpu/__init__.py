@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .env import (OPS, cupy_module, device_status, is_cupy_array, is_device_array,
+from .env import (OPS, cupy_module, device_status, is_cupy_array, is_gpu_buffer,
                    is_torch_cuda, synchronize)
 from .awareness import ENV as CUDA_AWARE_ENV
 from .awareness import cuda_aware, parse_override, query_mpi_library
@@ -49,7 +49,7 @@ from .staging import Stager
 
 __all__ = ["OPS", "CUDA_AWARE_ENV", "Stager", "as_cupy_array", "backend", "bfloat16_dtype",
            "cuda_aware", "cupy_bfloat16", "record_ready",
-           "device_status", "host_reduce_into", "is_device_array", "kernel_name",
+           "device_status", "host_reduce_into", "is_gpu_buffer", "kernel_name",
            "parse_override", "query_mpi_library", "reduce_into", "scale", "synchronize",
            "wire_view", "StagingTransport"]
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import UFUNCS, bfloat16_dtype, reduce_pair
 from ..transport.wire import wire_view
-from .env import check_op, dtype_name
+from .env import canonical_dtype_name, check_op
 
 #: Float dtypes and the type their step is computed in.
 COMPUTE = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
@@ -92,7 +92,7 @@ def reduce_arrays(xp: Any, dst: Any, src: Any, op: str, prescale: float = 1.0,
         For an unknown op, mismatched sizes or dtypes, or scale factors on a non-float dtype.
     """
     check_op(op)
-    name = dtype or dtype_name(dst.dtype)
+    name = dtype or canonical_dtype_name(dst.dtype)
     if dst.dtype != src.dtype:
         raise ValueError(f"reduce needs equal dtypes, got {dst.dtype} and {src.dtype}")
     if dst.size != src.size:
@@ -131,7 +131,7 @@ def reduce_arrays(xp: Any, dst: Any, src: Any, op: str, prescale: float = 1.0,
 
 def scale_array(xp: Any, dst: Any, factor: float, dtype: Optional[str] = None) -> Any:
     """``dst *= factor`` in place, rounded as native/reduce.cu's horotopo_scale_* kernels do."""
-    name = dtype or dtype_name(dst.dtype)
+    name = dtype or canonical_dtype_name(dst.dtype)
     if name not in COMPUTE:
         raise ValueError(f"scaling needs a floating-point dtype, got {name}")
     if factor == 1.0:

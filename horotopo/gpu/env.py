@@ -47,7 +47,7 @@ def is_torch_cuda(x: Any) -> bool:
     return _top_module(x) == "torch" and bool(getattr(x, "is_cuda", False))
 
 
-def is_device_array(x: Any) -> bool:
+def is_gpu_buffer(x: Any) -> bool:
     """True for the device buffers this package handles: CuPy arrays and CUDA torch tensors."""
     return is_cupy_array(x) or is_torch_cuda(x)
 
@@ -75,7 +75,7 @@ def device_status() -> Tuple[bool, str]:
     return True, ""
 
 
-def dtype_name(dtype: Any) -> str:
+def canonical_dtype_name(dtype: Any) -> str:
     """The canonical name of a dtype ("float16", "bfloat16", "int32", ...).
 
     ``"bfloat16"`` is accepted as a string even when ml_dtypes is not installed.

@@ -27,8 +27,8 @@ import numpy as np
 
 from .. import config
 from ..ops import ReduceOp
-from .env import (OPS, check_op, cupy_module, dtype_name, is_cupy_array, is_device_array,
-                   is_torch_cuda, synchronize, torch_bfloat16_as_int16)
+from .env import (OPS, canonical_dtype_name, check_op, cupy_module, is_cupy_array,
+                   is_gpu_buffer, is_torch_cuda, synchronize, torch_bfloat16_as_int16)
 from .elementwise import bfloat16_dtype, reduce_arrays, scale_array
 
 #: Reduction op (:class:`horotopo.ops.ReduceOp`) -> kernel op suffix.
@@ -231,11 +231,11 @@ def _as_cupy(x: Any, dtype: Optional[str]) -> Any:
     as_int16 = torch_bfloat16_as_int16(x)
     if as_int16 is not None:  # the kernels take bfloat16 as 16-bit words, CuPy bf16 or not
         return cupy_module().asarray(as_int16), "bfloat16"
-    if not is_device_array(x):
+    if not is_gpu_buffer(x):
         raise TypeError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__} "
                         "(host arrays go through host_reduce_into)")
     arr = as_cupy_array(x)
-    return arr, dtype or dtype_name(arr.dtype)
+    return arr, dtype or canonical_dtype_name(arr.dtype)
 
 
 @functools.lru_cache(maxsize=1)

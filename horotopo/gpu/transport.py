@@ -64,16 +64,16 @@ class StagingTransport(WrappedTransport):
         As for :class:`Stager`; the default :class:`CupyCopier` is made on the first device
         buffer, so a CPU-only run never imports cupy.
     is_device : callable, optional
-        Which buffers to stage; default :func:`horotopo.gpu.is_device_array`.
+        Which buffers to stage; default :func:`horotopo.gpu.is_gpu_buffer`.
     """
 
     def __init__(self, inner: Any, copier: Optional[Any] = None,
                  is_device: Optional[Callable[[Any], bool]] = None) -> None:
-        from .env import is_device_array
+        from .env import is_gpu_buffer
 
         super().__init__(inner, owns=True)
         self._copier = copier
-        self._is_device = is_device or is_device_array
+        self._is_device = is_device or is_gpu_buffer
         self._free: dict = {}
         self._unloading: List[tuple] = []  # (event, slot) for host-to-device copies in flight
         self._deferred: List[_Staged] = []  # sends in posting order, waiting for their copy
