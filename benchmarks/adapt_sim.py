@@ -6,7 +6,7 @@ detector fires, the ranks re-probe at host level and re-plan over hosts.
         [--chunk 1M] [--links tor1->spine,spine->tor1] [--factor 0.25] [--json]
 
 Every rank is a SimGrid actor running horotopo's own code (``horotopo.simulation``), in one
-simulation:
+simulation (:mod:`horotopo.adapt.slowdown`, which this script drives):
 
 1. init as ``hvd.init()`` does it (``--init probe``, the default): every rank runs the quick
    probe (by hosts) on the healthy network, rank 0 plans the measured topology over hosts
@@ -42,278 +42,75 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List
 
-import numpy as np
-
-from horotopo.adapt import AdaptiveEngine
+from horotopo.adapt.slowdown import (SlowdownScenario, run_slowdown, series_lines,
+                                     summarize_slowdown)
 from horotopo.cli.simulate_cmd import SMALL_ELEMS, TOTAL_ELEMS, resolve
-from horotopo.packing import hostforest
-from horotopo.plan import Plan, format_size, make_plan, parse_size
-from horotopo.planning_protocol import share_plan
-from horotopo.probe import probe
-from horotopo.probe.hostinfer import generated_hosts
-from horotopo.schedule import window_for
-from horotopo.simulation.runner import run_simulated
-from horotopo.simulation.platform import set_link_rate
+from horotopo.plan import format_size, parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
-from horotopo.topology import Topology, from_dict
 
 DEFAULT_GENERATOR = "racks:hosts_per_rack=2,gpus=8,oversub=2"
+DEFAULTS = SlowdownScenario()
 
 
 def _log(msg: str) -> None:
     print(f"[adapt-sim] {msg}", file=sys.stderr, flush=True)
 
 
-def slowed(topology: Topology, links: List[str], factor: float) -> Topology:
-    """``topology`` with the resources named in ``links`` at ``factor`` of their rate."""
-    from horotopo.adapt import topology_with_capacities
+def scenario_of(args: argparse.Namespace) -> SlowdownScenario:
+    """The scenario the command line asks for (ValueError for an impossible one)."""
+    return SlowdownScenario(
+        size=args.size, chunk=args.chunk, links=tuple(s for s in args.links.split(",") if s),
+        factor=args.factor, calls=args.calls, degrade_at=args.degrade_at,
+        fresh_calls=args.fresh_calls, init=args.init, fresh=args.fresh,
+        reference=args.reference, flat_reference=args.flat_reference,
+        threshold=args.threshold, consecutive=args.consecutive, warmup=args.warmup,
+        trial=args.trial, tolerance=args.tolerance, forest=args.forest,
+        max_host_trees=args.max_host_trees, max_wall_s=args.max_wall)
 
-    caps = list(topology.capacity_Bps)
-    for name in links:
-        if name not in topology.resources:
-            raise SystemExit(f"{topology.name} has no resource {name!r} (e.g. "
-                             f"{', '.join(r for r in topology.resources if 'spine' in r)[:200]})")
-        caps[topology.resources.index(name)] *= factor
-    return topology_with_capacities(topology, caps)
 
-
-def run(args: argparse.Namespace,
-        planner: Optional[Callable[[Topology], Plan]] = None) -> Dict[str, Any]:
-    """The simulation (module docstring); the raw result (rank 0's) plus wall figures.
-
-    ``planner`` replaces the adaptive engine's re-planner (tests: a plan known to be worse).
-    """
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    """The simulation (module docstring): rank 0's record plus the wall figures."""
     topo = resolve(args.generator, args.ranks)
     n = topo.n
-    size, chunk = args.size, args.chunk
-    elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
-    scale = size / (elems * 4)
-    engine_kw: Dict[str, Any] = {"chunk_bytes": max(4, int(chunk / scale) // 4 * 4)}
-    w0, c0 = time.perf_counter(), time.process_time()
-    # Every plan of the run for the size it is timed at (the forest and chunks are chosen for
-    # it), with the forest and the bound on host trees asked for (recorded in each plan, so the
-    # engine's re-plans keep them).
-    plan_kw: Dict[str, Any] = {"chunk_bytes": chunk, "size": size, "forest": args.forest,
-                               "max_host_trees": args.max_host_trees}
-    declared = make_plan(topo, hierarchy="on", **plan_kw)
-    # each plan's automatic window at the full-size chunk (the scaled chunk would give
-    # another), re-plans included: it depends on the plan's trees
-    engine_kw["window"] = lambda plan: window_for(chunk, len(plan.trees))
-    planner_s = (time.perf_counter() - w0, time.process_time() - c0)
-    _log(f"{topo.name}: {n} ranks, plan over hosts in {planner_s[0]:.1f} s "
-         f"({len(declared.trees)} trees, model {declared.throughput_Bps * 8e-9:.2f} gbps)")
-    links = [s for s in args.links.split(",") if s]
-    truth = slowed(topo, links, args.factor)
-    reference = make_plan(truth, hierarchy="on", **plan_kw) if args.reference else None
-    flat = make_plan(
-        truth, hierarchy="off", **dict(plan_kw, forest="auto" if args.forest == "hosts"
-                                       else args.forest)) if args.flat_reference else None
-    hosts = generated_hosts(topo.to_json())
-    want = np.float32(n * (n - 1) / 2)
-
-    def calls(eng: AdaptiveEngine, x: np.ndarray, k: int) -> List[float]:
-        out = []
-        for _ in range(k):
-            got = eng.allreduce(x, algorithm="tree")
-            out.append(eng.last_seconds if np.array_equal(got, np.full_like(x, want))
-                       else -1.0)  # a negative time marks a wrong result
-        return out
-
-    def probed_plan(t: Any, label: str) -> Tuple[Plan, Topology, float]:
-        """Every rank probes (quick, by hosts), rank 0 plans over hosts; shared."""
-        t.barrier()
-        p0 = t.now()
-        with t.true_size():  # the probe's transfers are sized to be timed, not scaled
-            doc = probe(t, "quick", name=f"probed-{topo.name}-{label}", hosts=hosts)
-        probe_s = t.now() - p0
-
-        def build() -> Any:
-            measured = from_dict(doc)
-            return make_plan(measured, hierarchy="on", **plan_kw), measured
-
-        plan, model = share_plan(t, build, what=f"the {label} plan")
-        return plan, model, probe_s
-
-    def body(t: Any) -> Optional[Dict[str, Any]]:
-        x = np.full(elems, t.rank, np.float32)
-        plan0, model0, init_probe_s = declared, topo, None
-        if args.init == "probe":
-            plan0, model0, init_probe_s = probed_plan(t, "init")
-        eng = AdaptiveEngine(t, plan0, model0, timeout_s=0, threshold=args.threshold,
-                             consecutive=args.consecutive, warmup=args.warmup,
-                             trial=args.trial, planner=planner, **engine_kw)
-        series: List[Dict[str, Any]] = []
-        degraded_at = None
-        for step in range(args.calls):
-            if step == args.degrade_at:
-                t.barrier()  # no call in flight: the slowdown starts between two calls
-                if t.rank == 0:
-                    for name in links:
-                        r = topo.resources.index(name)
-                        set_link_rate(t, topo, r, topo.capacity_Bps[r] * args.factor)
-                degraded_at = t.now()
-            before, ran = len(eng.events), eng.plan.digest[:8]
-            [sec] = calls(eng, x, 1)
-            verdict = [e.kept for e in eng.events if e.decided_step == eng.step]
-            series.append({"step": step, "seconds": sec, "plan": ran,  # the plan it ran
-                           "replanned": len(eng.events) > before,
-                           "verdict": verdict[0] if verdict else None,
-                           "phase": "before" if degraded_at is None else "slowed"})
-            if t.rank == 0:
-                _log(f"call {step}: {sec * 1e3:.1f} ms simulated, plan {eng.plan.digest[:8]}"
-                     f"{', re-planned after it' if series[-1]['replanned'] else ''} "
-                     f"({time.perf_counter() - w0:.0f} s wall so far)")
-        events = [dict(vars(e)) for e in eng.events]
-        final_digest = eng.plan.digest[:8]
-        eng.close()
-        model = (eng.topology.capacity_Bps if eng.topology is not None else None)
-        final = eng.topology.name if eng.topology is not None else None
-        # what the re-plan lowered in the model (same resources: only capacities change)
-        lowered = [] if eng.topology is None else [
-            [name, a * 8e-9, b * 8e-9] for name, a, b in zip(
-                model0.resources, model0.capacity_Bps, eng.topology.capacity_Bps) if b != a]
-        fresh: List[float] = []
-        probe_s, fresh_plan, fresh_model = None, None, None
-        if args.fresh:
-            fresh_plan, fresh_model, probe_s = probed_plan(t, "fresh")
-            with AdaptiveEngine(t, fresh_plan, adapt=False, timeout_s=0, **engine_kw) as plain:
-                fresh = calls(plain, x, args.fresh_calls)
-        ref: List[float] = []
-        if reference is not None:
-            with AdaptiveEngine(t, reference, adapt=False, timeout_s=0, **engine_kw) as plain:
-                ref = calls(plain, x, args.fresh_calls)
-        flat_s: List[float] = []
-        if flat is not None:
-            with AdaptiveEngine(t, flat, adapt=False, timeout_s=0, **engine_kw) as plain:
-                flat_s = calls(plain, x, args.fresh_calls)
-        if t.rank != 0:
-            return None
-        return {"series": series, "events": events, "degraded_at_s": degraded_at,
-                "fresh_s": fresh, "reference_s": ref, "flat_reference_s": flat_s,
-                "fresh_probe_s": probe_s,
-                "fresh_digest": fresh_plan.digest if fresh_plan else None,
-                # what --dump writes: the plans and models compared, for offline study
-                "plans": {"first": plan0.to_json(), "final": eng.plan.to_json(),
-                          "fresh": fresh_plan.to_json() if fresh_plan else None},
-                "models": {"first": model0.to_json(), "final": eng.topology.to_json()
-                           if eng.topology is not None else None,
-                           "fresh": fresh_model.to_json() if fresh_model else None},
-                "fresh_model_Bps": fresh_plan.throughput_Bps if fresh_plan else None,
-                "final_model_Bps": model, "final_digest": final_digest, "final_model": final,
-                "init": args.init,
-                "lowered_gbps": lowered,
-                "init_probe_s": init_probe_s, "plan_digest": plan0.digest,
-                "plan_model_Bps": plan0.throughput_Bps}
-
-    sim = run_simulated(topo, body, scale=scale, timeout_s=args.max_wall)
-    res = sim.results[0]
-    res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": size,
-                "chunk": chunk, "forest": args.forest,
-                "max_host_trees": args.max_host_trees or hostforest.MAX_HOST_TREES,
-                "links": links, "factor": args.factor,
-                "reference_model_Bps": reference.throughput_Bps if reference else None,
-                "flat_reference_model_Bps": flat.throughput_Bps if flat else None,
-                "planner_wall_s": planner_s[0], "planner_cpu_s": planner_s[1],
-                "simulation_wall_s": sim.wall_s, "simulation_cpu_s": sim.cpu_s,
-                "messages": sim.messages})
-    return res
-
-
-def summarize(res: Dict[str, Any], tolerance: float, skip: int = 1) -> Dict[str, Any]:
-    """Medians per phase and the verdict (pure: a test calls it on made-up series)."""
-    series = res["series"]
-    med = (lambda v: statistics.median(v) if v else float("nan"))  # noqa: E731
-    switch = [s["step"] for s in series if s["replanned"] and s["phase"] == "slowed"]
-    early = [s["step"] for s in series if s["replanned"] and s["phase"] == "before"]
-    first_slow = min((s["step"] for s in series if s["phase"] == "slowed"), default=None)
-    before = [s["seconds"] for s in series if s["phase"] == "before"][skip:]
-    during = [s["seconds"] for s in series if s["phase"] == "slowed"
-              and (not switch or s["step"] <= switch[0])]
-    # the plan the job ended with, after the re-plan (the old one again if the trial failed)
-    after = [s["seconds"] for s in series if switch and s["step"] > switch[0]
-             and s["plan"] == res.get("final_digest", series[-1]["plan"])]
-    verdicts = [s["verdict"] for s in series if s.get("verdict") is not None]
-    rejected = [s["seconds"] for s in series if switch and s["step"] > switch[0]
-                and s["plan"] != series[switch[0]]["plan"] and verdicts and not verdicts[0]]
-    fresh, ref = med(res["fresh_s"]), med(res["reference_s"])
-    rec = med(after)
-    event = next((e for e in res["events"] if switch and e["step"] == switch[0] + 1), None)
-    wrong = sum(1 for v in [s["seconds"] for s in series] + res["fresh_s"] + res["reference_s"]
-                + res.get("flat_reference_s", []) if v < 0)
-    ratio = rec / fresh if after and fresh > 0 else float("nan")
-    versus = ratio if res["fresh_s"] else rec / ref if after and ref > 0 else float("nan")
-    out = {"before_s": med(before), "slowed_s": med(during), "recovered_s": rec,
-           "fresh_s": fresh, "reference_s": ref,
-           "flat_reference_s": med(res.get("flat_reference_s", [])),
-           "recovered_over_fresh": ratio,
-           "recovered_over_reference": rec / ref if after and ref > 0 else float("nan"),
-           "calls_to_detect": (switch[0] - first_slow + 1) if switch else None,
-           "detect_delay_s": (event["at_s"] - res["degraded_at_s"]) if event else None,
-           "replan_s": event["seconds"] if event else None,
-           "reprobe_s": event["probe_s"] if event else None,
-           "reprobed_pairs": len(event["suspects"]) if event else None,
-           "fresh_probe_s": res["fresh_probe_s"], "wrong": wrong,
-           "trial_kept": verdicts[0] if verdicts else None,
-           "rejected_plan_s": med(rejected) if rejected else None,
-           "replans_before": len(early)}
-    out["ok"] = bool(wrong == 0 and switch and not early and event and event["switched"]
-                     and versus <= 1.0 + tolerance)
-    return out
-
-
-def series_lines(res: Dict[str, Any]) -> List[str]:
-    """The time series (one line per call, simulated ms) and the re-plan events, as text."""
-    marks = {s["step"]: "re-plan after this call" for s in res["series"] if s["replanned"]}
-    marks.update({s["step"]: "trial over: " + ("new plan kept" if s["verdict"] else
-                                               "back to the old plan")
-                  for s in res["series"] if s.get("verdict") is not None})
-    lines = ["call  phase    plan        ms (simulated)"]
-    lines += [f"{s['step']:>4}  {s['phase']:<7}  {s['plan']}  {s['seconds'] * 1e3:>10.2f}  "
-              f"{marks.get(s['step'], '')}".rstrip() for s in res["series"]]
-    for e in res["events"]:
-        lines.append(
-            f"re-plan at {e['at_s']:.3f} s (after call {e['step'] - 1}), {e['reason']}: "
-            f"{len(e['suspects'])} host pairs re-probed in {e['probe_s'] * 1e3:.0f} ms, model "
-            f"{e['old_model_Bps'] * 8e-9:.3f} -> {e['new_model_Bps'] * 8e-9:.3f} gbps, "
-            f"{e['seconds'] * 1e3:.0f} ms in all {e['note']}".rstrip()
-            + ("" if e.get("kept") is None else
-               f"; trial: new/old time {e['trial_new'] / e['trial_old']:.3f}"))
-    return lines
+    # a rank reduces at most SMALL_ELEMS elements, and the job TOTAL_ELEMS in all (so that
+    # thousands of ranks fit in memory); the rest of the size is scale, as `simulate` does
+    elements = max(1, min(args.size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
+    return run_slowdown(topo, scenario_of(args), elements=elements, log=_log)
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line (tests build their arguments with it)."""
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--generator", default=DEFAULT_GENERATOR,
                     help=f"cluster generator spec (default {DEFAULT_GENERATOR})")
     ap.add_argument("--ranks", type=int, default=64, help="ranks of the simulated job (default 64)")
-    ap.add_argument("--init", choices=("probe", "declared"), default="probe",
+    ap.add_argument("--init", choices=("probe", "declared"), default=DEFAULTS.init,
                     help="the starting model: the quick probe's (as hvd.init, default) or the "
                          "declared topology")
-    ap.add_argument("--size", default="64M", type=parse_size,
-                    help="allreduce size per call (default 64M; K, M, G are binary)")
-    ap.add_argument("--chunk", default="1M", type=parse_size,
-                    help="full-size chunk of every plan (default 1M: fewer messages to "
-                         "simulate than the plans' own)")
-    ap.add_argument("--links", default="tor1->spine,spine->tor1",
+    ap.add_argument("--size", default=DEFAULTS.size, type=parse_size,
+                    help=f"allreduce size per call (default {format_size(DEFAULTS.size)}; K, M, "
+                         "G are binary)")
+    ap.add_argument("--chunk", default=DEFAULTS.chunk, type=parse_size,
+                    help=f"full-size chunk of every plan (default {format_size(DEFAULTS.chunk)}: "
+                         "fewer messages to simulate than the plans' own)")
+    ap.add_argument("--links", default=",".join(DEFAULTS.links),
                     help="resources to slow, comma-separated (default: rack 1's uplink, both "
                          "directions)")
-    ap.add_argument("--factor", type=float, default=0.25,
-                    help="fraction of their rate the slowed links keep (default 0.25)")
-    ap.add_argument("--calls", type=int, default=12,
-                    help="allreduce calls of the adaptive run (default 12)")
-    ap.add_argument("--degrade-at", type=int, default=4,
-                    help="the links slow down before this call (default 4)")
-    ap.add_argument("--fresh-calls", type=int, default=3,
-                    help="timed calls of each comparison plan on the slowed network (default 3)")
+    ap.add_argument("--factor", type=float, default=DEFAULTS.factor,
+                    help="fraction of their rate the slowed links keep (default %(default)s)")
+    ap.add_argument("--calls", type=int, default=DEFAULTS.calls,
+                    help="allreduce calls of the adaptive run (default %(default)s)")
+    ap.add_argument("--degrade-at", type=int, default=DEFAULTS.degrade_at,
+                    help="the links slow down before this call (default %(default)s)")
+    ap.add_argument("--fresh-calls", type=int, default=DEFAULTS.fresh_calls,
+                    help="timed calls of each comparison plan on the slowed network "
+                         "(default %(default)s)")
     ap.add_argument("--no-reference", dest="reference", action="store_false",
                     help="skip the declared slowed topology's plan")
     ap.add_argument("--flat-reference", action="store_true",
@@ -322,20 +119,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-fresh", dest="fresh", action="store_false",
                     help="skip the fresh probe and its plan (the verdict then compares with "
                          "the declared slowed topology's plan)")
-    ap.add_argument("--threshold", type=float, default=0.3,
-                    help="a call is slow below (1 - this) of its size's baseline efficiency (default 0.3)")
-    ap.add_argument("--consecutive", type=int, default=3,
-                    help="slow calls in a row before a re-plan (default 3)")
-    ap.add_argument("--warmup", type=int, default=3,
-                    help="calls that form the detector's baseline (default 3)")
-    ap.add_argument("--trial", type=int, default=3,
+    ap.add_argument("--threshold", type=float, default=DEFAULTS.threshold,
+                    help="a call is slow below (1 - this) of its size's baseline efficiency "
+                         "(default %(default)s)")
+    ap.add_argument("--consecutive", type=int, default=DEFAULTS.consecutive,
+                    help="slow calls in a row before a re-plan (default %(default)s)")
+    ap.add_argument("--warmup", type=int, default=DEFAULTS.warmup,
+                    help="calls that form the detector's baseline (default %(default)s)")
+    ap.add_argument("--trial", type=int, default=DEFAULTS.trial,
                     help="calls a re-plan's new plan is timed for before it is kept or "
-                         "dropped for the old one (default 3; 0 keeps every re-plan)")
-    ap.add_argument("--tolerance", type=float, default=0.15,
-                    help="recovered time may exceed the fresh plan's by this fraction (default 0.15)")
-    ap.add_argument("--max-wall", type=float, default=3600.0,
+                         "dropped for the old one (default %(default)s; 0 keeps every re-plan)")
+    ap.add_argument("--tolerance", type=float, default=DEFAULTS.tolerance,
+                    help="recovered time may exceed the fresh plan's by this fraction "
+                         "(default %(default)s)")
+    ap.add_argument("--max-wall", type=float, default=DEFAULTS.max_wall_s,
                     help="wall-clock limit of the simulation, seconds")
-    ap.add_argument("--forest", default="auto", choices=("auto", "deep", "hosts"),
+    ap.add_argument("--forest", default=DEFAULTS.forest, choices=("auto", "deep", "hosts"),
                     help="the forest of every plan of the run (make_plan's forest; a forced "
                          "forest is forced again in the engine's re-plan; default auto)")
     ap.add_argument("--max-host-trees", type=int, default=None, metavar="K",
@@ -359,8 +158,11 @@ def main(argv: Any = None) -> int:
         ap.error("need 0 < --factor <= 1 and 0 < --degrade-at < --calls")
     if args.max_host_trees is not None and args.max_host_trees < 1:
         ap.error("--max-host-trees: need at least 1")
-    res = run(args)
-    summary = summarize(res, args.tolerance)
+    try:
+        res = run(args)
+    except ValueError as exc:  # a resource the topology does not have
+        ap.error(str(exc))
+    summary = summarize_slowdown(res, args.tolerance)
     kept = {key: res.pop(key) for key in ("plans", "models")}  # large: --dump only
     if args.dump:
         with open(args.dump, "w") as f:

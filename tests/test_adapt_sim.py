@@ -2,12 +2,11 @@
 calls must be detected by the adaptive engine's own detector, re-probed at host level and
 re-planned over hosts, and the new plan must run within 15% of the plan of the truly slowed
 network. 16 ranks on 4 hosts (4 racks of one host), 8 MiB calls: a few seconds of wall time."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from horotopo.adapt.policy import host_pairs, refresh_capacities, split_pairs
+from horotopo.adapt.slowdown import (SlowdownScenario, run_slowdown, series_lines, slowed,
+                                     summarize_slowdown)
 from horotopo.adapt.trial import Trial
 from horotopo.generate import generate
 from horotopo.plan import plan_from_trees
@@ -19,14 +18,15 @@ try:
 except SimulatorMissing as _exc:
     pytest.skip(str(_exc), allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parent.parent
+# 4 racks of one host of 4 ranks; rack 1's uplink slows (the scenario's default links)
+CLUSTER = "racks:hosts_per_rack=1,gpus=4,oversub=2"
+# float32 elements a rank really reduces: the rest of each 8 MiB call is scale, as
+# benchmarks/adapt_sim.py simulates 16 ranks
+ELEMENTS = 1 << 16
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("adapt_sim", ROOT / "benchmarks/adapt_sim.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _cluster():
+    return from_dict(generate(CLUSTER, 16))
 
 
 def test_host_pairs_keep_one_pair_per_pair_of_machines():
@@ -64,34 +64,31 @@ def test_refresh_blames_the_link_that_explains_every_degraded_pair():
 
 
 def test_a_slowed_uplink_is_detected_and_the_replan_recovers():
-    bench = _bench()
-    args = bench.parser().parse_args(
-        ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
-         "--size", "8M", "--chunk", "256K", "--calls", "10", "--degrade-at", "4",
-         "--fresh-calls", "2", "--no-fresh", "--init", "declared", "--max-wall", "300"])
+    sc = SlowdownScenario(size=8 << 20, chunk=256 << 10, calls=10, degrade_at=4,
+                          fresh_calls=2, fresh=False, init="declared", max_wall_s=300)
     # 256 KiB chunks: the plans are made for the 8 MiB they are timed at, and at 1 MiB chunks
     # the first plan runs the slowed network about as fast as its re-plan (so the trial drops
     # the re-plan); at 256 KiB the re-plan is clearly faster.
-    res = bench.run(args)
-    s = bench.summarize(res, args.tolerance)
+    topo = _cluster()
+    res = run_slowdown(topo, sc, elements=ELEMENTS)
+    s = summarize_slowdown(res, sc.tolerance)
     assert s["wrong"] == 0
     assert s["replans_before"] == 0, res["events"]
     # detected from the engine's own call times after `consecutive` slow calls, no later
-    assert s["calls_to_detect"] == args.consecutive, bench.series_lines(res)
+    assert s["calls_to_detect"] == sc.consecutive, series_lines(res)
     assert s["slowed_s"] > 1.3 * s["before_s"], s
     [event] = res["events"]
     assert event["switched"] and event["new_digest"] != event["old_digest"]
     # host level: one pair per pair of hosts, at most 4 (the hosts) per round, two rounds
     assert 0 < len(event["suspects"]) <= 2 * 4
-    hosts = [bench.resolve(args.generator, args.ranks).hosts[r][:4] for r in range(16)]
+    hosts = [topo.hosts[r][:4] for r in range(16)]
     keys = [(hosts[a], hosts[b]) for a, b in event["suspects"] if hosts[a] != hosts[b]]
     assert len(keys) == len(set(keys)), event["suspects"]
     # the re-probe blamed the slowed uplink (both directions) and nothing of the other rack
-    topo = bench.resolve(args.generator, args.ranks)
     caps = dict(zip(topo.resources, res["final_model_Bps"]))
     truth = dict(zip(topo.resources, topo.capacity_Bps))
     for name in ("tor1->spine", "spine->tor1"):
-        assert caps[name] == pytest.approx(truth[name] * args.factor, rel=0.15), name
+        assert caps[name] == pytest.approx(truth[name] * sc.factor, rel=0.15), name
     # Nothing else lowered but rack 1's host (its NIC is in series with the uplink for every
     # pair: one host per rack) and local links (the simulated software cost, 0.47 ns a byte,
     # holds a pair inside a host to about 16 gbps, under the 100 gbps declared; still above
@@ -112,13 +109,10 @@ def test_the_replan_keeps_the_plans_size_forced_forest_and_host_tree_bound():
     # (128 MiB) and the auto forest, so a plan made for 64 MiB over a forced host forest came
     # back as another forest (at 1024 ranks with 4 MiB chunks, 512 trees instead of 32). A
     # bound on host trees (4 hosts here: 4 host trees unbounded) must come back too.
-    bench = _bench()
-    args = bench.parser().parse_args(
-        ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
-         "--size", "8M", "--chunk", "1M", "--calls", "8", "--degrade-at", "3",
-         "--fresh-calls", "1", "--no-fresh", "--no-reference", "--init", "declared",
-         "--forest", "hosts", "--trial", "0", "--max-wall", "300", "--max-host-trees", "2"])
-    res = bench.run(args)
+    sc = SlowdownScenario(size=8 << 20, chunk=1 << 20, calls=8, degrade_at=3, fresh_calls=1,
+                          fresh=False, reference=False, init="declared", forest="hosts",
+                          trial=0, max_wall_s=300, max_host_trees=2)
+    res = run_slowdown(_cluster(), sc, elements=ELEMENTS)
     [event] = res["events"]
     assert event["switched"], event
     for which in ("first", "final"):
@@ -172,18 +166,16 @@ def _zigzag(topo):
 
 
 def test_a_replan_slower_than_the_old_plan_is_dropped_after_its_trial():
-    bench = _bench()
-    args = bench.parser().parse_args(
-        ["--generator", "racks:hosts_per_rack=1,gpus=4,oversub=2", "--ranks", "16",
-         "--size", "8M", "--chunk", "1M", "--calls", "12", "--degrade-at", "4",
-         "--no-fresh", "--no-reference", "--init", "declared", "--max-wall", "300"])
-    res = bench.run(args, planner=_zigzag)
-    s = bench.summarize(res, args.tolerance)
+    sc = SlowdownScenario(size=8 << 20, chunk=1 << 20, calls=12, degrade_at=4, fresh=False,
+                          reference=False, init="declared", max_wall_s=300)
+    topo = _cluster()
+    res = run_slowdown(topo, sc, elements=ELEMENTS, planner=_zigzag)
+    s = summarize_slowdown(res, sc.tolerance)
     series = res["series"]
-    assert s["wrong"] == 0 and s["calls_to_detect"] == args.consecutive, s
+    assert s["wrong"] == 0 and s["calls_to_detect"] == sc.consecutive, s
     [event] = res["events"]  # no second re-plan: the revert backs the detector off
     assert event["switched"] and event["kept"] is False, event
-    assert event["decided_step"] == event["step"] + args.trial
+    assert event["decided_step"] == event["step"] + sc.trial
     old, new = series[0]["plan"], event["new_digest"][:8]
     ran = [c["plan"] for c in series]
     # calls 0-6 on the old plan, 7-9 on trial, then every rank back on the old plan
@@ -192,8 +184,7 @@ def test_a_replan_slower_than_the_old_plan_is_dropped_after_its_trial():
     assert s["rejected_plan_s"] > 1.2 * s["slowed_s"], s  # the zigzag was the slower plan
     assert s["recovered_s"] == pytest.approx(s["slowed_s"], rel=0.05), s
     # the refreshed model stays: the next re-plan starts from the slowed uplink
-    caps = dict(zip(bench.resolve(args.generator, args.ranks).resources,
-                    res["final_model_Bps"]))
+    caps = dict(zip(topo.resources, res["final_model_Bps"]))
     assert caps["tor1->spine"] < 0.5 * 10 * 1.25e8, caps["tor1->spine"]
 
 
@@ -244,3 +235,20 @@ def test_the_split_needs_no_route_order_in_a_measured_model():
         # each crosses part of the route, and not the same part
         parts = [route & set(topo.routes[s][d]) for s, d in (mine, theirs)]
         assert parts[0] and parts[1] and not parts[0] & parts[1], extra
+
+
+def test_an_impossible_scenario_or_link_is_refused():
+    with pytest.raises(ValueError, match="0 < degrade_at < calls"):
+        SlowdownScenario(calls=4, degrade_at=4)
+    with pytest.raises(ValueError, match="0 < factor <= 1"):
+        SlowdownScenario(factor=0.0)
+    with pytest.raises(ValueError, match="max_host_trees: need at least 1"):
+        SlowdownScenario(max_host_trees=0)
+    topo = _cluster()
+    with pytest.raises(ValueError, match="has no resource 'tor9->spine'"):
+        slowed(topo, ["tor9->spine"], 0.5)
+    quarter = slowed(topo, ["tor1->spine"], 0.25)
+    k = topo.resources.index("tor1->spine")
+    assert quarter.capacity_Bps[k] == topo.capacity_Bps[k] * 0.25
+    assert [c for i, c in enumerate(quarter.capacity_Bps) if i != k] == [
+        c for i, c in enumerate(topo.capacity_Bps) if i != k]

@@ -107,7 +107,7 @@ def test_layers_are_named_once():
 # The test files that still load a script of benchmarks/. The set may only shrink: a file not
 # listed that loads one fails, and so does a listed one that no longer does.
 LOADS_BENCHMARKS = frozenset({
-    "test_adapt_sim.py", "test_emulate_main.py", "test_predict.py"})
+    "test_emulate_main.py", "test_predict.py"})
 
 _LOADERS = {"spec_from_file_location", "import_module", "run_path", "insert", "append"}
 

@@ -8,6 +8,8 @@
 - :mod:`horotopo.adapt.runtime`: :class:`AdaptiveEngine`, the Engine wrapper that monitors its
   own transfers, detects, re-plans on rank 0 and switches plans at the same call on every rank;
   :func:`retune` for an explicit full re-probe.
+- :mod:`horotopo.adapt.slowdown`: a link slowdown in the middle of a simulated job, and the
+  verdict on the re-plan against plans made for the slowed network.
 - :mod:`horotopo.adapt.trial` (pure): a re-plan's trial, which keeps the new plan only when
   its first timed calls beat the old plan's.
 """
