@@ -7,9 +7,11 @@ returning only the Plan):
    read (a bad value, or ranks that disagree, is an error on every rank);
 2. the topology: loaded by rank 0 from ``HOROTOPO_TOPOLOGY=path`` if set, else probed by all
    ranks (``HOROTOPO_PROBE=quick``, the default, or ``full``), else (``off``) a uniform model;
-3. rank 0 plans it (:func:`horotopo.plan.make_plan`; ring for the uniform model of ``off``) and
-   broadcasts the Plan's JSON with the topology's (the adaptive engine refreshes that model
-   when the network changes, and every rank must know which model it has);
+3. rank 0 plans it (:func:`horotopo.plan.make_plan`; ring for the uniform model of ``off``),
+   records in the plan the allreduce algorithm predicted fastest on it
+   (:func:`horotopo.algorithms.choice.with_choice`) and broadcasts the Plan's JSON with the
+   topology's (the adaptive engine refreshes that model when the network changes, and every
+   rank must know which model it has);
 4. every rank rebuilds the Plan and the ranks compare its digest.
 
 Steps 3 and 4 are :func:`horotopo.planning_protocol.share_plan`, the one protocol for sharing
@@ -28,6 +30,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from . import config
 from . import costs as cost_profiles
+from .algorithms.choice import recorded_algorithm, with_choice
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import EXCHANGE_TIMEOUT_S, PLAN_TIMEOUT_S, share_plan
 from .probe import ProbeError, probe
@@ -190,7 +193,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     def build() -> Tuple[Plan, Optional[Topology]]:
         topology = model()
         try:
-            return (ring_plan(topology) if use_ring else make_plan(topology)), topology
+            made = ring_plan(topology) if use_ring else make_plan(topology)
+            return with_choice(made, topology), topology
         except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
             raise BootstrapError(f"planning {topology.name!r} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
@@ -202,7 +206,7 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     assert planned_on is not None  # build always returns the model it planned on
     say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
         f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "
-        f"{time.perf_counter() - start:.2f} s")
+        f"large allreduces by {recorded_algorithm(plan)}, {time.perf_counter() - start:.2f} s")
     source = "file" if path is not None else ("uniform" if use_ring else "probe")
     return Setup(plan, planned_on, source)
 

@@ -76,7 +76,7 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
         # the window cap binds one stream's bytes, the fair share all flows' on a link
         c = min(chunk, nbytes)
         chunks = math.ceil(nbytes / c)
-        rounds = math.ceil(chunks / _in_flight(network, declared, alone, c))
+        rounds = max(1, math.ceil(chunks / _in_flight(network, declared, alone, c)))
         wire = max(wire, rounds * lat + max(shared, nbytes * inv))
         pieces = max(pieces, chunks)
     post = max(posts.values()) * costs.per_message_s

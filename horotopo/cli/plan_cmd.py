@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
+from ..algorithms.choice import with_choice
 from ..packing import format_percent, plural
-from ..packing.depth import FORESTS
-from ..packing.hostforest import has_hosts
+from ..packing.forests import FORESTS, check_forest
+from ..packing.hierarchy import use_hierarchy
 from ..plan import Plan, format_size, make_plan, target_size
 from ..topology import bundled_names, load
 from . import CommandError, positive_size, writable_path, write_text
@@ -19,9 +21,10 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
         "plan", help="plan reduce/broadcast trees for a topology file",
         description="Load a topology (declared or measured JSON form, see docs/topology.md), "
                     "compute a certified near-optimal packing of reduce/broadcast trees, and "
-                    "print the trees (each arc in the direction its data flows), the predicted "
-                    "allreduce time against ring allreduce's, and the certified optimality "
-                    "gap.",
+                    "print the trees (each arc in the direction its data flows), every "
+                    "allreduce algorithm's predicted time (the plan's trees, ring, NCCL's "
+                    "double binary tree, hierarchical allreduce) with the one the engine runs "
+                    "for large allreduces (the fastest), and the certified optimality gap.",
         epilog="Examples:\n  horotopo plan horotopo/data/topologies/racks-2x3.json --size 64M\n"
                "  horotopo plan racks-2x3 --json > plan.json   (bundled names work too)\n"
                "  horotopo plan topo.json --png trees.png",
@@ -30,19 +33,13 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                                     f"({', '.join(bundled_names())})")
     p.add_argument("--size", default=None, type=positive_size,
                    help="allreduce size the plan is made for and predicted at: chunk sizes and "
-                        "the deep-or-shallow forest are chosen for it (default: "
+                        "the forest kind are chosen for it (default: "
                         "HOROVOD_FUSION_THRESHOLD, 128M unless set; K, M, G are binary)")
     p.add_argument("--forest", choices=FORESTS, default="auto",
-                   help="auto: keep the deep (highest-throughput) forest, or the balanced "
-                        "(each rank's receive CPU packed as a resource), shallow "
-                        "(depth-bounded) or hosts (rotated binary trees over machines, offered "
-                        "where machines hold several ranks) one where it predicts less time "
-                        "for --size by more than 5%%, or, on a measured topology, the leveled "
-                        "one (packed with rates within 10%% of each other taken as equal) "
-                        "where it has fewer trees and is predicted at most 10%% slower; deep, "
-                        "balanced, shallow, hosts or leveled force one (default auto)")
-    p.add_argument("--max-depth", type=int, default=None, metavar="D",
-                   help="depth bound of the shallow forest's trees (default ceil(log2 ranks))")
+                   help="auto: keep the forest kind predicted fastest for --size: the "
+                        "certified deep one, a host forest (rotated binary trees over "
+                        "machines, where machines hold several ranks) or ring's chains; a "
+                        "kind's name forces it (default auto)")
     p.add_argument("--max-host-trees", type=int, default=None, metavar="K",
                    help="a host forest keeps at most K host-level trees, each as many "
                         "rank-level trees as a host has ranks (default 32): fewer trees, fewer "
@@ -70,7 +67,6 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     for option, value in (("--max-trees-per-root", args.max_trees_per_root),
-                          ("--max-depth", args.max_depth),
                           ("--max-host-trees", args.max_host_trees)):
         if value is not None and value < 1:
             raise CommandError(f"{option} must be at least 1, got {value}")
@@ -86,9 +82,10 @@ def run(args: argparse.Namespace) -> int:
         except ImportError:
             raise CommandError("--png needs matplotlib (pip install 'horotopo[plot]')") from None
     topology = load(args.topology)
-    if args.forest == "hosts" and not has_hosts(topology):
-        raise CommandError(f"--forest hosts needs machines that hold several ranks (or a local "
-                           f"fabric much faster than the way out); {topology.name!r} has none")
+    try:
+        check_forest(args.forest, topology, use_hierarchy(topology))
+    except ValueError as exc:
+        raise CommandError(f"--forest: {exc}") from None
 
     def progress(msg: str) -> None:
         if not args.quiet:
@@ -100,13 +97,16 @@ def run(args: argparse.Namespace) -> int:
     size = target_size(args.size)
     plan = make_plan(topology, chunk_bytes=args.chunk, max_trees_per_root=args.max_trees_per_root,
                      target_gap=args.target_gap, progress=progress, size=size,
-                     forest=args.forest, max_depth=args.max_depth,
+                     forest=args.forest,
                      max_host_trees=args.max_host_trees)
+    plan = with_choice(plan, topology, size)
     progress(f"planned in {time.perf_counter() - start:.2f} s")
-    speedup = plan.ring_speedup(size)
+    chosen = plan.planner["algorithm"]
+    predicted = plan.planner["predicted_s"]
+    speedup = predicted["ring"] / predicted[chosen] if predicted[chosen] > 0 else math.inf
     doc = plan.to_json()
     doc["size"] = size
-    doc["predicted_time_s"] = plan.predict_time(size)
+    doc["predicted_time_s"] = predicted[chosen]
     doc["ring_speedup"] = speedup
     if args.output:
         write_text("-o", args.output, json.dumps(plan.to_json(), indent=1))
@@ -120,7 +120,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    print(plan.describe(size=size))
+    print(plan.describe())
+    print(f"  predicted allreduce of {format_size(size)}: {predicted[chosen] * 1e3:.3f} ms by "
+          f"{chosen} (ring {predicted['ring'] * 1e3:.3f} ms)")
+    print("  algorithms: " + ", ".join(f"{name} {seconds * 1e3:.3f} ms"
+                                      + (" (runs)" if name == chosen else "")
+                                      for name, seconds in predicted.items()))
     print(f"verdict: {_versus_ring(speedup)} on the model for {format_size(size)}, "
           f"{_certificate(plan)}")
     return 0

@@ -1,0 +1,232 @@
+"""The one chooser over every allreduce algorithm with a topology model
+(horotopo.algorithms.choice), the models it compares (ring's and hierarchical's stage model,
+dbtree's two-tree plan), and the engine running the algorithm the plan records.
+
+Pure predictions and in-process ranks (tests/loop_transport.py); no simulator, no timing."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from horotopo.algorithms import dbtree, hierarchical, ring
+from horotopo.algorithms.choice import choose, predictions, recorded_algorithm, with_choice
+from horotopo.algorithms.cost import CostModel
+from horotopo.algorithms.flows import stage_time
+from horotopo.engine import Engine
+from horotopo.generate import generate
+from horotopo.packing import ring_parents
+from horotopo.packing.alphabeta import NO_COSTS, NetworkModel, SoftwareCosts
+from horotopo.plan import Plan, make_plan, plan_from_trees
+from horotopo.topology import from_dict
+
+from loop_transport import run_ranks
+from test_registry import NoLibraryTransport
+
+MiB = 1 << 20
+COSTS = SoftwareCosts(per_message_s=10e-6, per_byte_s=0.5e-9)
+
+
+def _star(n=4, gbps=1.0, latency_ms=0.1):
+    """``n`` one-rank hosts on one switch, every NIC ``gbps`` and ``latency_ms``."""
+    return from_dict({"name": f"star-{n}", "switches": ["s"],
+                      "links": [{"ends": [f"h{i}", "s"], "gbps": gbps, "latency_ms": latency_ms}
+                                for i in range(n)],
+                      "ranks": [f"h{i}" for i in range(n)]})
+
+
+def _two_hosts(gpus=4, nic_gbps=10.0, wan_ms=5.0):
+    """Two hosts of ``gpus`` ranks each (fast local links), their NICs joined over a long
+    link of ``wan_ms``."""
+    links, ranks = [], []
+    for h in ("a", "b"):
+        links.append({"ends": [h, "wan"], "gbps": nic_gbps, "latency_ms": wan_ms / 2})
+        for g in range(gpus):
+            links.append({"ends": [f"{h}g{g}", h], "gbps": 100.0, "latency_ms": 0.001})
+            ranks.append(f"{h}g{g}")
+    return from_dict({"name": "two-hosts", "switches": ["a", "b", "wan"], "links": links,
+                      "ranks": ranks})
+
+
+def _star_tree(topology, root=0):
+    """One star tree at ``root`` (its NIC carries every other rank's arc, both ways)."""
+    parent = tuple(-1 if v == root else root for v in range(topology.n))
+    return plan_from_trees(topology.n, [(root, parent, parent, 1.0)], chunk_bytes=256 << 10,
+                           topology=topology)
+
+
+def _chain(topology, chunk=256 << 10):
+    """One chain in rank order (reduce towards rank 0, broadcast back)."""
+    parent = tuple(v - 1 for v in range(topology.n))
+    return plan_from_trees(topology.n, [(0, parent, parent, 1.0)], chunk_bytes=chunk,
+                           topology=topology)
+
+
+# -- the models ---------------------------------------------------------------------------------
+
+
+def test_ring_on_a_uniform_star_is_two_n_minus_one_steps_of_a_segment():
+    topo = _star(4, gbps=1.0, latency_ms=0.1)
+    size = 8 * MiB
+    # every NIC carries one segment each way per step; each route crosses two links
+    step = 2e-4 + size / 4 / 125e6
+    assert ring.predict_time(topo, size, 64 << 10, NO_COSTS) == pytest.approx(6 * step)
+
+
+def test_a_stage_charges_the_posts_before_the_wire_and_the_last_handling_after_it():
+    topo = _star(2, gbps=1.0, latency_ms=0.0)
+    flows = [(0, 1, 1 * MiB), (1, 0, 1 * MiB)]
+    wire = MiB / 125e6
+    chunks = MiB // (64 << 10)
+    # each rank posts a send and a receive per chunk, then handles every received byte
+    post = 2 * chunks * COSTS.per_message_s
+    handling = MiB * COSTS.per_byte_s
+    assert stage_time(topo, flows, 64 << 10, COSTS) == pytest.approx(
+        post + wire + handling / chunks)
+
+
+def test_serial_streams_pay_the_latency_once_per_chunk():
+    topo = _star(2, gbps=1.0, latency_ms=1.0)
+    flows = [(0, 1, 1 * MiB)]
+    free = stage_time(topo, flows, 64 << 10, NO_COSTS)
+    serial = stage_time(topo, flows, 64 << 10, NO_COSTS, NetworkModel(streams="serial"))
+    assert free == pytest.approx(2e-3 + MiB / 125e6)
+    assert serial == pytest.approx(16 * 2e-3 + MiB / 125e6)
+
+
+def test_the_slowest_link_shared_fairly_sets_a_stage():
+    # four flows into one rank: its NIC carries all four
+    topo = _star(5, gbps=1.0, latency_ms=0.0)
+    flows = [(v, 0, MiB) for v in range(1, 5)]
+    assert stage_time(topo, flows, MiB, NO_COSTS) == pytest.approx(4 * MiB / 125e6)
+
+
+def test_dbtree_is_predicted_as_the_plan_of_its_two_trees():
+    topo = _star(8, gbps=1.0)
+    two = dbtree.double_tree_plan_on(topo, 256 << 10)
+    shape = dbtree.double_tree_plan(8)
+    assert [t.reduce_parent for t in two.trees] == [t.reduce_parent for t in shape.trees]
+    assert [t.share for t in two.trees] == pytest.approx([0.5, 0.5])
+    assert all(t.profile for t in two.trees)
+    assert dbtree.predict_time(topo, 16 * MiB, 256 << 10, COSTS) == pytest.approx(
+        two.predict_time(16 * MiB, 256 << 10, costs=COSTS))
+
+
+def test_hierarchical_hosts_come_from_a_generated_clusters_gpus():
+    topo = from_dict(generate("racks:hosts_per_rack=2,gpus=4,oversub=1", 16))
+    hosts = hierarchical.topology_hosts(topo)
+    assert len(set(hosts)) == 4 and hosts[:4] == [hosts[0]] * 4
+
+
+# -- the chooser --------------------------------------------------------------------------------
+
+
+def test_every_candidate_with_a_model_is_predicted_and_mpi_is_not():
+    topo = _star(4)
+    got = predictions(topo, _star_tree(topo), 4 * MiB, costs=COSTS)
+    assert list(got) == ["tree", "ring", "dbtree", "hierarchical"]
+    assert all(v > 0 for v in got.values())
+    with pytest.raises(ValueError, match="3 ranks, the topology 4"):
+        predictions(topo, _star_tree(_star(3)), MiB)
+
+
+def test_ring_where_ring_is_predicted_faster_than_the_plans_tree():
+    topo = _star(6)
+    name, got = choose(topo, _star_tree(topo), 64 * MiB, costs=COSTS)
+    # the star's root NIC carries five arcs each way; ring's every NIC one
+    assert got["ring"] < 0.5 * got["tree"]
+    assert name == min(got, key=got.get) == "ring"
+
+
+def test_hierarchical_where_it_crosses_the_long_link_fewest_times():
+    topo = _two_hosts(gpus=4, wan_ms=5.0)
+    name, got = choose(topo, _chain(topo), 4 * MiB, costs=COSTS)
+    # ring pays the long link's latency in each of its 2 (n - 1) steps, hierarchical in 2
+    assert got["hierarchical"] < got["ring"] and got["hierarchical"] < got["tree"]
+    assert name == "hierarchical"
+
+
+def test_the_tree_on_oversubscribed_racks_with_slow_nics():
+    topo = from_dict(generate("racks:hosts_per_rack=4,gpus=2,oversub=4,slow=0.25", 16))
+    plan = make_plan(topo, size=64 * MiB)
+    name, got = choose(topo, plan, 64 * MiB)
+    assert name == "tree" and got["tree"] < 0.8 * min(got["ring"], got["hierarchical"])
+
+
+def test_the_choice_is_recorded_in_the_plan_and_travels_with_it():
+    topo = _star(6)
+    plan = _star_tree(topo)
+    chosen = with_choice(plan, topo, 64 * MiB, costs=COSTS)
+    assert chosen.digest == plan.digest and chosen.trees == plan.trees
+    assert chosen.planner["algorithm"] == "ring" == recorded_algorithm(chosen)
+    assert chosen.planner["algorithm_size"] == 64 * MiB
+    assert set(chosen.planner["predicted_s"]) == {"tree", "ring", "dbtree", "hierarchical"}
+    back = Plan.from_json(chosen.to_json())
+    assert recorded_algorithm(back) == "ring"
+    assert back.planner["predicted_s"] == chosen.planner["predicted_s"]
+    assert recorded_algorithm(plan) == "tree"
+
+
+# -- the engine runs the recorded algorithm -----------------------------------------------------
+
+#: Small messages to the library, large ones (from a few KiB) to the topology's choice.
+SPLIT = CostModel(mpi_latency_s=20e-6, mpi_Bps=10e6, tree_latency_s=200e-6,
+                  per_message_s=10e-6)
+
+
+def _recording(n, algorithm):
+    plan = plan_from_trees(n, [(r, *ring_parents(n, r), 1e9) for r in range(n)],
+                           chunk_bytes=1 << 12, latency_s=1e-5)
+    return dataclasses.replace(plan, planner=dict(plan.planner, algorithm=algorithm))
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "dbtree"])
+def test_an_engine_whose_plan_records_an_algorithm_runs_it_for_large_buffers(algorithm):
+    n, count = 4, 100_003  # not a multiple of the ranks or the chunk
+
+    def body(t):
+        eng = Engine(t, _recording(n, algorithm), cost_model=SPLIT)
+        x = np.arange(count, dtype=np.float32) % 97 + t.rank
+        big = eng.allreduce(x)
+        ran = eng.last_algorithm
+        small = eng.allreduce(np.full(4, t.rank + 1.0, np.float32))
+        ran_small = eng.last_algorithm
+        forced = eng.allreduce(x, algorithm="tree")
+        return ran, ran_small, eng.last_algorithm, big, small, forced
+
+    want = (np.arange(count, dtype=np.float32) % 97) * n + n * (n - 1) / 2
+    for ran, ran_small, last, big, small, forced in run_ranks(n, body):
+        assert (ran, ran_small, last) == (algorithm, "mpi", "tree")
+        np.testing.assert_array_equal(big, want)
+        np.testing.assert_array_equal(forced, want)
+        assert small.tolist() == [n * (n + 1) / 2] * 4
+
+
+def test_without_a_library_the_recorded_algorithm_runs_at_every_size():
+    def body(t):
+        eng = Engine(t, _recording(2, "ring"), cost_model=SPLIT)
+        out = eng.allreduce(np.full(10, t.rank + 1.0, np.float32))
+        return eng.last_algorithm, out.tolist()
+
+    assert run_ranks(2, body, NoLibraryTransport) == [("ring", [3.0] * 10)] * 2
+
+
+def test_a_recorded_algorithm_that_is_not_registered_leaves_the_trees():
+    def body(t):
+        eng = Engine(t, _recording(2, "nccl"), cost_model=SPLIT)
+        out = eng.allreduce(np.full(1 << 16, t.rank + 1.0, np.float32))
+        return eng.last_algorithm, float(out[0])
+
+    assert run_ranks(2, body) == [("tree", 3.0)] * 2
+
+
+def test_init_records_the_choice_in_the_plan_every_rank_gets():
+    from horotopo.bootstrap import setup
+    from horotopo.topology import load
+
+    env = {"HOROTOPO_TOPOLOGY": "racks-2x3", "HOROTOPO_PROBE": "quick"}
+    got = run_ranks(6, lambda t: setup(t, env=env).plan.planner)
+    assert all(p == got[0] for p in got)
+    plan = make_plan(load("racks-2x3"))
+    name, predicted = choose(load("racks-2x3"), plan)
+    assert got[0]["algorithm"] == name
+    assert got[0]["predicted_s"] == pytest.approx(predicted)
