@@ -21,14 +21,18 @@ Conventions that hold for every setting:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
+
+from . import params as _params
 
 __all__ = ["ConfigError", "Setting", "Effective", "SETTINGS", "get", "lookup", "parse",
            "declared", "effective", "markdown_table", "launcher_size", "LAUNCHER_SIZE_VARIABLES",
-           "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS"]
+           "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS", "PARAMETER_SETTINGS", "parameters",
+           "engine_params", "adapt_params", "probe_params", "parameters_markdown"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -206,6 +210,14 @@ SETTINGS: Dict[str, Setting] = _registry(
        "docs/topology.md.", blank_ok=False, default_doc="unset: probe (HOROTOPO_PROBE)"),
     _S("HOROTOPO_ADAPT", "bool", None, "Re-plan when the engine's transfers stay slower than "
        "the plan.", default_doc="on, except with HOROTOPO_PROBE=off"),
+    _S("HOROTOPO_ADAPT_THRESHOLD", "float", _params.ADAPT.threshold, "Fraction below its "
+       "size's baseline efficiency at which an allreduce counts as slow for re-planning "
+       "(AdaptParams.threshold).", lo=0.0, lo_open=True, hi=1.0),
+    _S("HOROTOPO_ADAPT_CONSECUTIVE", "int", _params.ADAPT.consecutive, "Slow allreduces in a "
+       "row that trigger a re-plan (AdaptParams.consecutive).", lo=1),
+    _S("HOROTOPO_ADAPT_TRIAL", "int", _params.ADAPT.trial_calls, "Tree allreduces a re-plan's "
+       "new plan is timed for before it is kept or reverted; 0 keeps every re-plan "
+       "(AdaptParams.trial_calls).", lo=0),
     _S("HOROTOPO_CALIBRATE_S", "float", 1.5, "Seconds init() may spend timing the tree and "
        "MPI_Allreduce on this job's ranks (the tree-or-MPI choice starts from these timings and "
        "learns from real calls); 0 skips it (the choice then starts from the plan's model).",
@@ -380,6 +392,80 @@ def effective(env: Optional[Mapping[str, str]] = None) -> List[Effective]:
         except ConfigError as exc:
             out.append(Effective(s, None, "error", error=str(exc)))
     return out
+
+
+#: The fields of the parameter objects that a user may override, and the variable of each.
+PARAMETER_SETTINGS: Dict[Type[Any], Dict[str, str]] = {
+    _params.EngineParams: {},
+    _params.AdaptParams: {"threshold": "HOROTOPO_ADAPT_THRESHOLD",
+                          "consecutive": "HOROTOPO_ADAPT_CONSECUTIVE",
+                          "trial_calls": "HOROTOPO_ADAPT_TRIAL"},
+    _params.ProbeParams: {},
+}
+
+_P = TypeVar("_P")
+
+
+def parameters(cls: Type[_P], env: Optional[Mapping[str, str]] = None) -> _P:
+    """Parameter object ``cls`` (:mod:`horotopo.params`): its defaults, with the fields that
+    :data:`PARAMETER_SETTINGS` declares overridden from the environment.
+
+    Raises
+    ------
+    ConfigError
+        A variable holds a value the object refuses, naming the variable.
+    """
+    where = _environ(env)
+    values: Dict[str, Any] = {}
+    for field_name, variable in PARAMETER_SETTINGS[cls].items():
+        value, source, raw = _read(lookup(variable), where)
+        if raw is not None:
+            values[field_name] = value
+            try:
+                cls(**{field_name: value})
+            except ValueError as exc:
+                raise ConfigError(f"{source}={raw!r}: {exc}") from None
+    return cls(**values)
+
+
+def engine_params(env: Optional[Mapping[str, str]] = None) -> _params.EngineParams:
+    """The engine's parameters as this environment sets them (see :func:`parameters`)."""
+    return parameters(_params.EngineParams, env)
+
+
+def adapt_params(env: Optional[Mapping[str, str]] = None) -> _params.AdaptParams:
+    """The adaptivity's parameters as this environment sets them (see :func:`parameters`)."""
+    return parameters(_params.AdaptParams, env)
+
+
+def probe_params(env: Optional[Mapping[str, str]] = None) -> _params.ProbeParams:
+    """The probe's parameters as this environment sets them (see :func:`parameters`)."""
+    return parameters(_params.ProbeParams, env)
+
+
+def _show_parameter(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(_show_parameter(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def parameters_markdown() -> str:
+    """The tables of docs/settings.md's parameter section: every field of every parameter
+    object, its default, the variable that overrides it (if any) and why that value."""
+    out: List[str] = []
+    for cls in _params.PARAMETER_OBJECTS:
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        out += [f"### `{cls.__name__}`", "", doc, "",
+                "| field | default | variable | why this value |", "| --- | --- | --- | --- |"]
+        overrides = PARAMETER_SETTINGS[cls]
+        for f in dataclasses.fields(cls):
+            variable = f"`{overrides[f.name]}`" if f.name in overrides else "-"
+            cells = [f"`{f.name}`", _show_parameter(f.default), variable, f.metadata["why"]]
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def markdown_table() -> str:

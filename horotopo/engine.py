@@ -38,6 +38,7 @@ from .algorithms.tree import Window
 from .buffers import (ScratchPool, array_module, as_array, canonical_nan_into, contiguous_flat,
                       copy_into, empty_like, flat_view, is_foreign, scale_into, synchronize)
 from .gpu.transport import transport_for
+from .params import ENGINE, EngineParams
 from .plan import Plan
 
 __all__ = ["Engine", "MismatchError", "ALGORITHMS"]
@@ -45,10 +46,6 @@ __all__ = ["Engine", "MismatchError", "ALGORITHMS"]
 #: The allreduce algorithms registered when this module was imported, in priority order (the
 #: metadata check's codes number them; see :mod:`horotopo.algorithms.registry`).
 ALGORITHMS = tuple(c.name for c in REGISTRY[ALLREDUCE])
-#: Engine.calibrate()'s default ladder. Steps of 16x and 4x: the second size must be large
-#: enough, even on a slow network where the budget stops the ladder there, for bandwidth (not
-#: per-call latency) to set its time, or the fit extrapolates a slope it never saw.
-CALIBRATION_SIZES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
 
 
 class MismatchError(ValueError):
@@ -80,6 +77,8 @@ class Engine:
         a callable is given the plan each tree runner runs (this one, or dbtree's) and returns
         the window (a simulation whose chunks stand for larger ones: the full-size chunk's
         automatic window for each plan, re-plans included).
+    params : EngineParams, optional
+        The calibration ladder and repeats; default :data:`horotopo.params.ENGINE`.
 
     Raises
     ------
@@ -90,7 +89,8 @@ class Engine:
 
     def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
                  cost_model: Optional[CostModel] = None,
-                 window: Window = None) -> None:
+                 window: Window = None, params: EngineParams = ENGINE) -> None:
+        self.params = params
         self.transport, self._owns = transport_for(comm)
         self.plan = plan
         self.chunk_bytes = int(chunk_bytes or plan.chunk_bytes)
@@ -288,12 +288,14 @@ class Engine:
         self.last_messages = chosen.last_messages
         return result
 
-    def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 2,
+    def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: Optional[int] = None,
                   budget_s: Optional[float] = None) -> CostModel:
         """Time the tree and MPI_Allreduce on these ranks and fit the cost model to it.
 
-        Collective: every rank must call it. ``sizes`` (bytes, default 64 KiB .. 16 MiB) are
-        run smallest first, each once to warm up and ``repeats`` times timed; a size's time is
+        Collective: every rank must call it. ``sizes`` (bytes, default
+        ``params.calibration_sizes``: 64 KiB .. 16 MiB) are run smallest first, each once to
+        warm up and ``repeats`` (default ``params.calibration_repeats``) times timed; a size's
+        time is
         the slowest rank's best, agreed by one max-allreduce, so every rank fits the same model
         (:func:`horotopo.algorithms.cost.calibrated_model`) and picks the same algorithm. With
         ``budget_s``, the ladder stops before a size whose expected cost (the last size's
@@ -301,7 +303,10 @@ class Engine:
         numbers only, so all ranks stop at the same size. At least two sizes always run.
         Returns the new model (also set as ``self.cost_model``).
         """
-        ladder = sorted(int(s) for s in (sizes if sizes is not None else CALIBRATION_SIZES))
+        ladder = sorted(int(s) for s in (sizes if sizes is not None
+                                         else self.params.calibration_sizes))
+        if repeats is None:
+            repeats = self.params.calibration_repeats
         if not ladder:
             raise ValueError("calibrate needs at least one size")
         done: List[int] = []
@@ -325,8 +330,11 @@ class Engine:
         return self.cost_model
 
     def time_algorithms(self, sizes: Sequence[int], algorithms: Sequence[str] = ("tree", "mpi"),
-                        repeats: int = 3) -> Dict[str, List[float]]:
-        """Slowest rank's best-of-``repeats`` seconds per algorithm and size (float32 data)."""
+                        repeats: Optional[int] = None) -> Dict[str, List[float]]:
+        """Slowest rank's best-of-``repeats`` (default ``params.timing_repeats``) seconds per
+        algorithm and size (float32 data)."""
+        if repeats is None:
+            repeats = self.params.timing_repeats
         out: Dict[str, List[float]] = {a: [] for a in algorithms}
         for size in sizes:
             buf = np.ones(max(1, int(size) // 4), dtype=np.float32)

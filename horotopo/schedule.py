@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .buffers import chunk_bounds, segment_bounds
+from .params import ENGINE
 from .packing.alphabeta import DEFAULT_WINDOW, WINDOW_BYTES, window_for
 from .plan import Plan, children, depth
 
@@ -49,10 +50,11 @@ SEND_CHILD = "send_child"
 # horotopo.packing.alphabeta, and re-exported here where the tables apply it.
 
 
-def in_flight_for(window: int, hops: int) -> int:
+def in_flight_for(window: int, hops: int, extra: int = ENGINE.in_flight_extra) -> int:
     """Chunks of one tree that may be in flight at once: the scratch window plus a chunk per
-    hop each way (what keeps every link of a tree of ``hops`` total depth busy) plus two."""
-    return window + 2 * hops + 2
+    hop each way (what keeps every link of a tree of ``hops`` total depth busy) plus
+    ``extra`` (:attr:`horotopo.params.EngineParams.in_flight_extra`)."""
+    return window + 2 * hops + extra
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from horotopo.cli import build_parser
-from horotopo.probe.diagnose import SLOW_RATIO, PlanSummary, diagnose, format_ranks, report_lines
+from horotopo.params import PROBE
+from horotopo.probe.diagnose import PlanSummary, diagnose, format_ranks, report_lines
 from horotopo.probe.hostinfer import host_layout, rank_document
 from horotopo.topology import measured_document
 from mpi_launch import run_mpi
@@ -61,9 +62,9 @@ def test_a_uniform_network_names_nothing():
 
 def test_the_threshold_is_the_documented_ratio():
     # just inside the ratio: not named; just past it: named
-    inside = diagnose(_pairs_doc([1.0, 1.0, 1.0, 1.0 / (SLOW_RATIO * 0.95)]))
+    inside = diagnose(_pairs_doc([1.0, 1.0, 1.0, 1.0 / (PROBE.slow_ratio * 0.95)]))
     assert inside.slow == ()
-    past = diagnose(_pairs_doc([1.0, 1.0, 1.0, 1.0 / (SLOW_RATIO * 1.05)]))
+    past = diagnose(_pairs_doc([1.0, 1.0, 1.0, 1.0 / (PROBE.slow_ratio * 1.05)]))
     assert {kind for kind, _ in past.named()} == {"nic out", "nic in"}
 
 
@@ -182,7 +183,7 @@ def test_report_and_plan_lines():
 def test_findings_json_round_trips():
     d = diagnose(_racks_doc(slow_host=1))
     doc = json.loads(json.dumps(d.to_json()))
-    assert doc["slow_ratio"] == SLOW_RATIO
+    assert doc["slow_ratio"] == PROBE.slow_ratio
     assert {s["kind"] for s in doc["slow"]} == {"nic out", "nic in", "shared"}
     assert all(s["sentence"] for s in doc["slow"])
     assert doc["shared"][0]["behind"].startswith("out of hosts a0, a1, a2")

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..params import ADAPT
 from ..topology import GBPS_TO_BPS, Topology, from_dict
 
 __all__ = ["Detector", "suspects", "host_pairs", "split_pairs", "plan_arcs",
@@ -59,6 +60,8 @@ class Detector:
     up to ``max_backoff`` times, so a noisy machine pays for fewer and fewer fruitless
     re-probes; a real switch (:meth:`reset`) restores it.
 
+    The defaults are :data:`horotopo.params.ADAPT`'s, where each value is explained.
+
     Parameters
     ----------
     threshold : float
@@ -77,12 +80,12 @@ class Detector:
         Largest factor :meth:`backoff` multiplies ``consecutive`` and ``min_slow_s`` by.
     """
 
-    threshold: float = 0.3
-    consecutive: int = 3
-    warmup: int = 3
-    min_seconds: float = 0.005
-    min_slow_s: float = 0.0
-    max_backoff: int = 8
+    threshold: float = ADAPT.threshold
+    consecutive: int = ADAPT.consecutive
+    warmup: int = ADAPT.warmup
+    min_seconds: float = ADAPT.min_seconds
+    min_slow_s: float = ADAPT.min_slow_s
+    max_backoff: int = ADAPT.max_backoff
     slow_run: int = 0
     slow_seconds: float = 0.0
     factor: int = 1
@@ -314,7 +317,8 @@ def plan_arcs(plan: Any) -> List[Pair]:
 
 
 def refresh_capacities(topology: Topology, probed: Mapping[Pair, float],
-                       healthy: Sequence[Pair] = (), threshold: float = 0.3) -> List[float]:
+                       healthy: Sequence[Pair] = (),
+                       threshold: float = ADAPT.threshold) -> List[float]:
     """New resource capacities (bytes/s) from re-probed pair rates.
 
     A probed pair below ``1 - threshold`` of its modelled rate is *degraded*: a pair's rate is

@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any, ContextManager, Dict, Sequence, Tuple
 
+from ..params import ADAPT, AdaptParams
 from ..probe import measure_pairs
 from ..transport.base import Transport
 
@@ -18,8 +19,8 @@ __all__ = ["probe_pairs", "true_size"]
 Pair = Tuple[int, int]
 
 
-def probe_pairs(transport: Transport, pairs: Sequence[Pair], *, target_s: float = 0.025,
-                timeout_s: float = 10.0) -> Dict[Pair, float]:
+def probe_pairs(transport: Transport, pairs: Sequence[Pair], *,
+                params: AdaptParams = ADAPT) -> Dict[Pair, float]:
     """Bytes/s of each directed pair in ``pairs``, measured alone; the same dict on every rank.
 
     Parameters
@@ -27,14 +28,14 @@ def probe_pairs(transport: Transport, pairs: Sequence[Pair], *, target_s: float 
     transport : Transport
         Every rank of it must call this with the same ``pairs``.
     pairs : sequence of (src, dst)
-    target_s : float
-        Aimed duration of one timed transfer.
-    timeout_s : float
-        A transfer that takes longer is a :class:`horotopo.probe.ProbeError` naming the pair.
+    params : AdaptParams
+        The re-probe's aimed transfer time, timeout (a transfer that takes longer is a
+        :class:`horotopo.probe.ProbeError` naming the pair) and time bound.
     """
     with true_size(transport):
-        return measure_pairs(transport, pairs, "quick", target_s=target_s,
-                             timeout_s=timeout_s, budget_s=60.0)
+        return measure_pairs(transport, pairs, "quick", target_s=params.reprobe_target_s,
+                             timeout_s=params.reprobe_timeout_s,
+                             budget_s=params.reprobe_budget_s)
 
 
 def true_size(transport: Any) -> ContextManager[Any]:

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import config
+from ..params import ADAPT, AdaptParams
 from ..algorithms.cost import Selector, agree_max, size_bucket
 from ..engine import Engine
 from ..packing.hierarchy import machines
@@ -61,10 +62,9 @@ __all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DE
 
 log = logging.getLogger("horotopo")
 
-#: What the hvd runtime adds to the AdaptiveEngine's defaults: a slow run must also last a
-#: second before it re-plans (a burst of scheduling noise on a busy machine rarely does; a
-#: degraded link stays degraded), so noise does not buy a re-probe inside a user's call.
-RUNTIME_DEFAULTS: Dict[str, Any] = {"min_slow_s": 1.0}
+#: What the hvd runtime adds to the AdaptiveEngine's defaults: a slow run must also last
+#: :attr:`AdaptParams.runtime_min_slow_s <horotopo.params.AdaptParams.runtime_min_slow_s>`.
+RUNTIME_DEFAULTS: Dict[str, Any] = {"min_slow_s": ADAPT.runtime_min_slow_s}
 
 
 class ReplanError(RuntimeError):
@@ -110,7 +110,13 @@ class AdaptiveEngine:
     topology : Topology, optional
         The model ``plan`` came from (what rank 0 refreshes). Without one, a detection runs
         the full quick probe instead (:meth:`retune`).
-    threshold, consecutive, warmup : see :class:`~horotopo.adapt.policy.Detector`
+    params : AdaptParams, optional
+        The detector's, the re-probe's and the trial's parameters; default the environment's
+        (:func:`horotopo.config.adapt_params`: the defaults of :class:`horotopo.params.AdaptParams`
+        with the ``HOROTOPO_ADAPT_*`` variables applied).
+    threshold, consecutive, warmup, min_seconds : optional
+        Override the fields of ``params`` of the same names (see
+        :class:`~horotopo.adapt.policy.Detector`).
     max_suspects : int, optional
         Pairs re-probed per re-plan, at most one per pair of machines (default: the number
         of machines of ``topology``, or of ranks without one: linear in the hosts).
@@ -127,13 +133,14 @@ class AdaptiveEngine:
         Seconds the start may spend timing the tree and MPI_Allreduce on these ranks
         (:meth:`horotopo.engine.Engine.calibrate`, collective); 0 starts the choice from the
         engine's cost model as given.
-    min_slow_s : float
+    min_slow_s : float, optional
         Seconds a slow run must last before it triggers a re-plan
-        (:class:`~horotopo.adapt.policy.Detector`).
-    trial : int
+        (:class:`~horotopo.adapt.policy.Detector`); overrides ``params.min_slow_s``.
+    trial : int, optional
         Tree calls the new plan of a re-plan is timed for before it is kept; unless it ran
         faster than the old plan's slow run, the ranks go back to the old plan (with the
         refreshed model, and a doubled back-off of the detector). 0 keeps every re-plan.
+        Overrides ``params.trial_calls``.
     liveness : LivenessResponder, optional
         Where the watchdog asks which ranks are stopped or dead before it aborts
         (:func:`~horotopo.reliability.liveness.verdict`), so that it blames those and not the
@@ -147,14 +154,21 @@ class AdaptiveEngine:
     """
 
     def __init__(self, comm: Any, plan: Plan, topology: Optional[Topology] = None, *,
-                 threshold: float = 0.3, consecutive: int = 3, warmup: int = 3,
-                 min_seconds: float = 0.005, max_suspects: Optional[int] = None,
+                 params: Optional[AdaptParams] = None,
+                 threshold: Optional[float] = None, consecutive: Optional[int] = None,
+                 warmup: Optional[int] = None, min_seconds: Optional[float] = None,
+                 max_suspects: Optional[int] = None,
                  timeout_s: Optional[float] = None,
                  planner: Optional[Callable[[Topology], Plan]] = None,
-                 adapt: bool = True, calibrate_s: float = 0.0, min_slow_s: float = 0.0,
-                 trial: int = 3, liveness: Any = None, **engine_kwargs: Any) -> None:
-        if int(trial) != trial or trial < 0:
-            raise ValueError(f"trial must be a count of calls >= 0, got {trial!r}")
+                 adapt: bool = True, calibrate_s: float = 0.0,
+                 min_slow_s: Optional[float] = None, trial: Optional[int] = None,
+                 liveness: Any = None, **engine_kwargs: Any) -> None:
+        overrides = {"threshold": threshold, "consecutive": consecutive, "warmup": warmup,
+                     "min_seconds": min_seconds, "min_slow_s": min_slow_s,
+                     "trial_calls": trial}
+        self.params = replace(config.adapt_params() if params is None else params,
+                              **{k: v for k, v in overrides.items() if v is not None})
+        p = self.params
         if isinstance(comm, Transport):
             transport, owns = comm, False
         else:
@@ -165,13 +179,14 @@ class AdaptiveEngine:
         self.tracked = TrackedTransport(transport, owns=owns, clock=transport.now)
         self.rank, self.size = self.tracked.rank, self.tracked.size
         self.topology = topology
-        self.detector = Detector(threshold=threshold, consecutive=consecutive, warmup=warmup,
-                                 min_seconds=min_seconds, min_slow_s=min_slow_s)
+        self.detector = Detector(threshold=p.threshold, consecutive=p.consecutive,
+                                 warmup=p.warmup, min_seconds=p.min_seconds,
+                                 min_slow_s=p.min_slow_s, max_backoff=p.max_backoff)
         self.max_suspects = int(max_suspects or (len(set(machines(topology)))
                                                  if topology is not None else self.size))
         self.planner = planner
         self.adapt = adapt
-        self.trial_calls = int(trial)
+        self.trial_calls = int(p.trial_calls)
         self.trial: Optional[Trial] = None  # the re-plan on trial, if any
         self._trial_event: Optional[ReplanEvent] = None
         self._engine_kwargs = engine_kwargs
@@ -458,13 +473,13 @@ class AdaptiveEngine:
         else:
             # Over the untracked transport: the probe's bytes are not the engine's link traffic.
             p0 = self.tracked.now()
-            probed = probe_pairs(self.tracked.inner, sus)
+            probed = probe_pairs(self.tracked.inner, sus, params=self.params)
             # A second round tells the ends of the degraded pairs' routes apart (split_pairs).
             extra = self.tracked.broadcast_object(
                 self._split(probed) if self.rank == 0 else None, 0,
                 *self._exchange("the pairs that split the degraded routes"))
             if extra:
-                probed.update(probe_pairs(self.tracked.inner, extra))
+                probed.update(probe_pairs(self.tracked.inner, extra, params=self.params))
                 event.suspects += [tuple(p) for p in extra]
             event.probe_s = self.tracked.now() - p0
             event.probed_gbps = {f"{a}->{b}": round(v * 8 / 1e9, 4) for (a, b), v in probed.items()}

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ..params import ADAPT
+
 __all__ = ["Trial"]
 
 
@@ -43,7 +45,7 @@ class Trial:
 
     old_plan: Any
     old_calls: Sequence[Tuple[int, float]]
-    calls: int = 3
+    calls: int = ADAPT.trial_calls
     chunk_bytes: Optional[int] = None
     new_calls: List[Tuple[int, float]] = field(default_factory=list)
 

@@ -82,7 +82,15 @@ never silently replaced by the default.
 `python -m horotopo config` prints the value each setting takes in the current environment and
 where it came from (`--json` for a script).
 
-{config.markdown_table()}"""
+{config.markdown_table()}
+## Parameters
+
+The engine's, the adaptivity's and the probe's tuning numbers live in the parameter objects of
+`horotopo/params.py`, one field each, with the reason for its default. Code that takes one of
+these objects uses the defaults below when given none; the fields with a variable take it from
+the environment where the runtime builds the object.
+
+{config.parameters_markdown()}"""
 
 
 def run(args: argparse.Namespace) -> int:

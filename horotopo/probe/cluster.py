@@ -18,10 +18,9 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-__all__ = ["cluster_ranks", "cluster_levels", "as_matrix", "single_linkage_groups",
-           "DEFAULT_GAP"]
+from ..params import PROBE
 
-DEFAULT_GAP = 1.5     # rate levels closer than this ratio are one level (noise, not structure)
+__all__ = ["cluster_ranks", "cluster_levels", "as_matrix", "single_linkage_groups"]
 
 
 def as_matrix(bandwidth: Any) -> np.ndarray:
@@ -72,7 +71,7 @@ def _levels(bandwidth: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return s, values, values[:-1] / values[1:]
 
 
-def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]]:
+def cluster_ranks(bandwidth: Any, *, gap: float = PROBE.gap) -> List[List[int]]:
     """Groups of ranks that talk to each other faster than to the rest.
 
     Sorts the distinct pair rates, finds the widest ratio between consecutive levels and, if it
@@ -99,7 +98,7 @@ def cluster_ranks(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[int]
     return single_linkage_groups(s, math.sqrt(values[k] * values[k + 1]))
 
 
-def cluster_levels(bandwidth: Any, *, gap: float = DEFAULT_GAP) -> List[List[List[int]]]:
+def cluster_levels(bandwidth: Any, *, gap: float = PROBE.gap) -> List[List[List[int]]]:
     """The groups at every gap of at least ``gap`` between rate levels, finest first.
 
     Networks are nested (ranks on a host, hosts in a rack, racks behind a spine): each gap

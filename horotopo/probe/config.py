@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Dict
 
-from .cluster import DEFAULT_GAP
-from .infer import DEFAULT_MARGIN
+from ..params import PROBE, ProbeParams
 
-__all__ = ["ProbeConfig", "ProbeError", "MODES", "SCHEMES", "PAIRS_UP_TO"]
+__all__ = ["ProbeConfig", "ProbeError", "MODES", "SCHEMES"]
 
 
 class ProbeError(RuntimeError):
@@ -24,10 +23,8 @@ MODES: Dict[str, Dict[str, Any]] = {
 }
 
 
-#: The probe's schemes (see ProbeConfig.scheme), and where "auto" stops measuring every pair:
-#: n (n - 1) pair tests stay within the budget up to about 16 ranks.
+#: The probe's schemes (see ProbeConfig.scheme).
 SCHEMES = ("auto", "pairs", "hosts")
-PAIRS_UP_TO = 16
 
 
 @dataclass(frozen=True)
@@ -64,12 +61,13 @@ class ProbeConfig:
         ``"pairs"``: every ordered pair of ranks alone (:mod:`horotopo.probe.phases`);
         ``"hosts"``: host leaders in concurrent rounds with a trust test and group tests
         (:mod:`horotopo.probe.hosts`, linear in the hosts); ``"auto"``: ``"hosts"`` above
-        :data:`PAIRS_UP_TO` ranks.
+        ``params.pairs_up_to`` ranks.
     sample_pairs : int
         The hosts scheme's trust test: how many host pairs are measured alone again.
-    gap, margin : float
-        Clustering gap (:mod:`horotopo.probe.cluster`) and "clearly below" margin
-        (:mod:`horotopo.probe.infer`).
+    params : ProbeParams
+        How measured rates become a model: the clustering gap (:mod:`horotopo.probe.cluster`),
+        the "clearly below" margin (:mod:`horotopo.probe.infer`), where "auto" switches scheme
+        and how many ranks have every split tested; default :data:`horotopo.params.PROBE`.
     """
 
     mode: str = "full"
@@ -88,14 +86,23 @@ class ProbeConfig:
     concurrent_pairs: bool = False
     scheme: str = "auto"
     sample_pairs: int = 8
-    gap: float = DEFAULT_GAP
-    margin: float = DEFAULT_MARGIN
+    params: ProbeParams = PROBE
+
+    @property
+    def gap(self) -> float:
+        """The clustering gap between rate levels (``params.gap``)."""
+        return self.params.gap
+
+    @property
+    def margin(self) -> float:
+        """The "clearly below" margin of the shared-resource inference (``params.margin``)."""
+        return self.params.margin
 
     def scheme_for(self, n: int) -> str:
         """The scheme that runs on ``n`` ranks (``"auto"`` resolved)."""
         if self.scheme != "auto":
             return self.scheme
-        return "pairs" if n <= PAIRS_UP_TO else "hosts"
+        return "pairs" if n <= self.params.pairs_up_to else "hosts"
 
     @classmethod
     def for_mode(cls, mode: str = "full", **overrides: Any) -> "ProbeConfig":
@@ -129,9 +136,5 @@ class ProbeConfig:
             raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if self.sample_pairs < 1:
             raise ValueError(f"sample_pairs: must be at least 1, got {self.sample_pairs!r}")
-        if not self.gap > 1:
-            raise ValueError(f"gap: a ratio between rate levels, must be above 1, got {self.gap!r}")
-        if not 0 < self.margin < 1:
-            raise ValueError(f"margin: must be in (0, 1), got {self.margin!r}")
         if not 0 < self.tolerance < 1:
             raise ValueError(f"tolerance: must be in (0, 1), got {self.tolerance!r}")

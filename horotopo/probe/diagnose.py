@@ -8,7 +8,8 @@ From a measured-topology document (what :func:`horotopo.probe.probe` returns, or
   binding egress cap, or its own link out where the probe by hosts measured one; else the most
   it was seen to send (its fastest transfer to another host, or its fan-out where its rank is
   alone on it). The same for in;
-- what is clearly below its peers (:data:`SLOW_RATIO`): a NIC against the median of the other
+- what is clearly below its peers (:attr:`horotopo.params.ProbeParams.slow_ratio` times
+  below, by default): a NIC against the median of the other
   hosts' NICs, a host pair against what its two ends reach with other hosts, a shared link
   against the median NIC;
 - the shared bottlenecks: which hosts sit behind which shared link, and its capacity.
@@ -23,20 +24,13 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..params import PROBE
 from ..topology import plural
 from .hostinfer import host_layout
 
-__all__ = ["SLOW_RATIO", "HostNic", "Slow", "SharedLink", "Diagnosis", "PlanSummary",
+__all__ = ["HostNic", "Slow", "SharedLink", "Diagnosis", "PlanSummary",
            "diagnose", "report_lines", "format_ranks"]
 
-#: "Clearly below its peers": at least this many times below the reference (the median of the
-#: other hosts' NICs, for a NIC). The probe's own gap between rate levels, so that what the
-#: probe tells apart as a level of its own is what the doctor names; measurement noise (a
-#: probe's pairs agree with the links within 15%) stays well inside it.
-SLOW_RATIO = 1.5
-
-#: How many slow host pairs the text lists before it counts the rest (the JSON has all).
-LISTED_LINKS = 10
 
 
 @dataclass(frozen=True)
@@ -167,7 +161,7 @@ class Diagnosis:
     hosts: Tuple[HostNic, ...]
     slow: Tuple[Slow, ...]
     shared: Tuple[SharedLink, ...]
-    ratio: float = SLOW_RATIO
+    ratio: float = PROBE.slow_ratio
 
     def named(self) -> List[Tuple[str, Tuple[str, ...]]]:
         """``(kind, hosts)`` of every finding of :attr:`slow`: what a reader is told to look
@@ -232,7 +226,7 @@ def _median_of_others(values: Sequence[Optional[float]], k: int) -> Optional[flo
     return statistics.median(others) if others else None
 
 
-def diagnose(doc: Mapping[str, Any], *, ratio: float = SLOW_RATIO) -> Diagnosis:
+def diagnose(doc: Mapping[str, Any], *, ratio: float = PROBE.slow_ratio) -> Diagnosis:
     """The findings on the measured-topology document ``doc`` (see the module's docstring).
 
     Raises
@@ -341,9 +335,11 @@ def diagnose(doc: Mapping[str, Any], *, ratio: float = SLOW_RATIO) -> Diagnosis:
 
 
 def report_lines(diagnosis: Diagnosis, plan: Optional[PlanSummary] = None,
-                 probe_info: Optional[Mapping[str, Any]] = None) -> List[str]:
+                 probe_info: Optional[Mapping[str, Any]] = None, *,
+                 listed_links: int = PROBE.listed_links) -> List[str]:
     """The doctor's text: hosts and their NICs, what is slow, the shared bottlenecks, and
-    the plan (``probe_info``: the document's ``"probe"`` entry, for the heading)."""
+    the plan (``probe_info``: the document's ``"probe"`` entry, for the heading). The first
+    ``listed_links`` slow host pairs are named, the rest counted."""
     d = diagnosis
     head = f"horotopo doctor: {plural(d.ranks, 'rank')} on {plural(len(d.hosts), 'host')}"
     info = probe_info or {}
@@ -365,9 +361,9 @@ def report_lines(diagnosis: Diagnosis, plan: Optional[PlanSummary] = None,
     lines += ["", f"clearly below their peers (at least {d.ratio:g}x below):"]
     links = [s for s in d.slow if s.kind == "link"]
     others = [s for s in d.slow if s.kind != "link"]
-    lines += [f"  {s.sentence()}" for s in others + links[:LISTED_LINKS]]
-    if len(links) > LISTED_LINKS:
-        lines.append(f"  ... and {len(links) - LISTED_LINKS} more slow host pairs (see the "
+    lines += [f"  {s.sentence()}" for s in others + links[:listed_links]]
+    if len(links) > listed_links:
+        lines.append(f"  ... and {len(links) - listed_links} more slow host pairs (see the "
                      f"JSON)")
     if not d.slow:
         lines.append("  nothing: every NIC, host pair and shared link is within "

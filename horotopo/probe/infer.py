@@ -24,22 +24,20 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..params import PROBE
 from ..topology import from_dict, measured_document
-from .cluster import DEFAULT_GAP, as_matrix, cluster_levels, cluster_ranks
+from .cluster import as_matrix, cluster_levels, cluster_ranks
 from .pairing import (ExtensionResult, ExtensionTest, GroupResult, GroupTest, Pair, circle_rounds,
                       extension_tests, group_tests, resource_ends)
 from .report import format_report
 
 __all__ = ["circle_rounds", "cluster_ranks", "cluster_levels", "GroupTest", "group_tests",
            "infer_shared", "ExtensionTest", "extension_tests", "extend_shared", "infer_all",
-           "infer_host_caps", "expected_fan", "expected_rates", "build_document", "format_report",
-           "DEFAULT_GAP", "DEFAULT_MARGIN"]
-
-DEFAULT_MARGIN = 0.2  # "clearly below": more than 20% under what the pairwise figures predict
+           "infer_host_caps", "expected_fan", "expected_rates", "build_document", "format_report"]
 
 
 def infer_shared(bandwidth: Any, results: Sequence[GroupResult], *,
-                 margin: float = DEFAULT_MARGIN,
+                 margin: float = PROBE.margin,
                  known: Sequence[Mapping[str, Any]] = ()) -> List[Dict[str, Any]]:
     """Shared resources from concurrent tests.
 
@@ -76,7 +74,7 @@ def infer_shared(bandwidth: Any, results: Sequence[GroupResult], *,
 
 def extend_shared(shared: Sequence[Mapping[str, Any]], bandwidth: Any,
                   results: Sequence[ExtensionResult], *,
-                  margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
+                  margin: float = PROBE.margin) -> List[Dict[str, Any]]:
     """``shared`` with ranks added where an :class:`ExtensionTest` showed sharing.
 
     ``results`` holds ``(src, dst, rank, side, flows, aggregate)``: when the two flows together
@@ -108,7 +106,7 @@ def extend_shared(shared: Sequence[Mapping[str, Any]], bandwidth: Any,
 
 def infer_all(bandwidth: Any, results: Sequence[GroupResult],
               extension_results: Sequence[ExtensionResult] = (), *,
-              margin: float = DEFAULT_MARGIN) -> List[Dict[str, Any]]:
+              margin: float = PROBE.margin) -> List[Dict[str, Any]]:
     """Every shared resource the concurrent tests show, in order of specificity.
 
     First the tests between groups that leave some ranks out, extended by the extension tests;
@@ -159,7 +157,7 @@ def expected_fan(bandwidth: Any, k: int, shared: Sequence[Mapping[str, Any]],
 
 def infer_host_caps(bandwidth: Any, fan_out: Sequence[Optional[float]],
                     fan_in: Sequence[Optional[float]], shared: Sequence[Mapping[str, Any]] = (),
-                    *, margin: float = DEFAULT_MARGIN
+                    *, margin: float = PROBE.margin
                     ) -> Tuple[Optional[List[Optional[float]]], Optional[List[Optional[float]]]]:
     """Egress and ingress caps per rank, kept only where they bind.
 
@@ -194,7 +192,7 @@ def build_document(name: str, hosts: Sequence[str], bandwidth_gbps: Any, latency
                    shared_results: Sequence[GroupResult] = (),
                    extension_results: Sequence[ExtensionResult] = (),
                    groups: Optional[Sequence[Sequence[int]]] = None,
-                   gap: float = DEFAULT_GAP, margin: float = DEFAULT_MARGIN,
+                   gap: float = PROBE.gap, margin: float = PROBE.margin,
                    meta: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The measured-topology document from the probe's figures (all in gbps and ms).
 

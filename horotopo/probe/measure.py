@@ -39,7 +39,7 @@ from .flows import Prober, as_probe_error
 from .group import TAG_BLOCK, GroupTransport
 from .hosts import WAIT_BUDGETS, probe_hosts
 from .infer import build_document, infer_all, infer_shared
-from .pairing import (SCAN_MAX_RANKS, ExtensionResult, GroupResult, Pair, bipartitions,
+from .pairing import (ExtensionResult, GroupResult, Pair, bipartitions,
                       extension_tests, group_tests)
 
 # Prober stays importable from here (the MPI tests drive one directly).
@@ -121,7 +121,7 @@ def _probe(pr: Prober, cfg: ProbeConfig, name: Optional[str]) -> Dict[str, Any]:
         groups = cluster_ranks(bw, gap=cfg.gap)
         levels = cluster_levels(bw, gap=cfg.gap)
         partitions = levels
-        if not levels and n <= SCAN_MAX_RANKS:
+        if not levels and n <= cfg.params.scan_max_ranks:
             # No groups by rate: a shared link may still hide behind NICs no faster than it
             # (pairing.bipartitions); a few ranks can afford to test every split.
             partitions = bipartitions(n)

@@ -19,6 +19,8 @@ from typing import Any, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ..params import PROBE
+
 __all__ = ["circle_rounds", "GroupTest", "group_tests", "bipartitions", "SCAN_MAX_RANKS",
            "ExtensionTest", "extension_tests", "resource_ends", "Pair", "GroupResult",
            "ExtensionResult", "round_robin"]
@@ -51,10 +53,9 @@ def circle_rounds(n: int) -> List[List[Pair]]:
     return rounds
 
 
-#: Most ranks for which :func:`bipartitions` are all tested when the pair rates show no groups:
-#: ``2 (2^(n-1) - 1 - n)`` tests, 6 at 4 ranks and 20 at 5, then 50 at 6 (too many for the
-#: quick probe's budget).
-SCAN_MAX_RANKS = 5
+#: Most ranks for which :func:`bipartitions` are all tested when the pair rates show no groups,
+#: by default (:attr:`horotopo.params.ProbeParams.scan_max_ranks`, where the value is explained).
+SCAN_MAX_RANKS = PROBE.scan_max_ranks
 
 
 def bipartitions(n: int) -> List[List[List[int]]]:
