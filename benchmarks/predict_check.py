@@ -166,7 +166,7 @@ def check(spec: str, ranks: int, sizes: Sequence[int], network: NetworkModel,
         chosen = make_plan(topology, size=size, network=network if on_simulator else None)
         planner_s = time.perf_counter() - w0
         record = chosen.planner["forest"]
-        for forest in ("deep", "balanced", "shallow", "hosts"):
+        for forest in ("deep", "hosts", "chains"):
             if forest not in record:
                 continue
             plan = chosen if record["chosen"] == forest else make_plan(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -29,7 +29,7 @@ from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL
 from .packing.certificate import gap as certificate_gap
 from .packing.alphabeta import target_size
-from .packing.depth import check_forest, choose_forest
+from .packing.forests import Candidates, check_forest, choose_forest, describe_choice
 from .packing.hostforest import host_tree_counts
 from .packing.gk import PHASE_START
 from .topology import Topology
@@ -316,7 +316,7 @@ class Plan:
             lines.append(f"      bcast  {_arcs(t.bcast_parent, up=False)}")
         forest = self.planner.get("forest")
         if forest:
-            lines += _ab.describe_choice(forest, format_size)
+            lines += describe_choice(forest, format_size)
         if size is not None:
             t_plan = self.predict_time(size)
             t_ring = ring_time(self, size)
@@ -428,30 +428,22 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               max_trees_per_root: int = 4, target_gap: float = 0.01,
               progress: Optional[Any] = None, size: Optional[int] = None,
-              forest: str = "auto", max_depth: Optional[int] = None,
-              network: Optional[_ab.NetworkModel] = None,
+              forest: str = "auto", network: Optional[_ab.NetworkModel] = None,
               hierarchy: Optional[str] = None,
               max_host_trees: Optional[int] = None) -> Plan:
-    """Plan ``topology``: certified packing, pruned, at least ring's modelled throughput.
-
-    One exception, bounded: a host forest of ``m`` host trees over ``H`` machines with
-    ``2 m < H`` is held to ``1 - 1 / H`` of ring's throughput (0.992 at 128 machines), the most
-    ``m`` equal-rate trees can reach where ring reaches the NICs' bound
-    (:func:`~horotopo.packing.depth.floor_factor`); it is kept only where it predicts less
-    time than the others for ``size``.
+    """Plan ``topology``: the certified packing, pruned, and the forest predicted fastest.
 
     ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
     hosts with an intra-host stage (:mod:`horotopo.packing.hierarchy`), expanded to rank-level
     trees; its certificate is the hierarchical model's bound, and ``planner`` holds the flat
-    model's bound beside it. The forests offered are then the deep one and the host forest
-    (balanced and shallow are packed over ranks: forcing one raises ValueError).
+    model's bound beside it.
 
     ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
-    chunk sizes are chosen for it, and of the deep (highest-throughput) forest and a shallow
-    one (trees at most ``max_depth`` deep, see :mod:`horotopo.packing.depth`) the one with
-    the lower predicted time for it is kept (``forest="auto"``; ``"deep"`` or ``"shallow"``
-    force one), predicted on ``network`` (default: the links as declared).
-    ``plan.planner["forest"]`` records the choice and both predictions.
+    chunk sizes are chosen for it, and of the forest kinds the topology offers
+    (:mod:`horotopo.packing.forests`: the certified deep one, host forests, ring's chains)
+    the one with the lowest predicted time for it is kept (``forest="auto"``; a kind's name
+    forces it), predicted on ``network`` (default: the links as declared).
+    ``plan.planner["forest"]`` records the choice and every kind's prediction.
 
     ``max_host_trees`` bounds the host forest's host-level trees (default
     :data:`~horotopo.packing.hostforest.MAX_HOST_TREES`; each is as many rank-level trees as a
@@ -460,7 +452,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     """
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
-    check_forest(forest, hierarchical)  # before the packing: a forced forest is never replaced
+    # before the packing: a forced forest is never replaced, nor refused after the work
+    check_forest(forest, topology, hierarchical)
     if max_host_trees is not None:
         host_tree_counts(1, limit=max_host_trees)  # a bound below one fails before the packing
     if hierarchical:
@@ -473,10 +466,9 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
                        progress=progress)
     plan, record = choose_forest(
-        topology, packing, lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
-        floor_Bps=ring.throughput, forest=forest, max_depth=max_depth,
-        max_trees_per_root=max_trees_per_root, progress=progress, network=network,
-        hierarchical=hierarchical, ring=ring, max_host_trees=max_host_trees)
+        Candidates(topology, packing, ring, hierarchical, max_host_trees),
+        lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
+        forest=forest, network=network, progress=progress)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 

@@ -1,20 +1,22 @@
-"""The Plan as data: JSON round trip, digest, validation, never below ring, and the CLI."""
+"""The Plan as data: JSON round trip, digest, validation, the forest choice, and the CLI."""
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from horotopo import generate
-from horotopo.packing.leveled import LEVEL_TOLERANCE
 from horotopo.packing.model import ring_parents
 from horotopo.plan import (Plan, PlanError, format_size, make_plan, parse_size, plan_from_trees,
                            ring_plan)
 from horotopo.topology import bundled, from_dict, load
 
 from plan_checks import checked
+
+MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -119,25 +121,45 @@ def test_predicted_time_grows_with_size(racks_plan):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 10), seed=st.integers(0, 10_000), measured=st.booleans())
-def test_plan_never_below_ring(n, seed, measured):
+def test_the_plan_is_the_kind_predicted_fastest(n, seed, measured):
     doc = generate.random_measured(n, seed) if measured else generate.random_declared(n, seed)
     topology = from_dict(doc)
     plan = checked(make_plan(topology), topology)
-    assert plan.throughput_Bps >= plan.ring_Bps * (1 - 1e-9)
     assert sum(t.share for t in plan.trees) == pytest.approx(1.0, abs=1e-12)
-    assert plan.upper_bound_Bps >= plan.throughput_Bps * (1 - 1e-9)
+    assert plan.upper_bound_Bps >= plan.packed_Bps * (1 - 1e-9)
     assert plan.gap >= -1e-9
-    # the certified packing meets the target gap; another forest may be kept for its predicted
-    # time (a leveled one up to LEVEL_TOLERANCE slower), and its own gap is then reported; so
-    # may ring's chains, where the pick's fair rates fell below ring's ("below_ring": the
-    # record then says "deep" of ring's chains, whose gap is ring's)
     record = plan.planner["forest"]
-    certified = record["chosen"] == "deep" and "below_ring" not in record
-    deep = plan if certified else make_plan(topology, forest="deep")
+    weighed = {k: v["predicted_s"] for k, v in record.items() if isinstance(v, dict)}
+    # one rule: the lowest prediction, the certified deep forest on a tie; never slower than
+    # ring's chains where they were weighed
+    assert plan.predict_time(record["size"]) == pytest.approx(weighed[record["chosen"]])
+    assert weighed[record["chosen"]] == min(weighed.values())
+    assert record["chosen"] == "deep" or weighed["deep"] > weighed[record["chosen"]]
+    # the certified packing meets the target gap, whichever kind is kept
+    deep = plan if record["chosen"] == "deep" else make_plan(topology, forest="deep")
     assert -1e-9 <= deep.gap <= 0.02
-    if record["chosen"] == "leveled":
-        assert record["leveled"]["predicted_s"] <= record["deep"]["predicted_s"] * (
-            1 + LEVEL_TOLERANCE)
+
+
+def test_ring_chains_are_kept_where_the_deep_trees_fair_rates_fall_below_rings():
+    """A probe's figures of a 3-rank star, each off by up to 1%: the deep trees' max-min fair
+    rates sum to 0.998 of ring's throughput (their LP rates to 1.001), so at 16 MiB ring's
+    chains are predicted faster and run."""
+    rng = np.random.default_rng(198)
+    jitter = lambda: float(0.4 * (1 + rng.uniform(-0.01, 0.01)))  # noqa: E731
+    topo = from_dict({"name": "noisy", "ranks": ["h0", "h1", "h2"],
+                      "bandwidth_gbps": [[None if i == j else jitter() for j in range(3)]
+                                         for i in range(3)],
+                      "egress_gbps": [jitter() for _ in range(3)],
+                      "ingress_gbps": [jitter() for _ in range(3)]})
+    deep = make_plan(topo, size=16 * MiB, forest="deep")
+    assert deep.throughput_Bps < deep.ring_Bps * 0.999
+    plan = make_plan(topo, size=16 * MiB)
+    record = plan.planner["forest"]
+    assert record["chosen"] == "chains"
+    assert record["chains"]["predicted_s"] < record["deep"]["predicted_s"]
+    assert plan.throughput_Bps >= plan.ring_Bps * (1 - 1e-9)
+    assert len(plan.trees) == 3 and all(t.depth == 4 for t in plan.trees)  # chains
+    assert "forest: chains, predicted fastest" in plan.describe()
 
 
 def test_sizes():

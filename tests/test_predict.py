@@ -1,7 +1,6 @@
-"""The alpha-beta prediction of a plan's allreduce time, per-tree chunks, the shallow forest
-and the deep-or-shallow choice (horotopo.packing.alphabeta, horotopo.packing.depth)."""
+"""The alpha-beta prediction of a plan's allreduce time and per-tree chunks
+(horotopo.packing.alphabeta)."""
 import importlib.util
-import itertools
 import math
 from pathlib import Path
 
@@ -10,9 +9,7 @@ import pytest
 
 from horotopo.generate import generate
 from horotopo.packing import alphabeta as ab
-from horotopo.packing.depth import (FOREST_MARGIN, bounded_arborescence, pack_bounded,
-                                    receive_limited)
-from horotopo.plan import Plan, depth, make_plan, plan_from_trees
+from horotopo.plan import Plan, make_plan, plan_from_trees
 from horotopo.schedule import compile_allreduce
 from horotopo.topology import bundled, from_dict, load
 
@@ -147,109 +144,6 @@ def test_plan_carries_per_tree_chunks_through_json_digest_and_tables():
         assert max(b - a for a, b in t.chunks) == min(want, t.chunks[-1][1] - t.chunks[0][0])
 
 
-def test_bounded_arborescence_is_a_tree_within_its_depth():
-    rng = np.random.default_rng(3)
-    for n, bound in itertools.product((2, 5, 9), (1, 2, 3)):
-        cost = rng.uniform(1, 10, (n, n))
-        for inward in (True, False):
-            parent, total = bounded_arborescence(cost, n - 1, bound, inward)
-            assert parent[n - 1] == -1 and depth(parent) <= bound
-            arcs = [(v, p) if inward else (p, v) for v, p in enumerate(parent) if p >= 0]
-            assert total == pytest.approx(sum(cost[a, b] for a, b in arcs))
-    with pytest.raises(ValueError, match="max_depth"):
-        bounded_arborescence(np.ones((3, 3)), 0, 0, True)
-
-
-@pytest.mark.parametrize("bound", [1, 2, 3])
-def test_shallow_forest_respects_the_depth_bound(bound):
-    topo = from_dict(generate("racks:hosts_per_rack=2,gpus=4,oversub=2", 16))
-    packing = pack_bounded(topo, bound)
-    assert packing.trees and all(depth(t.reduce_parent) <= bound and depth(t.bcast_parent)
-                                 <= bound for t in packing.trees)
-    plan = checked(make_plan(topo, size=MiB, forest="shallow", max_depth=bound), topo)
-    assert plan.planner["forest"]["chosen"] == "shallow"
-    assert all(max(depth(t.reduce_parent), depth(t.bcast_parent)) <= bound for t in plan.trees)
-
-
-def test_choice_is_shallow_for_small_allreduces_across_a_wan():
-    # (at 16 ranks the deep forest's 9 hops predict as fast: a tie keeps it)
-    topo = from_dict(generate("sites:gpus=4,wan_gbps=10", 32))
-    plan = make_plan(topo, size=256 << 10)
-    record = plan.planner["forest"]
-    # the rotated host forest (8 host hops at most) is shallow too, and it is kept: the
-    # shallow forest's throughput is below ring's, the plan's floor (simulated, the host
-    # forest also runs fastest of the three)
-    assert record["chosen"] == "hosts"
-    assert record["shallow"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
-    assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
-    assert plan.predict_time(256 << 10) == pytest.approx(record["hosts"]["predicted_s"])
-    assert "forest: hosts" in plan.describe()
-
-
-def _received(plan):
-    """The most any rank receives, as a multiple of the allreduce size."""
-    _, recvs = plan._degrees
-    return float((np.array([t.share for t in plan.trees]) @ recvs).max())
-
-
-def test_choice_is_balanced_for_large_allreduces_where_one_rank_would_receive_most():
-    """fattree at 16 ranks (two hosts of 8): the deep forest is one tree in which ranks with
-    two children receive three times the buffer, at 0.47 ns a byte of software time, over
-    100 gbps links that the network packing sees as free. The balanced forest (packed with
-    each rank's receive CPU as a resource) spreads that; the shallow one is a slow star."""
-    topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
-    record = make_plan(topo, size=256 * MiB).planner["forest"]
-    # the rotated host forest (two hosts, one arc each way) is chosen over both (and runs
-    # faster than the balanced forest in the simulator); balanced is still ahead of deep
-    assert record["chosen"] == "hosts"
-    assert record["balanced"]["predicted_s"] < record["deep"]["predicted_s"] * (1 - FOREST_MARGIN)
-    assert record["deep"]["predicted_s"] < record["shallow"]["predicted_s"]
-    plan = make_plan(topo, size=256 * MiB, forest="balanced")
-    deep = make_plan(topo, size=256 * MiB, forest="deep")
-    # at most 0.8 of deep's: the LP's solutions differ by scipy version (2.2 of the buffer
-    # before scipy 1.17, 2.25 with it), the spreading does not
-    assert _received(deep) >= 2.9 and _received(plan) <= 0.8 * _received(deep)
-    # the balanced trees keep the network's rate for their shares: a valid, certified plan
-    checked(plan, topo)
-    assert plan.throughput_Bps <= plan.upper_bound_Bps * (1 + 1e-9)
-    # forcing a forest gives the plan the record predicted
-    forced = make_plan(topo, size=256 * MiB, forest="shallow")
-    assert forced.predict_time(256 * MiB) == pytest.approx(record["shallow"]["predicted_s"])
-    with pytest.raises(ValueError, match="forest"):
-        make_plan(topo, forest="medium")
-
-
-def test_receive_limited_adds_one_receive_resource_per_rank():
-    topo = _star(3)
-    limited = receive_limited(topo, ab.SoftwareCosts(per_message_s=0.0, per_byte_s=1e-9))
-    base = len(topo.capacity_Bps)
-    assert limited.capacity_Bps[base:] == pytest.approx((1e9,) * 3)
-    for i, j in itertools.permutations(range(3), 2):
-        assert tuple(limited.routes[i][j]) == tuple(topo.routes[i][j]) + (base + j,)
-    assert limited.routes[1][1] == ()
-    with pytest.raises(ValueError, match="positive"):
-        receive_limited(topo, ab.NO_COSTS)
-
-
-def test_slow_nic_keeps_the_chain_on_a_model_tie():
-    """On slow-nic the star at n3 predicts 0.4% faster than the chain at 16 MiB, a
-    tie in the model; on the emulated cluster the star (its root receives three flows at
-    once) was slower. The deep forest stays unless another is faster by FOREST_MARGIN."""
-    topo = load(bundled("slow-nic"))
-    for size in (4 * MiB, 16 * MiB):
-        plan = make_plan(topo, size=size)
-        record = plan.planner["forest"]
-        assert record["chosen"] == "deep"
-        assert record["shallow"]["predicted_s"] < record["deep"]["predicted_s"]
-        assert record["shallow"]["predicted_s"] > record["deep"]["predicted_s"] * (
-            1 - FOREST_MARGIN)
-        assert plan.trees[0].depth == record["deep"]["max_hops"] > 2
-        assert "kept: shallow is predicted faster by less than the 5% margin" in plan.describe()
-        # forced, the star is what would have run
-        star = make_plan(topo, size=size, forest="shallow")
-        assert max(len(c) for c in star.trees[0].reduce_children()) == 3
-
-
 # -- against the simulator ----------------------------------------------------------------------
 
 
@@ -282,8 +176,8 @@ def test_simulator_network_is_measured(bench):
 
 @pytest.mark.parametrize("spec,n,size,forest", [
     ("racks-2x3", 6, 16 * MiB, "deep"),
-    ("slow-nic", 4, MiB, "shallow"),
-    ("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16, 64 * MiB, "shallow"),
+    ("slow-nic", 4, MiB, "chains"),
+    ("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16, 64 * MiB, "hosts"),
 ])
 def test_prediction_within_15_percent_of_the_simulation(bench, spec, n, size, forest):
     topo = from_dict(generate(spec, n)) if ":" in spec else load(bundled(spec))
@@ -295,7 +189,7 @@ def test_prediction_within_15_percent_of_the_simulation(bench, spec, n, size, fo
 
 
 def test_plan_level_chunk_scale_counts_every_tree_on_a_rank(monkeypatch):
-    """fattree at 16 ranks, balanced forest (14 to 16 trees, depending on the LP solver),
+    """fattree at 16 ranks, host forest (two hosts: 16 rank-level trees),
     16 MiB: tree by tree each picks 64 KiB chunks, but every rank serves all the trees'
     messages; scaling all chunks alike to the plan's best prediction (with the fill's
     crowding, horotopo.packing.profiles.Crowding) makes them larger and cuts the predicted
@@ -303,9 +197,9 @@ def test_plan_level_chunk_scale_counts_every_tree_on_a_rank(monkeypatch):
     --chunk C`)."""
     topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
     size = 16 * MiB
-    scaled = make_plan(topo, size=size, forest="balanced")
+    scaled = make_plan(topo, size=size, forest="hosts")
     monkeypatch.setattr(ab, "PLAN_SCALES", (1.0,))
-    alone = make_plan(topo, size=size, forest="balanced")
+    alone = make_plan(topo, size=size, forest="hosts")
     assert [t.reduce_parent for t in alone.trees] == [t.reduce_parent for t in scaled.trees]
     assert max(alone.tree_chunks()) == 64 << 10 < max(scaled.tree_chunks())
     assert scaled.predict_time(size) < 0.9 * alone.predict_time(size)

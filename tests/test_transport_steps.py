@@ -184,7 +184,7 @@ def test_share_plan_names_a_root_that_never_plans():
 def _with_planner_seconds(plan, seconds):
     doc = plan.to_json()
     doc["planner"]["seconds"] = seconds
-    doc["planner"]["forest"]["balanced"]["seconds"] = seconds
+    doc["planner"]["forest"]["deep"]["seconds"] = seconds
     return Plan.from_json(doc)
 
 
@@ -206,7 +206,7 @@ def test_share_plans_broadcast_size_does_not_depend_on_the_planners_wall_time():
         def body(t):
             shared, _ = share_plan(Sizes(t, owns=False), lambda: (plan, topo), what="test",
                                    timeout_s=10, check_timeout_s=10)
-            return shared.planner["seconds"], shared.planner["forest"]["balanced"]["seconds"]
+            return shared.planner["seconds"], shared.planner["forest"]["deep"]["seconds"]
 
         seen[seconds] = run_ranks(3, body)
     assert len({s for got in sizes.values() for s in got}) == 1, sizes

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import config
 from .. import costs as _costs
 from ..topology import Topology
-from .certificate import plural
 from .profiles import Crowding, Profile, declared_arc, tree_profiles
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
@@ -42,7 +41,7 @@ __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_N
            "RANK_WINDOW_BYTES", "MIN_WINDOW",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
            "choose_chunk", "chunk_candidates", "plan_chunks", "rank_degrees", "busiest_cpu_time",
-           "plan_time", "PLAN_SCALES", "describe_choice", "target_size", "FOREST_KINDS"]
+           "plan_time", "PLAN_SCALES", "target_size"]
 
 
 # Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
@@ -481,39 +480,3 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
         chunks = scaled(best)
         profiles = profiles_at(chunks)
     return profiles, chunks
-
-
-#: The forests a plan may be made of, in the order a plan's description lists them (the
-#: planner's choice among them is :func:`horotopo.packing.depth.choose_forest`'s).
-FOREST_KINDS = ("deep", "balanced", "shallow", "hosts", "leveled")
-
-
-def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
-    """Lines saying which forest a plan kept and both predictions (``planner["forest"]``)."""
-    kinds = FOREST_KINDS
-    alone = not any(k in record for k in kinds[1:])
-    fastest = min((k for k in kinds if k in record),
-                  key=lambda k: record[k]["predicted_s"])
-    how = ("forced" if record.get("forced") else
-           "predicted fastest" if fastest == record["chosen"] else
-           f"fewer trees: {fastest} is predicted faster by at most the "
-           f"{record.get('level_tolerance', 0) * 100:g}% that the probe's noise allows"
-           if record["chosen"] == "leveled" else
-           f"kept: {fastest} is predicted faster by less than the "
-           f"{record.get('margin', 0) * 100:g}% margin")
-    out = [f"  forest: {record['chosen']}, {how} for {size_text(record['size'])}"
-           f"{' (the only candidate)' if alone else ''}"]
-    below = record.get("below_ring")
-    if below:
-        out.append(f"    ring's chains instead of the {below['forest']} forest, whose max-min "
-                   f"fair rates came to {below['throughput_Bps'] / 1e6:.3f} MB/s, below ring's")
-    for kind in kinds:
-        got = record.get(kind)
-        if got:
-            bound = f", depth bound {got['depth_bound']}" if "depth_bound" in got else ""
-            if got.get("bottleneck"):
-                bound += ", the bottleneck pair alone"
-            out.append(f"    {kind:<8} predicted {got['predicted_s'] * 1e3:12.3f} ms, "
-                       f"R {got['throughput_Bps'] / 1e6:.3f} MB/s, {plural(got['trees'], 'tree')}, "
-                       f"deepest {plural(got['max_hops'], 'hop')}{bound}")
-    return out

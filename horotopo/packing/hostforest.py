@@ -1,6 +1,6 @@
 """A shallow forest over hosts: rotated binary trees, one crossing of each slow-latency cut.
 
-The flat packings (:mod:`horotopo.packing.gk`, :mod:`horotopo.packing.depth`) see a job of
+The flat packing (:mod:`horotopo.packing.gk`) sees a job of
 multi-GPU hosts as ``n`` ranks. On the two-site generator at 64 ranks their trees are 8 to 75
 hops deep and some cross the 5 ms WAN link 3 or 4 times on one root path, so a chunk's first
 trip costs several WAN latencies before the pipeline is full (``horotopo simulate
@@ -31,14 +31,13 @@ groups (rotations evenly spread, ``t = i H / m``, share their heads' positions i
 and reach about half of every rotation's rate). A rotation by
 half a group swaps a heap's interior and leaf roles (NCCL's double binary tree), so a few trees
 balance well; whatever imbalance is left shows in the rate, which is computed from the kept
-trees' loads. :func:`~.depth.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`
+trees' loads. :func:`~.forests.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`
 (at most :data:`MAX_HOST_TREES`, which bounds the planning time at thousands of ranks).
 Fewer than ``H / 2`` trees at one rate cannot reach the NICs' bound (they miss it by
-``1 / H``), which
-the forest choice allows for (:func:`~.depth.floor_factor`).
+``1 / H``); the prediction weighs that against their shorter fill.
 
-It certifies nothing; :func:`~.depth.choose_forest` offers it beside the others and keeps it
-where it predicts less time by the margin.
+It certifies nothing; :func:`~.forests.choose_forest` offers it beside the others and keeps
+it where it is predicted fastest.
 """
 from __future__ import annotations
 
@@ -49,13 +48,12 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from ..topology import Topology
-from .bottleneck import seed_pairs
-from .hierarchy import HostModel, cut_point, machines
+from .hierarchy import HostModel, machines
 from .model import Packing, TreeRate
 
 __all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MAX_HOST_TREES",
            "host_groups", "host_trees", "pick_rotations", "pack_host_forest",
-           "pack_host_forests", "pack_bottleneck_forest", "host_tree_counts", "has_hosts"]
+           "pack_host_forests", "host_tree_counts", "has_hosts"]
 
 #: Machines whose route latency is at most this multiple of the smallest one between two
 #: machines share a group. Within one switch a route has two NIC hops (plus local links);
@@ -70,7 +68,7 @@ GROUP_LATENCY_FACTOR = 1.5
 #: there).
 MAX_HOST_TREES = 32
 
-#: Host-tree counts that :func:`~.depth.choose_forest` predicts (each at most the machines'
+#: Host-tree counts that :func:`~.forests.choose_forest` predicts (each at most the machines'
 #: count ``H``, and :data:`MAX_HOST_TREES`): fewer trees mean fewer messages per rank and
 #: larger chunks, more trees better balanced loads and a shorter pipeline fill; the
 #: alpha-beta prediction for the planned size decides.
@@ -376,51 +374,6 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
                            full_throughput=total, bound_phase="",
                            extra={"host_trees": count, "rotations": kept}))
     return out
-
-
-def pack_bottleneck_forest(topology: Topology, roots: int = 2) -> Packing:
-    """One host-level tree pair built for its bottleneck (:func:`~.bottleneck.seed_pairs`:
-    slow machines as leaves, fast ones as the backbone), the fastest of ``roots`` roots, at the
-    most every resource allows it, as rank-level trees (one per channel); ``upper_bound``
-    None, ``extra["host_trees"]`` 1 and ``extra["bottleneck"]`` True.
-
-    The packing seeds its pool with these pairs, and where they alone reach the cut bound the
-    packing is this pair; where the probe's figures leave them a few percent short of it (a
-    fast NIC read at 87% of its rate, the parent of three slow ones), column generation adds
-    host trees whose max-min fair rates lose far more than those few percent. So it is
-    offered beside the rotated host forests.
-
-    Raises
-    ------
-    ValueError
-        Fewer than three machines, or no machine with several ranks (:func:`has_hosts`).
-    """
-    if not has_hosts(topology):
-        raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
-                         "with several ranks")
-    model = HostModel(topology)
-    if model.n < 3:
-        raise ValueError(f"{topology.name}: a bottleneck pair needs three or more machines")
-    # one root past 256 machines, as the packing's own seeds (about a second each at 512);
-    # the cut's bound as the target, as there: arcs within it are free, so depth and cost
-    # choose among them (without it the greedy grows chains: 57 host hops each way at 128
-    # machines of a probed rack cluster, against 5 with it)
-    cut = cut_point(model)
-    halves = seed_pairs(model, 1 if model.n > 256 else roots, cut[0] if cut else np.inf)
-    best: Optional[TreeRate] = None
-    for inward, root, parent in halves:
-        if not inward:
-            continue
-        rate = float(model.max_rate(np.asarray(model.load(root, parent, parent), dtype=float)))
-        if np.isfinite(rate) and (best is None or rate > best.rate):
-            best = TreeRate(root, parent, parent, rate)
-    if best is None:
-        raise ValueError(f"{topology.name}: a bottleneck pair that loads no resource has no "
-                         "rate")
-    trees = model.expand([best])
-    total = float(sum(t.rate for t in trees))
-    return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total,
-                   bound_phase="", extra={"host_trees": 1, "bottleneck": True})
 
 
 def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = None

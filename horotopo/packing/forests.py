@@ -1,0 +1,221 @@
+"""Forest kinds: the tree packings a plan may be cut from, and the choice among them.
+
+Each kind is one small class (:class:`ForestKind`): its name, what a topology needs for it
+(:meth:`~ForestKind.offered`), and :meth:`~ForestKind.pack`, which returns its candidate
+packings (one, or one per setting it weighs). :data:`KINDS` lists them in the order the
+choice weighs them:
+
+- *deep*: the certified packing (:func:`~.gk.pack`, or over hosts
+  :func:`~.hierarchy.pack_hierarchical`), highest throughput; every plan carries its bound;
+- *hosts*: rotated binary trees over machines (:mod:`~.hostforest`), one crossing of each
+  WAN or rack cut per tree, a few host hops deep, at each count of host trees
+  (:func:`~.hostforest.host_tree_counts`);
+- *chains*: ring's chains (:func:`~.model.ring_packing`) as trees, where the flat model
+  has them: the plan's floor, as ring's fair rates are never below its common rate.
+
+:func:`choose_forest` keeps the candidate with the lowest predicted time for the plan's size
+(:meth:`Plan.predict_time <horotopo.plan.Plan.predict_time>`); a tie keeps the one weighed
+first, so the certified deep forest wins every tie. Which kind wins which row of the scale
+table is docs/results/forest_kinds.md (``benchmarks/forest_kinds.py``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..topology import Topology
+from .certificate import plural
+from .gk import UNBOUNDED_BPS
+from .hierarchy import machines
+from .hostforest import has_hosts, host_tree_counts, pack_host_forests
+from .model import Packing
+
+__all__ = ["ForestKind", "Candidates", "KINDS", "FORESTS", "kind_names", "check_forest",
+           "choose_forest", "describe_choice"]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What a kind packs from: the topology, the certified packing, ring's chains, and the
+    bound on host trees (None: :data:`~.hostforest.MAX_HOST_TREES`)."""
+
+    topology: Topology
+    packing: Packing
+    ring: Optional[Packing]
+    hierarchical: bool
+    max_host_trees: Optional[int] = None
+
+
+class ForestKind:
+    """One kind of forest: ``name``, what it ``needs`` (said when it is forced where it is not
+    offered), and its candidate packings."""
+
+    name = ""
+    needs = ""
+
+    def offered(self, topology: Topology, hierarchical: bool) -> bool:
+        """Whether ``topology`` (planned over hosts where ``hierarchical``) can have it."""
+        return True
+
+    def pack(self, given: Candidates) -> List[Packing]:
+        """The candidate packings, each with ``extra`` saying what sets it apart."""
+        raise NotImplementedError
+
+
+class DeepForest(ForestKind):
+    name = "deep"
+
+    def pack(self, given: Candidates) -> List[Packing]:
+        return [given.packing]
+
+
+class HostForest(ForestKind):
+    name = "hosts"
+    needs = ("machines that hold several ranks (or a local fabric much faster than the way "
+             "out)")
+
+    def offered(self, topology: Topology, hierarchical: bool) -> bool:
+        return has_hosts(topology)
+
+    def pack(self, given: Candidates) -> List[Packing]:
+        h_count = len(set(machines(given.topology)))
+        return pack_host_forests(given.topology,
+                                 host_tree_counts(h_count, limit=given.max_host_trees))
+
+
+class RingChains(ForestKind):
+    name = "chains"
+    needs = "a plan over ranks (ring's chains over hosts are not built)"
+
+    def offered(self, topology: Topology, hierarchical: bool) -> bool:
+        return not hierarchical
+
+    def pack(self, given: Candidates) -> List[Packing]:
+        ring = given.ring
+        if ring is None or not ring.trees:
+            return []
+        return [replace(given.packing, trees=ring.trees, throughput=ring.throughput)]
+
+
+#: The kinds, in the order the choice weighs them (a tie keeps the earlier).
+KINDS: Tuple[ForestKind, ...] = (DeepForest(), HostForest(), RingChains())
+
+#: ``make_plan(forest=...)``: choose on the prediction, or force one kind.
+FORESTS = ("auto",) + tuple(k.name for k in KINDS)
+
+
+def kind_names() -> Tuple[str, ...]:
+    """The kinds' names, in the order the choice weighs them."""
+    return tuple(k.name for k in KINDS)
+
+
+def _kind(name: str) -> ForestKind:
+    return next(k for k in KINDS if k.name == name)
+
+
+def check_forest(forest: str, topology: Optional[Topology] = None,
+                 hierarchical: bool = False) -> None:
+    """Raise ValueError unless ``forest`` is one of :data:`FORESTS` and, given a topology,
+    one that it offers (planned over hosts where ``hierarchical``)."""
+    if forest not in FORESTS:
+        raise ValueError(f"forest must be one of {', '.join(FORESTS)}, got {forest!r}")
+    if forest != "auto" and topology is not None:
+        kind = _kind(forest)
+        if not kind.offered(topology, hierarchical):
+            # forcing a forest that this topology cannot have must not quietly give another
+            raise ValueError(f"forest {forest!r} needs {kind.needs}; {topology.name!r} "
+                             f"{'planned over hosts ' if hierarchical else ''}has none")
+
+
+def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int, *,
+                  forest: str = "auto", network: Any = None,
+                  progress: Optional[Callable[[str], None]] = None
+                  ) -> Tuple[Any, Dict[str, Any]]:
+    """The plan of the candidate predicted fastest for an allreduce of ``size`` bytes.
+
+    ``build`` turns a packing into a plan (anything with ``predict_time(size)``,
+    ``throughput_Bps`` and ``trees`` whose items have ``depth``); ``network`` (a
+    :class:`~horotopo.packing.alphabeta.NetworkModel`, default the links as declared) is what
+    the predictions are made on. ``forest`` names a kind to force it (the deep forest alone
+    is then built where that is the kind). Every candidate carries the certified packing's
+    bound, which bounds every packing.
+
+    Returns the plan and a record of the choice: the size, the chosen kind and, per kind
+    weighed, its best candidate's predicted time, throughput, tree count and deepest tree
+    (reduce plus broadcast hops), and the wall time the kind took; a kind with several candidates (host-tree counts) lists
+    each one's predicted time under ``tried``.
+    """
+    topology = given.topology
+    check_forest(forest, topology, given.hierarchical)
+    record: Dict[str, Any] = {"size": int(size)}
+    if forest != "auto":
+        record["forced"] = True
+    if given.max_host_trees is not None:
+        host_tree_counts(1, limit=given.max_host_trees)  # a bound below one fails here
+        record["max_host_trees"] = int(given.max_host_trees)
+    packing = given.packing
+    constrained = (packing.upper_bound is not None and len(topology.capacity_Bps) > 0
+                   and packing.throughput < UNBOUNDED_BPS)
+    only_deep = forest == "deep" or topology.n < 3 or not constrained
+    pick: Any = None
+    for kind in KINDS:
+        if (forest not in ("auto", kind.name) or (only_deep and kind.name != "deep")
+                or not kind.offered(topology, given.hierarchical)):
+            continue
+        start = time.perf_counter()
+        tried = [_candidate(kind, found, packing, build, size, network)
+                 for found in kind.pack(given)]
+        if not tried:
+            continue
+        plan, summary = min(tried, key=lambda c: c[1]["predicted_s"])  # first of equals
+        # the kind's wall time: its packing (the deep one's is the planner's), plans, predictions
+        summary["seconds"] = round(time.perf_counter() - start, 4)
+        if len(tried) > 1:
+            summary["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
+        record[kind.name] = summary
+        if pick is None or summary["predicted_s"] < record[record["chosen"]]["predicted_s"]:
+            pick, record["chosen"] = plan, kind.name
+    if progress is not None:
+        progress(f"forest for {size} bytes: {record['chosen']} (predicted "
+                 + ", ".join(f"{k} {record[k]['predicted_s'] * 1e3:.3f} ms"
+                             for k in kind_names() if k in record) + ")")
+    return pick, record
+
+
+def _candidate(kind: ForestKind, found: Packing, packing: Packing,
+               build: Callable[[Packing], Any], size: int, network: Any
+               ) -> Tuple[Any, Dict[str, Any]]:
+    """The plan of one candidate ``found`` of ``kind`` and its summary."""
+    if found is not packing:
+        # the plan carries the deep packing's certificate, so its statistics too (a plan over
+        # hosts keeps its flat bound and machine count); the forest's own count of host trees
+        found = replace(found, upper_bound=packing.upper_bound,
+                        bound_phase=packing.bound_phase, iterations=packing.iterations,
+                        columns=packing.columns, seconds=packing.seconds,
+                        extra=dict(packing.extra, **found.extra))
+    plan = build(found)
+    pred = plan.predict_time(size) if network is None else plan.predict_time(size,
+                                                                            network=network)
+    summary: Dict[str, Any] = {"predicted_s": pred, "throughput_Bps": plan.throughput_Bps,
+                               "trees": len(plan.trees),
+                               "max_hops": max(t.depth for t in plan.trees)}
+    if kind.name == "hosts":
+        summary["host_trees"] = found.extra["host_trees"]
+    return plan, summary
+
+
+def describe_choice(record: Dict[str, Any], size_text: Any = str) -> List[str]:
+    """Lines saying which forest a plan kept and each kind's prediction
+    (``planner["forest"]``)."""
+    weighed = [k for k in kind_names() if k in record]
+    how = "forced" if record.get("forced") else "predicted fastest"
+    out = [f"  forest: {record['chosen']}, {how} for {size_text(record['size'])}"
+           f"{' (the only candidate)' if len(weighed) == 1 else ''}"]
+    for kind in weighed:
+        got = record[kind]
+        counts = f", {plural(got['host_trees'], 'host tree')}" if "host_trees" in got else ""
+        out.append(f"    {kind:<8} predicted {got['predicted_s'] * 1e3:12.3f} ms, "
+                   f"R {got['throughput_Bps'] / 1e6:.3f} MB/s, {plural(got['trees'], 'tree')}, "
+                   f"deepest {plural(got['max_hops'], 'hop')}{counts}")
+    return out
