@@ -12,7 +12,13 @@ declares it (:func:`horotopo.probe.hostinfer.generated_hosts`). It reports:
   between the two hosts' first ranks);
 - every rack uplink (each direction) and the WAN link: found when a shared link the probe
   reports carries traffic from (to) a set of hosts behind that link only, at least half of
-  them, with its capacity within 15% of the declared one.
+  them, with its capacity within 15% of the declared one;
+- the plan made from the measured topology against the plan made from the declared one, both
+  planned for ``--size`` and judged on the declared network: in the model
+  (:func:`horotopo.plan.modelled_rate_on`, free of the simulator's effects) and, with
+  ``--simulate``, as the simulated time of one ``--size`` allreduce of each plan's chosen
+  algorithm (``--chunk``: a larger chunk, fewer messages, where the plan's own would take the
+  simulator too long). Target: the probed plan within 10% of the declared plan's time.
 
 The simulated transport charges the probe's messages their software cost per message, but not
 the per-byte receive cost the engine pays for its reductions and copies (the probe's receives
@@ -27,21 +33,25 @@ import os
 import sys
 from pathlib import Path
 import time
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
+from horotopo.cli.simulate_cmd import chosen_algorithm, simulate
 from horotopo.generate import generate
+from horotopo.plan import Plan, format_size, make_plan, modelled_rate_on, parse_size
 from horotopo.probe import probe
 from horotopo.probe.hostinfer import generated_hosts
 from horotopo.simulation.runner import run_simulated
-from horotopo.topology import GBPS_TO_BPS, from_dict
+from horotopo.topology import GBPS_TO_BPS, Topology, from_dict
 from horotopo.transport.simulated import DEFAULT_COSTS, SimCosts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
 WITHIN = 0.15
+#: The probed plan's time may exceed the declared plan's by this much.
+PLAN_WITHIN = 0.10
 
 
 def _neighbours(doc: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
@@ -114,7 +124,44 @@ def _matches(shared: List[Dict[str, Any]], hosts: Set[int], out: bool, gbps: flo
     return bool(np.isfinite(best) and abs(best - gbps) <= WITHIN * gbps), best
 
 
-def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "") -> Dict[str, Any]:
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def compare_plans(topo: Topology, measured: Dict[str, Any], size: int, simulated: bool,
+                  chunk: Optional[int], timeout_s: float) -> Dict[str, Any]:
+    """The plan made from the measured document against the one made from the declared
+    topology, both for ``size`` bytes and judged on the declared network: the modelled rate
+    of each, and with ``simulated`` each plan's chosen algorithm simulated there."""
+    plans: Dict[str, Plan] = {}
+    out: Dict[str, Any] = {}
+    for kind, model in (("declared", topo), ("probed", from_dict(measured))):
+        w0 = time.perf_counter()
+        plans[kind] = make_plan(model, size=size)
+        out[f"{kind}_planner_s"] = time.perf_counter() - w0
+        out[f"{kind}_algorithm"] = chosen_algorithm(plans[kind])
+        out[f"{kind}_model_MBps"] = modelled_rate_on(plans[kind], topo) / 1e6
+        _say(f"# {kind} plan: {out[f'{kind}_algorithm']}, {len(plans[kind].trees)} trees, "
+             f"{out[f'{kind}_model_MBps']:.1f} MB/s on the declared network (model), planned "
+             f"in {out[f'{kind}_planner_s']:.1f} s")
+    out["model_ratio"] = out["declared_model_MBps"] / out["probed_model_MBps"]
+    if simulated:
+        for kind, plan in plans.items():
+            alg = out[f"{kind}_algorithm"]
+            res = simulate(topo, size, "declared", algorithms=(alg,), plan=plan,
+                           chunk_bytes=chunk, timeout_s=timeout_s,
+                           progress=lambda m, k=kind: _say(f"[{k} plan] {m}"))
+            row = res["rows"][0]
+            out[f"{kind}_sim_s"] = row["time_s"]
+            out[f"{kind}_wrong"] = row["wrong"]
+            out["chunk_bytes"] = row["chunk_bytes"] if chunk else None
+            _say(f"# {kind} plan simulated: {row['time_s'] * 1e3:.1f} ms, {row['wrong']} wrong")
+        out["sim_ratio"] = out["probed_sim_s"] / out["declared_sim_s"]
+    return out
+
+
+def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "",
+        size: int = 0, simulated: bool = False, chunk: Optional[int] = None) -> Dict[str, Any]:
     doc = generate(spec, n)
     topo = from_dict(doc)
     hosts = generated_hosts(doc)
@@ -122,18 +169,18 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "") ->
 
     def body(t: Any) -> Any:
         with t.true_size():
-            got = probe(t, "quick", hosts=hosts, scheme="hosts",
-                        progress=(lambda m: print(m, file=sys.stderr)) if t.rank == 0 else None)
-        return None if got is None else got["probe"]
+            return probe(t, "quick", hosts=hosts, scheme="hosts",
+                         progress=_say if t.rank == 0 else None)
 
     w0 = time.perf_counter()
     sim = run_simulated(topo, body, costs=costs, timeout_s=timeout_s)
     wall = time.perf_counter() - w0
-    meta = sim.results[0]
+    probed_doc = sim.results[0]
+    meta = probed_doc["probe"]
     if save:
         os.makedirs(save, exist_ok=True)
         with open(os.path.join(save, f"{doc['name']}.json"), "w") as f:
-            json.dump(meta, f)
+            json.dump(probed_doc, f)
     members = meta["members"]
     measured = np.array([[np.nan if v is None else v for v in row] for row in meta["host_gbps"]])
     h = len(members)
@@ -161,7 +208,9 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "") ->
             "pairs_within": good, "pairs": total, "worst_pair_error": worst,
             "links_found": sum(x["found"] for x in links), "links": len(links),
             "link_rows": links, "trusted": meta["trusted"],
-            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": int(sim.messages)}
+            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": int(sim.messages),
+            "plans": compare_plans(topo, probed_doc, size, simulated, chunk, timeout_s)
+            if size else None}
 
 
 def main(argv: Any = None) -> int:
@@ -172,18 +221,33 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--recv-cost", action="store_true",
                     help="charge the simulator's per-byte receive cost to the probe too")
     ap.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per run")
+    ap.add_argument("--size", default="64M",
+                    help="the allreduce both plans are made for and judged at (0: no plans)")
+    ap.add_argument("--simulate", action="store_true",
+                    help="also simulate one --size allreduce of each plan on the declared "
+                         "network (minutes at 1024 ranks)")
+    ap.add_argument("--chunk", default=None,
+                    help="the simulated allreduces' chunk (default: each plan's own)")
     ap.add_argument("--json", action="store_true")
     results_doc.add_markdown_option(ap, "probe_scale")
     ap.add_argument("--save", default="", metavar="DIR",
                     help="write each run's probe record (the document's 'probe' part: host "
                          "figures, group tests, shared links) to DIR/NAME.json")
     args = ap.parse_args(argv)
+    try:
+        size = parse_size(args.size) if args.size != "0" else 0
+        chunk = parse_size(args.chunk) if args.chunk else None
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.simulate and not size:
+        ap.error("--simulate needs plans: a --size above 0")
     clusters = args.cluster or ["racks:hosts_per_rack=4,gpus=8,oversub=4",
                                 "sites:gpus=8,wan_gbps=10"]
     rows = []
     for spec in clusters:
         for n in (int(x) for x in args.ranks.split(",")):
-            row = run(spec, n, args.recv_cost, args.timeout, args.save)
+            row = run(spec, n, args.recv_cost, args.timeout, args.save, size, args.simulate,
+                      chunk)
             rows.append(row)
             print(f"# {row['name']}: {row['probe_s']:.2f} s simulated, pairs "
                   f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"
@@ -198,19 +262,53 @@ def main(argv: Any = None) -> int:
          f"({100 * r['pairs_within'] / max(r['pairs'], 1):.0f}%)"),
         ("links found within 15%", lambda r: f"{r['links_found']}/{r['links']}"),
         ("wall s", lambda r: f"{r['wall_s']:.0f}")]
+    plan_rows = [r for r in rows if r["plans"]]
+    simulated = any("sim_ratio" in r["plans"] for r in plan_rows)
+    plan_columns: List[results_doc.Column] = [
+        ("cluster", lambda r: r["name"]), ("ranks", lambda r: r["ranks"]),
+        ("declared plan", lambda r: r["plans"]["declared_algorithm"]),
+        ("probed plan", lambda r: r["plans"]["probed_algorithm"]),
+        ("declared MB/s (model)", lambda r: f"{r['plans']['declared_model_MBps']:.1f}"),
+        ("probed MB/s (model)", lambda r: f"{r['plans']['probed_model_MBps']:.1f}"),
+        ("probed / declared time (model)", lambda r: f"{r['plans']['model_ratio']:.3f}")]
+    if simulated:
+        plan_columns += [
+            ("declared ms (sim)", lambda r: results_doc.fmt(r["plans"].get("declared_sim_s"),
+                                                            ".1f", 1e3)),
+            ("probed ms (sim)", lambda r: results_doc.fmt(r["plans"].get("probed_sim_s"),
+                                                          ".1f", 1e3)),
+            ("probed / declared time (sim)",
+             lambda r: results_doc.fmt(r["plans"].get("sim_ratio"), ".3f")),
+            ("chunk", lambda r: format_size(r["plans"]["chunk_bytes"])
+             if r["plans"].get("chunk_bytes") else "plan's")]
+    plan_columns += [("planner s (declared / probed)", lambda r: f"{r['plans']['declared_planner_s']:.1f}"
+                      f" / {r['plans']['probed_planner_s']:.1f}")]
+    ratio = "sim_ratio" if simulated else "model_ratio"
+    slow_plans = [f"{r['name']}: the probed plan takes {r['plans'][ratio]:.3f}x the declared "
+                  f"plan's time ({'simulated' if simulated else 'model'})" for r in plan_rows
+                  if r["plans"].get(ratio, 0.0) > 1 + PLAN_WITHIN]
     missed = [f"{r['name']}: {x['link']} {x['declared_gbps']:g} gbps not found (closest "
               f"{x['found_gbps']:.3f})" for r in rows for x in r["link_rows"] if not x["found"]]
     if args.json:
         print(json.dumps({"rows": rows}, indent=1))
     else:
         print(results_doc.md_table(rows, columns))
-        for line in missed:
+        if plan_rows:
+            print()
+            print(results_doc.md_table(plan_rows, plan_columns))
+        for line in missed + slow_plans:
             print(f"# {line}")
     if args.markdown:
         results_doc.write(
             args.markdown, "probe_scale: the probe by hosts at scale, simulated",
             [("", results_doc.md_table(rows, columns)),
-             ("Shared links not found", "\n".join(f"- {m}" for m in missed) or "None.")],
+             ("Shared links not found", "\n".join(f"- {m}" for m in missed) or "None."),
+             (f"Plans at {format_size(size)}: probed against declared", (
+                 "Both plans judged on the declared network. Target: the probed plan's time "
+                 f"within {PLAN_WITHIN:.0%} of the declared plan's.\n\n"
+                 + results_doc.md_table(plan_rows, plan_columns) + "\n\n"
+                 + ("\n".join(f"- {m}" for m in slow_plans) or "Every row meets the target."))
+              if plan_rows else "Not compared (--size 0).")],
             summary="Every rank runs the quick probe over the simulated transport. Host pairs: "
                     "within 15% of the declared rate alone; links: each rack uplink and WAN "
                     "direction found with its capacity within 15%. Probe times are simulated; "

@@ -45,13 +45,16 @@ def test_circle_rounds_over_hosts_are_disjoint_and_cover_every_pair_once(n):
     assert every == list(itertools.combinations(range(n), 2))
 
 
-def _racks_concurrent(racks, per, nic=10.0, uplink=10.0, slow=()):
+def _racks_concurrent(racks, per, nic=10.0, uplink=10.0, slow=(), oversub=None):
     """Concurrent figures of circle rounds over racks of ``per`` hosts: a pair inside a rack
     gets its NICs' rate; a pair across racks shares each uplink evenly with the round's other
-    flows (the hosts in ``slow`` have NICs at a quarter)."""
+    flows (the hosts in ``slow`` have NICs at a quarter). ``oversub``: each rack's uplink is
+    its NICs' sum over it, as the generator's racks have (else ``uplink`` for every rack)."""
     h = racks * per
     rack = [x // per for x in range(h)]
     nics = [nic / 4 if x in slow else nic for x in range(h)]
+    ups = [uplink if oversub is None else
+           sum(v for x, v in enumerate(nics) if rack[x] == r) / oversub for r in range(racks)]
     c = np.full((h, h), np.nan)
     for pairs in circle_rounds(h):
         for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
@@ -59,7 +62,7 @@ def _racks_concurrent(racks, per, nic=10.0, uplink=10.0, slow=()):
             inn = {r: sum(rack[b] == r != rack[a] for a, b in flows) for r in range(racks)}
             for a, b in flows:
                 c[a, b] = min(nics[a], nics[b]) if rack[a] == rack[b] else min(
-                    nics[a], nics[b], uplink / out[rack[a]], uplink / inn[rack[b]])
+                    nics[a], nics[b], ups[rack[a]] / out[rack[a]], ups[rack[b]] / inn[rack[b]])
     return c
 
 
@@ -78,6 +81,21 @@ def test_host_groups_place_slow_nics_with_their_racks():
     # and they stay groups of their own; the fast hosts of each rack are one group
     assert groups == sorted([[x for x in range(k, k + 4) if x not in slow]
                              for k in range(0, 16, 4)] + [[x] for x in slow])
+
+
+def test_host_groups_keep_racks_whole_where_uplink_shares_come_near_the_slow_nics():
+    # Uplinks at a quarter of their racks' NICs leave a fast host's flow about what a slow NIC
+    # (a quarter) carries, so a slow NIC keeps or loses its rate by chance; counted alike with
+    # the fast hosts' pairs, a fast host's chance partners among the slow NICs outnumbered its
+    # rack mates: rack 5 fell into two groups, and rack 0's group took rack 1's slow hosts
+    slow = (2, 5, 6, 9, 13, 20, 21, 26)
+    c = _racks_concurrent(racks=8, per=4, slow=slow, oversub=4)
+    groups = host_groups(c, 0.2)
+    for g in groups:
+        assert len({x // 4 for x in g}) == 1, groups  # no group spans two racks
+    for r in range(8):
+        fast = [x for x in range(4 * r, 4 * r + 4) if x not in slow]
+        assert fast in groups or any(set(fast) < set(g) for g in groups), (r, groups)
 
 
 def test_host_groups_keep_a_non_blocking_network_whole():

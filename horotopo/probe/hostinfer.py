@@ -6,7 +6,8 @@ what the concurrent rounds between host leaders say, and the measured-topology d
 - :func:`depression`: how far each concurrent host-pair figure lies below what its two hosts
   reach at best (their fastest figures out and in).
 - :func:`host_groups`: hosts whose pairs kept their rate when the whole round ran at once,
-  grouped (a rack behind an oversubscribed uplink, one side of a WAN link).
+  grouped (a rack behind an oversubscribed uplink, one side of a WAN link), the hosts that
+  reach the fastest rate first and the slower ones placed by them.
 - :func:`group_flows`: the flows of a group test (a group's hosts to hosts of other groups).
 - :func:`alone_estimates`: the host-pair rates alone, from the concurrent figures, the shared
   links found and the pairs measured alone.
@@ -124,22 +125,63 @@ def depression(concurrent: Any) -> np.ndarray:
 def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
     """Hosts grouped by the pairs that kept their rate in the concurrent rounds.
 
-    Two hosts are linked when their pair, both ways, kept at least ``1 - margin`` of its best
-    (:func:`depression`) and the sets of hosts each kept its rate with overlap by at least
-    :data:`PROFILE_OVERLAP`; the groups are the connected components, each split again
-    with a stricter overlap while fewer than :data:`DENSE` of its own pairs kept their rate.
-    Behind oversubscribed
-    uplinks the hosts of a rack keep their rate with each other and lose it to everyone else,
-    so a rack is a group; a host with a slow NIC keeps its (low) rate with everyone and stays
-    a group of its own.
+    A pair kept its rate when, both ways, it reached at least ``1 - margin`` of its best
+    (:func:`depression`). Behind oversubscribed uplinks the hosts of a rack keep their rate
+    with each other and lose it to everyone else, so a rack is a group. But a pair capped by a
+    slow NIC keeps its low rate through a loaded uplink as well, wherever the slow host sits;
+    counted alike, a fast host's chance partners among the slow NICs outnumber its rack mates,
+    and its rack falls apart. So the hosts are placed in three steps:
+
+    1. The hosts that reach the fastest rate seen (their best figures out and in within
+       ``margin`` of it) are grouped by their pairs among themselves
+       (:func:`_profile_groups`).
+    2. Every other host joins the one group with all of whose hosts it kept its rate: a slow
+       NIC keeps its rate with its rack mates, with another rack's hosts only where each of
+       their pairs met a light round. A host kept with every host of several groups (the
+       uplinks' shares reach its NIC) is placed by nothing and stays a group of its own.
+    3. The hosts kept with no group entirely (a rack whose uplink held back even its slow
+       NICs) are grouped among themselves as in step 1.
     """
-    r = depression(concurrent)
+    c = np.asarray(concurrent, dtype=float)
+    r = depression(c)
     n = r.shape[0]
     kept = (r >= 1.0 - margin) & (r.T >= 1.0 - margin)
     np.fill_diagonal(kept, True)
+    out, inn = fastest_out_and_in(c)
+    with np.errstate(invalid="ignore"):
+        reach = np.fmin(out, inn)
+        fastest = (reach >= (1.0 - margin) * np.nanmax(reach)) if np.isfinite(reach).any() \
+            else np.zeros(n, dtype=bool)
+    groups = _profile_groups(kept, [int(x) for x in np.flatnonzero(fastest)])
+    joined: List[List[int]] = [[] for _ in groups]
+    unplaced: List[int] = []
+    alone: List[List[int]] = []
+    for h in (int(x) for x in np.flatnonzero(~fastest)):
+        fits = [k for k, g in enumerate(groups) if kept[h, g].all()]
+        if len(fits) == 1:
+            joined[fits[0]].append(h)
+        elif fits:
+            alone.append([h])
+        else:
+            unplaced.append(h)
+    groups = [g + extra for g, extra in zip(groups, joined)]
+    groups += alone + _profile_groups(kept, unplaced)
+    return sorted((sorted(g) for g in groups), key=lambda g: g[0])
+
+
+def _profile_groups(kept_all: np.ndarray, nodes: List[int]) -> List[List[int]]:
+    """``nodes`` grouped by ``kept_all`` (which pairs kept their rate) among them: two hosts
+    are linked when their pair kept its rate and the sets of hosts each kept its rate with
+    overlap by at least :data:`PROFILE_OVERLAP` (Jaccard); the groups are the connected
+    components, each split again with a stricter overlap while fewer than :data:`DENSE` of its
+    own pairs kept their rate."""
+    if not nodes:
+        return []
+    kept = kept_all[np.ix_(nodes, nodes)].copy()
+    n = len(nodes)
     sizes = kept.sum(axis=1)
-    # A host that kept its rate with far more hosts than is usual (a slow NIC, below every
-    # share the rounds left it) says nothing about where it sits: it stays a group of its own.
+    # A host that kept its rate with far more hosts than is usual (below every share the
+    # rounds left it) says nothing about where it sits: it stays a group of its own.
     universal = sizes > UNIVERSAL * np.median(sizes)
     kept[universal, :] = kept[:, universal] = False
     kept[np.arange(n), np.arange(n)] = True
@@ -147,24 +189,23 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
     both = kept.astype(np.int64) @ kept.astype(np.int64)
     overlap = both / (sizes[:, None] + sizes[None, :] - both)
 
-    def split(nodes: List[int], threshold: float) -> List[List[int]]:
-        sub = np.ix_(nodes, nodes)
+    def split(part_nodes: List[int], threshold: float) -> List[List[int]]:
+        sub = np.ix_(part_nodes, part_nodes)
         linked = (kept[sub] & (overlap[sub] >= threshold)).astype(float)
-        out: List[List[int]] = []
+        found: List[List[int]] = []
         for part in single_linkage_groups(linked, 0.5):
-            members = [nodes[v] for v in part]
+            members = [part_nodes[v] for v in part]
             inside = kept[np.ix_(members, members)]
             dense = (inside.sum() - len(members)) / max(1, len(members) * (len(members) - 1))
             # A group whose own pairs lost their rate is two groups that a host kept with
-            # both (a slow NIC keeps its low rate through a loaded uplink): ask for more
-            # overlap inside it.
+            # both: ask for more overlap inside it.
             if dense < DENSE and threshold < 1.0:
-                out += split(members, min(1.0, threshold + 0.1))
+                found += split(members, min(1.0, threshold + 0.1))
             else:
-                out.append(members)
-        return out
+                found.append(members)
+        return found
 
-    return sorted(split(list(range(n)), PROFILE_OVERLAP), key=lambda g: g[0])
+    return [[nodes[v] for v in g] for g in split(list(range(n)), PROFILE_OVERLAP)]
 
 
 def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool,
