@@ -19,17 +19,19 @@ the benchmark fails (there is no fallback plan: a planner error is the job's err
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOPOLOGY = ROOT / "horotopo" / "data" / "topologies" / "racks-2x3.json"
 BENCH = ROOT / "benchmarks" / "allreduce_perf.py"
+
+from horotopo.plan import format_size
+from horotopo.reliability.versus_mpi import benchmark_rows, versus_mpi_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results as results_doc  # noqa: E402
@@ -47,22 +49,6 @@ def _plan(topology_path: Path) -> Any:
     from horotopo.topology import load
 
     return make_plan(load(topology_path))
-
-
-def _rows(stdout: str) -> List[Dict[str, Any]]:
-    """The rows of the benchmark's ``--json`` document (rank 0 prints it; others are quiet)."""
-    try:
-        return list(json.loads(stdout)["rows"])
-    except (ValueError, KeyError, TypeError):
-        pass
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if line.startswith("{") and '"rows"' in line:
-            try:
-                return list(json.loads(line)["rows"])
-            except (ValueError, KeyError):
-                continue
-    raise RuntimeError("the benchmark printed no JSON document with 'rows'")
 
 
 def _run_emulated(topology: Path, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
@@ -88,55 +74,13 @@ def _run_local(np: int, argv: List[str], timeout: float) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-def _fmt_size(n: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{int(n)} B"
-
-
-def report(rows: Sequence[Dict[str, Any]], plan: Any, emulated: bool) -> Tuple[str, bool]:
-    """The table and the verdict line; the flag is False when any result was wrong."""
-    lines = [f"{'size':>10} {'horotopo':>11} {'MPI_Allreduce':>14} {'MPI/horotopo':>13} "
-             f"{'predicted':>11} {'wrong':>6}"]
-    ok = True
-    for row in rows:
-        size = int(row["size"])
-        pred = plan.predict_time(size)
-        ok &= int(row.get("wrong", 0)) == 0
-        lines.append(f"{_fmt_size(size):>10} {row['time_s'] * 1e3:>9.1f}ms "
-                     f"{row['mpi_time_s'] * 1e3:>12.1f}ms {row['ratio']:>12.2f}x "
-                     f"{pred * 1e3:>9.1f}ms {int(row.get('wrong', 0)):>6}")
-    if not emulated:
-        lines.append("(predicted: for the topology's links, which plain local ranks do not have)")
-    if not rows:
-        return "\n".join(lines), False
-    big = max(rows, key=lambda r: int(r["size"]))
-    size = int(big["size"])
-    ratio = float(big["ratio"])
-    pred = plan.predict_time(size)
-    if not ok:
-        verdict = "verdict: WRONG RESULTS (mismatched elements above); the timings do not count"
-    else:
-        how = ("faster than" if ratio >= 1.05 else "slower than" if ratio <= 0.95
-               else "on par with")
-        verdict = (f"verdict: at {_fmt_size(size)} horotopo is {how} MPI_Allreduce "
-                   f"({ratio:.2f}x)")
-        if emulated:
-            verdict += (f", and took {big['time_s'] / pred:.2f}x the plan's predicted "
-                        f"{pred * 1e3:.0f} ms")
-        else:
-            verdict += " on plain local ranks (not the topology's links: no prediction)"
-    return "\n".join(lines + [verdict]), ok
-
-
 def markdown(path: str, rows: Sequence[Dict[str, Any]], plan: Any, emulated: bool,
              verdict: str, where: str) -> None:
     """The results file: per size horotopo, MPI_Allreduce and the prediction, then the
     verdict."""
     fmt = results_doc.fmt
     columns: List[results_doc.Column] = [
-        ("size", lambda r: _fmt_size(int(r["size"]))),
+        ("size", lambda r: format_size(int(r["size"]))),
         ("horotopo (ms)", lambda r: fmt(r["time_s"], ".1f", 1e3)),
         ("MPI_Allreduce (ms)", lambda r: fmt(r["mpi_time_s"], ".1f", 1e3)),
         ("MPI / horotopo", lambda r: fmt(r["ratio"], ".2f")),
@@ -213,13 +157,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _log(f"the benchmark failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
         return 1
     try:
-        rows = _rows(proc.stdout)
+        rows = benchmark_rows(proc.stdout)
     except RuntimeError as exc:
         _log(f"{exc}; its output was:\n{proc.stdout[-4000:]}")
         return 1
     where = "emulated cluster" if emulated else "plain local ranks"
     print(f"\nallreduce on {plan.n} ranks, {where} ({topology.name}):")
-    text, good = report(rows, plan, emulated)
+    text, good = versus_mpi_report(rows, plan, emulated)
     print(text)
     if args.markdown:
         verdict = text.splitlines()[-1] if rows else "the benchmark returned no rows"
