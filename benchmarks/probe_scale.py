@@ -28,7 +28,10 @@ land in place: ``--recv-cost`` charges it anyway). ``--json`` prints the rows as
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 import json
+import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -213,6 +216,10 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "",
             if size else None}
 
 
+def _run_point(point: Tuple[str, int], settings: Tuple[Any, ...]) -> Dict[str, Any]:
+    return run(point[0], point[1], *settings)
+
+
 def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", default="64,128,256")
@@ -228,6 +235,8 @@ def main(argv: Any = None) -> int:
                          "network (minutes at 1024 ranks)")
     ap.add_argument("--chunk", default=None,
                     help="the simulated allreduces' chunk (default: each plan's own)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="points simulated at once, each in a process of its own")
     ap.add_argument("--json", action="store_true")
     results_doc.add_markdown_option(ap, "probe_scale")
     ap.add_argument("--save", default="", metavar="DIR",
@@ -239,15 +248,22 @@ def main(argv: Any = None) -> int:
         chunk = parse_size(args.chunk) if args.chunk else None
     except ValueError as exc:
         ap.error(str(exc))
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs}: needs at least 1")
     if args.simulate and not size:
         ap.error("--simulate needs plans: a --size above 0")
     clusters = args.cluster or ["racks:hosts_per_rack=4,gpus=8,oversub=4",
                                 "sites:gpus=8,wan_gbps=10"]
+    points = [(spec, int(n)) for spec in clusters for n in args.ranks.split(",")]
+    settings = (args.recv_cost, args.timeout, args.save, size, args.simulate, chunk)
     rows = []
-    for spec in clusters:
-        for n in (int(x) for x in args.ranks.split(",")):
-            row = run(spec, n, args.recv_cost, args.timeout, args.save, size, args.simulate,
-                      chunk)
+    # Each point is a simulation of its own, in a process of its own where --jobs allows:
+    # a 1024-rank point takes many minutes of one core.
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) \
+            if args.jobs > 1 else nullcontext() as pool:
+        done = (pool.map(_run_point, points, [settings] * len(points)) if pool is not None
+                else (_run_point(p, settings) for p in points))
+        for row in done:
             rows.append(row)
             print(f"# {row['name']}: {row['probe_s']:.2f} s simulated, pairs "
                   f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"
