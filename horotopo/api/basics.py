@@ -12,12 +12,11 @@ import time
 from typing import Any, Dict, Sequence, Union
 
 from .. import config
-from .. import timeline as _timeline
-from . import process_sets as _process_sets
+from .. import timeline
 from . import state
 from .objects import allgather_object
-from .process_sets import (ProcessSet, add_process_set, check_duplicates, global_process_set,
-                           register, remove_process_set)
+from .process_sets import (ProcessSet, add_process_set, allow_dynamic, check_duplicates,
+                           global_process_set, register, remove_process_set)
 from .runtime import RETUNE, RETUNE_MODES, Runtime
 from .state import is_initialized, runtime, unnamed
 
@@ -65,7 +64,7 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         if process_sets.lower() != "dynamic":
             raise ValueError(f"process_sets must be a list of hvd.ProcessSet or 'dynamic', got "
                              f"{process_sets!r}")
-        _process_sets.allow_dynamic()
+        allow_dynamic()
         process_sets = []
     # Entries that repeat each other fail before the job starts (the global set's ranks are
     # known only once it has).
@@ -175,7 +174,7 @@ def shutdown() -> None:
         if rt.rank == 0:
             # The background thread closes the timeline when it ends; this covers a thread
             # that did not stop within the timeout.
-            _timeline.stop()
+            timeline.stop()
 
 
 def retune(mode: str = "quick") -> Dict[str, Any]:
@@ -326,14 +325,14 @@ def stop_timeline() -> None:
     Raises ValueError before init(), as Horovod does.
     """
     if runtime().rank == 0:
-        _timeline.stop()
+        timeline.stop()
 
 
 def _start_timeline(rt: Runtime, file_path: str, mark_cycles: bool) -> None:
     if rt.rank != 0:
         return
     plan = rt.plan
-    _timeline.start(file_path, mark_cycles,
+    timeline.start(file_path, mark_cycles,
                     label=f"horotopo job: {rt.size} ranks, as rank 0 saw it",
                     info={"size": rt.size, "hosts": list(rt.hosts), "plan": plan.digest,
                           "trees": [{"root": t.root, "share": t.share} for t in plan.trees]})

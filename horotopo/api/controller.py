@@ -34,7 +34,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 
 import numpy as np
 
-from .. import timeline as _timeline
+from .. import timeline
 from ..reliability.liveness import faulty
 from ..transport.base import TransportTimeout
 from .checks import first_mismatch
@@ -334,7 +334,7 @@ class Coordinator:
         return None
 
 
-def trace_negotiations(tl: _timeline.Timeline, responses: List[Response],
+def trace_negotiations(tl: timeline.Timeline, responses: List[Response],
                        pending: Mapping[str, Entry],
                        ready_times: Dict[str, Dict[int, float]]) -> float:
     """Draw each response's NEGOTIATE_<KIND> span; return now, when the responses are known.
@@ -409,7 +409,7 @@ class Controller:
         self.stopped_by: Optional[str] = None
 
     def cycle(self, pending: Mapping[str, Entry], stopping: bool,
-              tl: Optional[_timeline.Timeline]) -> Optional[List[Response]]:
+              tl: Optional[timeline.Timeline]) -> Optional[List[Response]]:
         """One control cycle; the responses to run now, in the same order on every rank, or
         None once some rank has asked to stop."""
         now = time.monotonic()

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, List, MutableMapping
 
 import numpy as np
 
-from .. import timeline as _timeline
+from .. import timeline
 from ..buffers import array_module, device_scope, synchronize
 from .fusion import FusionBuffers, FusionGroup, fuse, plan_fusion
 from .ops import OP_NAMES, Adasum, Average
@@ -346,7 +346,7 @@ class Executor:
         self.stats = stats
         self.plan = plan
         self.buffers = FusionBuffers()
-        self.tl: Optional[_timeline.Timeline] = None  # the timeline of the running cycle
+        self.tl: Optional[timeline.Timeline] = None  # the timeline of the running cycle
         self._finish = finish
         self._events_seen = 0
         self._pset = 0   # the process set whose op runs now (0: the global set)
@@ -356,7 +356,7 @@ class Executor:
         self.build_group: Optional[Callable[[Any], Any]] = None
 
     def execute(self, responses: List[Response], pending: MutableMapping[str, Entry],
-                tl: Optional[_timeline.Timeline] = None, t_resp: float = 0.0) -> None:
+                tl: Optional[timeline.Timeline] = None, t_resp: float = 0.0) -> None:
         """Run ``responses``, taking their entries out of ``pending``; ``tl`` is the timeline
         to draw on and ``t_resp`` when the responses became known."""
         self.tl = tl
@@ -426,7 +426,7 @@ class Executor:
         self.plan = getattr(self.engine, "plan", self.plan)
 
 
-def _trace_begin(tl: _timeline.Timeline, kind: str, entries: List[Entry],
+def _trace_begin(tl: timeline.Timeline, kind: str, entries: List[Entry],
                  t_resp: float) -> None:
     """Open the op's span on each tensor's row from the end of its negotiation, show the
     wait behind earlier ops of this cycle as QUEUE, and point the engine's spans (the
@@ -438,7 +438,7 @@ def _trace_begin(tl: _timeline.Timeline, kind: str, entries: List[Entry],
     tl.set_rows(names)
 
 
-def _trace_end(tl: _timeline.Timeline, entries: List[Entry], error: Optional[str]) -> None:
+def _trace_end(tl: timeline.Timeline, entries: List[Entry], error: Optional[str]) -> None:
     for e in entries:
         args: Dict[str, Any] = {"dtype": e.sig.dtype, "shape": list(e.sig.shape)}
         if error is not None:

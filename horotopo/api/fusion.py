@@ -13,7 +13,7 @@ from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .. import timeline as _timeline
+from .. import timeline
 from ..buffers import array_module
 from .records import ALLREDUCE, BROADCAST, REDUCESCATTER, Response
 
@@ -103,7 +103,7 @@ def pack(buf: Any, arrays: List[Any], into_buffer: bool) -> None:
         offset += flat.size
 
 
-def fuse(tl: Optional[_timeline.Timeline], buf: Any, arrays: List[Any], names: List[str],
+def fuse(tl: Optional[timeline.Timeline], buf: Any, arrays: List[Any], names: List[str],
          into_buffer: bool) -> None:
     """:func:`pack`, shown on the timeline as Horovod's MEMCPY_IN/OUT_FUSION_BUFFER on the
     rows of ``names``."""

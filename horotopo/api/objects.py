@@ -15,14 +15,14 @@ from .runtime import ALLGATHER, BROADCAST
 __all__ = ["broadcast_object", "allgather_object"]
 
 try:  # cloudpickle also handles lambdas and local classes, as Horovod's does
-    import cloudpickle as _pickler
+    import cloudpickle as pickler
 except ImportError:
-    _pickler = pickle
+    pickler = pickle
 
 
 def _dumps(obj: Any) -> np.ndarray:
     buf = io.BytesIO()
-    _pickler.dump(obj, buf)
+    pickler.dump(obj, buf)
     return np.frombuffer(buf.getvalue(), dtype=np.uint8).copy()
 
 

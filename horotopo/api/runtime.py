@@ -31,7 +31,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
-from .. import timeline as _timeline
+from .. import timeline
 from ..reliability.liveness import faulty
 from .controller import Controller
 from .errors import SHUT_DOWN
@@ -67,7 +67,7 @@ class Runtime:
         self._end_reason: Optional[str] = None
         self._ready = threading.Event()
         self._init_error: Optional[BaseException] = None
-        self._tl: Optional[_timeline.Timeline] = None  # the timeline of the last cycle
+        self._tl: Optional[timeline.Timeline] = None  # the timeline of the last cycle
         self.controller: Optional[Controller] = None
         self.executor: Optional[Executor] = None
         self._liveness: Any = None
@@ -317,11 +317,11 @@ class Runtime:
             incoming, stopping = self.queue.take()
             for entry in incoming:
                 self.pending[entry.name] = entry
-            tl = self._tl = _timeline.active()
+            tl = self._tl = timeline.active()
             if tl is not None and tl.mark_cycles and self.pending:
                 # Horovod marks every cycle; idle ones would bury the ops, so only cycles
                 # with work are marked.
-                tl.marker(_timeline.CYCLE_START, t_start)
+                tl.marker(timeline.CYCLE_START, t_start)
             responses = controller.cycle(self.pending, stopping, tl)
             if responses is None:
                 if controller.stopped_by is not None and self._end_reason is None:
@@ -346,7 +346,7 @@ class Runtime:
         if self.rank == 0:
             # No op can follow: close the timeline, so that its file ends as complete JSON
             # whether or not the program calls shutdown() (Horovod closes it there too).
-            _timeline.stop()
+            timeline.stop()
         self._tl = None
         if self.executor is not None:
             self.executor.tl = None

@@ -10,12 +10,12 @@ from ..api.basics import (ProcessSet, add_process_set, ccl_built, cross_rank, cr
                           mpi_enabled, mpi_threads_supported, nccl_built, rank,
                           remove_process_set, retune, rocm_built, size, start_timeline,
                           stop_timeline)
-from ..api import basics as _basics
+from ..api import basics
 from ..api.errors import HorotopoInternalError, HorovodInternalError, HostsUpdatedInterrupt
 from ..api.ops import (Adasum, Average, Max, Min, Product, Sum,
                        handle_average_backwards_compatibility)
-from . import collectives as _collectives
-from . import adapter as _adapter
+from . import collectives
+from . import adapter
 from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
@@ -30,19 +30,19 @@ from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 
 # The engine takes torch tensors through this adapter: the engine knows no torch itself.
-_adapter.register()
+adapter.register()
 
 
 def init(comm=None, process_sets=None) -> None:
     """Start horotopo (see :func:`horotopo.init`); forgets handles from an earlier run."""
-    _collectives.forget_handles()
-    _basics.init(comm, process_sets)
+    collectives.forget_handles()
+    basics.init(comm, process_sets)
 
 
 def shutdown() -> None:
     """Stop horotopo on every rank (see :func:`horotopo.shutdown`)."""
-    _collectives.forget_handles()
-    _basics.shutdown()
+    collectives.forget_handles()
+    basics.shutdown()
 
 
 __all__ = [

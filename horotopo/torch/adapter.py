@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .. import buffers as _buffers
+from .. import buffers
 from ..ops import BFLOAT16_MISSING, bfloat16_dtype
 
 __all__ = ["TorchAdapter", "register"]
@@ -53,4 +53,4 @@ class TorchAdapter:
 
 def register() -> None:
     """Make the engine take torch tensors (idempotent; ``import horotopo.torch`` calls it)."""
-    _buffers.register_adapter("torch", TorchAdapter())
+    buffers.register_adapter("torch", TorchAdapter())

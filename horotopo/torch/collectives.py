@@ -10,7 +10,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..api import arrays as _arrays
+from ..api import arrays
 from ..api.basics import runtime, size, unnamed
 from ..api.process_sets import check_process_set, global_process_set
 from ..api.handles import HandleTable
@@ -41,12 +41,12 @@ def _allreduce_async(tensors: Sequence[torch.Tensor], inplace: bool, name: Optio
     if op == Adasum and pset:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     staged = [stage(t, inplace, True) for t in tensors]
-    check_adasum(op, size(), _arrays.call_device([device_of(t) for t in tensors]),
+    check_adasum(op, size(), arrays.call_device([device_of(t) for t in tensors]),
                  [inp.dtype.name for inp, _, _ in staged])
     call = None
     if grouped:
         base = name or unnamed("grouped_allreduce", pset)
-        names, call = _arrays.group_names(base, len(tensors)), (base, len(tensors))
+        names, call = arrays.group_names(base, len(tensors)), (base, len(tensors))
     else:
         names = [name or unnamed("allreduce", pset)]
     items = [(n, inp, out) for n, (inp, out, _) in zip(names, staged)]
@@ -184,9 +184,9 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
     """Start an allgather of each of ``tensors`` as one call; the handle's result is the list
     of concatenations (Horovod's grouped_allgather_async)."""
     tensors = [check_tensor(t) for t in tensors]
-    hid = _arrays.grouped_allgather_async([settled(array_of(t, False), t) for t in tensors],
+    hid = arrays.grouped_allgather_async([settled(array_of(t, False), t) for t in tensors],
                                           name, process_set)
-    entry = _arrays.handles.take(hid)
+    entry = arrays.handles.take(hid)
     return _handles.add(hid, lambda *res: [tensor_of(a, t, False)
                                            for a, t in zip(entry[1](*res), tensors)],
                         waits=entry[0])
@@ -194,7 +194,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
 
 def _broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str],
                      inplace: bool, process_set: Any) -> int:
-    pset, root = _arrays.set_root(process_set, root_rank)
+    pset, root = arrays.set_root(process_set, root_rank)
     inp, out, finish = stage(tensor, inplace, False)
     dev, ready = call_ready([tensor])
     hid = runtime().enqueue(BROADCAST, [(name or unnamed("broadcast", pset), inp, out)],
@@ -226,9 +226,9 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     check_tensor(tensor)
     if isinstance(splits, torch.Tensor):
         splits = splits.tolist()
-    hid = _arrays.alltoall_async(settled(array_of(tensor, False), tensor), splits, name,
+    hid = arrays.alltoall_async(settled(array_of(tensor, False), tensor), splits, name,
                                  process_set)
-    entry = _arrays.handles.take(hid)
+    entry = arrays.handles.take(hid)
 
     def finish(*results: List[Any]) -> Tuple[torch.Tensor, torch.Tensor]:
         out, received = entry[1](*results)
@@ -242,10 +242,10 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
                         postscale_factor: float = 1.0) -> int:
     """Start a reduce-scatter along dimension 0 (a full allreduce, then this rank's block)."""
     check_tensor(tensor)
-    hid = _arrays.reducescatter_async(settled(array_of(tensor, True), tensor), name, op,
+    hid = arrays.reducescatter_async(settled(array_of(tensor, True), tensor), name, op,
                                       process_set,
                                       prescale_factor, postscale_factor)
-    entry = _arrays.handles.take(hid)
+    entry = arrays.handles.take(hid)
     return _handles.add(hid, lambda *res: tensor_of(entry[1](*res), tensor, True), waits=entry[0])
 
 
@@ -256,10 +256,10 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
     """Start a reduce-scatter of each of ``tensors`` as one call (fused); the handle's result
     is the list of this rank's blocks (Horovod's grouped_reducescatter_async)."""
     tensors = [check_tensor(t) for t in tensors]
-    hid = _arrays.grouped_reducescatter_async(
+    hid = arrays.grouped_reducescatter_async(
         [settled(array_of(t, True), t) for t in tensors], name, op, process_set,
         prescale_factor, postscale_factor)
-    entry = _arrays.handles.take(hid)
+    entry = arrays.handles.take(hid)
     return _handles.add(hid, lambda *res: [tensor_of(a, t, True)
                                            for a, t in zip(entry[1](*res), tensors)],
                         waits=entry[0])
@@ -267,14 +267,14 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
 
 def barrier(process_set: Any = global_process_set) -> None:
     """Block until every rank has called barrier()."""
-    _arrays.barrier(process_set)
+    arrays.barrier(process_set)
 
 
 def join(device: int = -1) -> int:
     """Block until every rank has joined; return the last rank to join (see
     :func:`horotopo.api.arrays.join`: meanwhile this rank sends zeros to the others'
     allreduces, such as a DistributedOptimizer's)."""
-    return _arrays.join(device)
+    return arrays.join(device)
 
 
 def poll(handle: Any) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..api import arrays as _arrays
+from ..api import arrays
 
 __all__ = ["device_of", "check_tensor", "shares_memory", "array_of", "tensor_of", "stage",
            "settled", "call_ready"]
@@ -116,6 +116,6 @@ def settled(arr: Any, t: torch.Tensor) -> Any:
 def call_ready(tensors: Sequence[torch.Tensor]) -> Tuple[int, Any]:
     """The call's device and, for CUDA tensors, the event the runtime waits on (recorded on
     torch's current stream after the staging copies above)."""
-    dev = _arrays.call_device([device_of(t) for t in tensors])
-    return dev, _arrays.ready_hook(dev, tensors[-1] if tensors else None)
+    dev = arrays.call_device([device_of(t) for t in tensors])
+    return dev, arrays.ready_hook(dev, tensors[-1] if tensors else None)
 
