@@ -1,25 +1,35 @@
 #!/usr/bin/env python3
-"""Simulated clusters at scale: allreduce time and init time against ranks, horotopo's plan
-against ring, NCCL's double binary tree and Horovod's hierarchical allreduce, on the cluster
-generators of horotopo.generate.
+"""The scale table: horotopo against ring, NCCL's double binary tree and Horovod's hierarchical
+allreduce on simulated clusters, predicted against simulated, with CPU and GPU ranks.
 
-Each point is one ``horotopo simulate`` run (:func:`horotopo.cli.simulate_cmd.simulate`): the
-init path (probe or declared topology, the plan on rank 0, ``share_plan``), then one allreduce
-of ``--size`` bytes per algorithm, every rank a SimGrid actor running horotopo's own code.
-Times of the allreduces and of the init are simulated seconds; the planner's time is wall time
-on this machine (it runs for real on rank 0), and so is each point's total wall time.
+A row is one cluster generator of :mod:`horotopo.generate` at one rank count, with the software
+costs of CPU ranks or of GPU ranks (``horotopo simulate --ranks-are``). Its plan is made here
+once, with the choice init records in it (:func:`horotopo.algorithms.choice.with_choice`;
+the planner's and the choice's wall times are measured), and every algorithm is one cell: one
+``horotopo simulate`` run of that algorithm alone (:func:`horotopo.cli.simulate_cmd.simulate`)
+sharing that plan, beside the model's prediction for it
+(:func:`horotopo.algorithms.choice.predictions`). The "horotopo" column is the cell of the
+algorithm horotopo runs with the plan
+(:func:`~horotopo.algorithms.choice.recorded_algorithm`), not another simulation.
 
-A point that does not finish within ``--max-wall`` seconds (planner included) is a measured
-limit: it is reported as such, larger rank counts of that generator are not tried, and the
-exit status is 0 (a limit is a finding, not a failure); a point with wrong results exits 1.
+The simulation's wall time is what this benchmark is planned around: a cell costs from seconds
+(64 ranks) to many minutes (ring at 1024 ranks, ``2 n (n - 1)`` messages). So
 
-Prints a table (or JSON with ``--json``: ``{"rows": [...]}``), progress on stderr, and draws
-allreduce time and init time against ranks into ``--png``. ``--markdown [PATH]`` also writes
-docs/results/scale_sim.md: horotopo against ring and the double binary tree, each as a
-fraction of the optimum (the certified bound's time), and the init costs.
+- ``--chunk`` sets the full-size chunk per rank count (``plan``: each algorithm's own, as
+  horotopo plans it; a size: that chunk for every algorithm, fewer messages);
+- ``--max-wall`` bounds each cell: a cell past it is a measured limit, shown as such in the
+  table, and the same algorithm is not tried at larger rank counts of that generator;
+- ``--budget`` bounds the whole run: the cells left when it is spent are listed as not run;
+- ``--cache FILE`` keeps every finished cell (and each row's plan) in a JSON file: a later run
+  with the same file reuses them and simulates only what is missing, so the table can be
+  built across several runs. A cell's record carries the commit it was simulated at, and the
+  results file lists them.
 
-Example (docs/results/scale_sim.md):
-  python benchmarks/scale_sim.py --ranks 16,64 --size 64M --markdown
+Progress goes to stderr, cell by cell with the elapsed time. A cell with wrong results makes
+the exit status 1; limits and cells not run do not (they are findings, reported).
+
+Example (docs/results/scale_sim.md; a few minutes here per 256-rank row):
+  python benchmarks/scale_sim.py --ranks 64,256 --cache /tmp/scale_sim.json --markdown
 """
 from __future__ import annotations
 
@@ -28,208 +38,357 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from horotopo import costs as cost_profiles
+from horotopo.algorithms.choice import predictions, recorded_algorithm, with_choice
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
-from horotopo.plan import Plan, parse_size
+from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.simulation import SimulationError
+from horotopo.topology import Topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
 DEFAULT_GENERATORS = ["racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
+                      "racks:hosts_per_rack=4,gpus=8,oversub=4",
                       "fattree:hosts_per_leaf=8,spines=4,gpus=8",
                       "sites:gpus=8,wan_gbps=10"]
+#: The peers' names in the table, after horotopo's.
+PEERS = ("ring", "dbtree", "hierarchical")
+PLAN_CHUNK = "plan"
+
+T0 = time.perf_counter()
 
 
 def say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    print(f"[{time.perf_counter() - T0:7.0f} s] {msg}", file=sys.stderr, flush=True)
 
 
-def _cached(plans: Optional[Path], name: str) -> Tuple[Optional[Plan], Optional[float]]:
-    """A plan saved for topology ``name`` under ``plans`` and the planner's time then."""
-    path = plans / f"{name}.json" if plans else None
-    if path is None or not path.exists():
-        return None, None
-    doc = json.loads(path.read_text())
-    return Plan.from_json(doc["plan"]), doc.get("planner_s")
+def parse_chunks(text: str) -> Dict[Optional[int], Optional[int]]:
+    """``"64=plan,1M"`` -> ``{64: None, None: 1048576}``: the chunk per rank count, the entry
+    without a rank count for the others; ``plan`` (None) is each algorithm's own chunk."""
+    out: Dict[Optional[int], Optional[int]] = {}
+    for item in filter(None, (v.strip() for v in text.split(","))):
+        ranks, sep, value = item.rpartition("=")
+        try:
+            key = int(ranks) if sep else None
+            out[key] = None if value == PLAN_CHUNK else parse_size(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--chunk: expected [RANKS=]plan|SIZE items, got {item!r}") from None
+        if out[key] is not None and out[key] <= 0:
+            raise argparse.ArgumentTypeError(f"--chunk: {item!r} is not a positive size")
+    return out
 
 
-def point(spec: str, n: int, size: int, probe: str, max_wall: float,
-          algorithms: Sequence[str] = ALGORITHMS, chunk: Optional[int] = None,
-          plans: Optional[Path] = None, ranks_are: str = "cpu",
-          cuda_aware: bool = True) -> Dict[str, Any]:
-    """One generator at one rank count: the simulate result flattened, or the limit met.
+def chunk_for(chunks: Dict[Optional[int], Optional[int]], n: int) -> Optional[int]:
+    return chunks.get(n, chunks.get(None))
 
-    ``ranks_are`` and ``cuda_aware`` choose the software costs charged and planned with
-    (``horotopo simulate --ranks-are``); plans are saved per kind of rank.
 
-    With ``plans`` (a folder), a plan saved there for the topology is shared instead of
-    planning (the row keeps the planner time saved with it, ``planner`` "cached"), and a plan
-    made here is saved there."""
+def chunk_name(chunk: Optional[int]) -> str:
+    return PLAN_CHUNK if chunk is None else format_size(chunk)
+
+
+def costs_name(ranks_are: str, cuda_aware: bool) -> str:
+    return ranks_are if ranks_are == "cpu" or cuda_aware else f"{ranks_are}-staged"
+
+
+class Cache:
+    """Finished cells and rows' plans, in a JSON file (or in memory only, without a path)."""
+
+    def __init__(self, path: Optional[Path]) -> None:
+        self.path = path
+        self.doc: Dict[str, Dict[str, Any]] = {"rows": {}, "cells": {}}
+        if path is not None and path.exists():
+            try:
+                loaded = json.loads(path.read_text())
+                self.doc = {"rows": dict(loaded["rows"]), "cells": dict(loaded["cells"])}
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise SystemExit(f"scale_sim: --cache {path}: not a cache this benchmark "
+                                 f"wrote ({exc}); remove it or name another file") from None
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.doc))
+        os.replace(tmp, self.path)
+
+
+def row_key(spec: str, n: int, size: int, probe: str, costs: str) -> str:
+    return f"{spec}|{n}|{size}|{probe}|{costs}"
+
+
+def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: str,
+             cuda_aware: bool, profile: cost_profiles.CostProfile,
+             replan: bool = False) -> Tuple[Topology, Plan, Dict[str, Any]]:
+    """The row's topology, its plan and its record (the cached one, or made now)."""
     topo = resolve(spec, n)
-    row: Dict[str, Any] = {"generator": spec, "topology": topo.name, "ranks": n, "size": size,
-                           "probe": probe, "chunk_bytes": chunk, "ranks_are": ranks_are,
-                           "cuda_aware": cuda_aware}
-    saved_as = topo.name if ranks_are == "cpu" else \
-        f"{topo.name}-gpu{'' if cuda_aware else '-staged'}"
-    given, planner_s = _cached(plans, saved_as)
-    t0 = time.perf_counter()
+    key = row_key(spec, n, size, probe, costs_name(ranks_are, cuda_aware))
+    rec = cache.doc["rows"].get(key)
+    if rec is not None and not replan:
+        return topo, Plan.from_json(rec["plan"]), rec
+    say(f"{topo.name} ({costs_name(ranks_are, cuda_aware)} ranks): planning")
+    w0 = time.perf_counter()
+    with cost_profiles.charging(profile, ranks_are, cuda_aware):
+        plan = make_plan(topo, size=size)
+        planner_s = time.perf_counter() - w0
+        plan = with_choice(plan, topo, size)  # as init records it
+    choice_s = time.perf_counter() - w0 - planner_s
+    bound = plan.upper_bound_Bps
+    rec = {"generator": spec, "topology": topo.name, "ranks": n, "size": size, "probe": probe,
+           "ranks_are": ranks_are, "cuda_aware": cuda_aware, "plan": plan.to_json(),
+           "planner_s": planner_s, "choice_s": choice_s,
+           "optimum_s": size / bound if bound else None, "predicted": {},
+           "commit": results_doc.commit()}
+    cache.doc["rows"][key] = rec
+    cache.save()
+    say(f"  planned in {planner_s:.1f} s, chose {recorded_algorithm(plan)} in {choice_s:.1f} s")
+    return topo, plan, rec
+
+
+def predicted_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
+                  chunk: Optional[int], profile: cost_profiles.CostProfile) -> Dict[str, float]:
+    """Every algorithm's modelled time at ``chunk`` (the plan's own: the choice's figures),
+    kept with the row's plan (``--replan`` makes both again)."""
+    if chunk is None:
+        return dict(plan.planner["predicted_s"])
+    name = chunk_name(chunk)
+    if name not in rec["predicted"]:
+        with cost_profiles.charging(profile, rec["ranks_are"], rec["cuda_aware"]):
+            rec["predicted"][name] = predictions(topo, plan, rec["size"], chunk)
+        cache.save()
+    return rec["predicted"][name]
+
+
+def cell_key(rkey: str, alg: str, chunk: Optional[int], plan: Plan) -> str:
+    """A cell's cache key. The tree cells run the plan's trees, and at the plan's chunk every
+    algorithm runs at that chunk: those cells belong to the plan they ran with."""
+    key = f"{rkey}|{alg}|{chunk_name(chunk)}"
+    if alg == "tree" or chunk is None:
+        key += f"|{plan.digest}"
+    return key
+
+
+def run_cell(topo: Topology, plan: Plan, rec: Dict[str, Any], alg: str, chunk: Optional[int],
+             max_wall: float, profile: cost_profiles.CostProfile,
+             source: Optional[str]) -> Dict[str, Any]:
+    """One algorithm's simulation on the row's plan: its time, or the limit it met."""
+    cell: Dict[str, Any] = {"algorithm": alg, "chunk": chunk_name(chunk),
+                            "commit": results_doc.commit(),
+                            "load_1min": os.getloadavg()[0]}
+    w0 = time.perf_counter()
     try:
-        res = simulate(topo, size, probe, timeout_s=max_wall, algorithms=algorithms,
-                       plan=given, chunk_bytes=chunk, progress=say,
-                       ranks_are=ranks_are, cuda_aware=cuda_aware)
+        res = simulate(topo, rec["size"], rec["probe"], progress=say, timeout_s=max_wall,
+                       algorithms=(alg,), plan=plan, chunk_bytes=chunk,
+                       ranks_are=rec["ranks_are"], cuda_aware=rec["cuda_aware"],
+                       profile=profile, profile_source=source)
     except SimulationError as exc:
-        row.update(limit=str(exc).splitlines()[0], wall_s=time.perf_counter() - t0)
-        return row
-    if given is None and plans is not None:
-        plans.mkdir(parents=True, exist_ok=True)
-        (plans / f"{saved_as}.json").write_text(json.dumps(
-            {"plan": res["plan"], "planner_s": res["planner_s"]}))
-    by = {r["algorithm"]: r for r in res["rows"]}
-    row.update({f"{alg}_s": by[alg]["time_s"] if alg in by else None for alg in ALGORITHMS})
-    row.update(wrong=sum(r["wrong"] for r in res["rows"]),
-               predicted_tree_s=by["tree"]["predicted_s"] if "tree" in by else None,
-               predicted_hierarchical_s=(by["hierarchical"]["predicted_s"]
-                                         if "hierarchical" in by else None),
-               optimum_s=res["optimum_s"], init_simulated_s=res["init_simulated_s"],
-               probe_simulated_s=res["probe_simulated_s"],
-               planner_s=res["planner_s"] if given is None else planner_s,
-               planner="cached" if given is not None else "run",
-               chunks={r["algorithm"]: r["chunk_bytes"] for r in res["rows"]},
-               messages=res["messages"], wall_s=res["wall_s"],
-               cpu_s=res["simulation_cpu_s"])
-    return row
+        cell.update(limit=str(exc).splitlines()[0], wall_s=time.perf_counter() - w0)
+        return cell
+    row = res["rows"][0]
+    cell.update(time_s=row["time_s"], wrong=row["wrong"], chunk_bytes=row["chunk_bytes"],
+                messages=row["messages"], wall_s=res["wall_s"], cpu_s=res["simulation_cpu_s"],
+                init_simulated_s=res["init_simulated_s"])
+    return cell
 
 
-def _ms(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v * 1e3:.1f}"
+def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """Every row of the table: its record with its cells (simulated, cached, limited or not
+    run, each saying so)."""
+    cache = Cache(args.cache)
+    profile, source = cost_profiles.from_settings()
+    specs = [s for s in args.generators.split(";") if s.strip()]
+    kinds = [(k, args.cuda_aware == "yes") for k in args.ranks_are]
+    total = len(args.ranks) * len(specs) * len(kinds) * len(args.algorithms)
+    done = 0
+    limited: Dict[Tuple[str, str, str], str] = {}  # (generator, costs, algorithm): why
+    rows: List[Dict[str, Any]] = []
+    for n in args.ranks:
+        chunk = chunk_for(args.chunk, n)
+        for spec in specs:
+            for ranks_are, cuda_aware in kinds:
+                costs = costs_name(ranks_are, cuda_aware)
+                topo, plan, rec = plan_row(cache, spec, n, args.size, args.probe, ranks_are,
+                                           cuda_aware, profile, args.replan)
+                rkey = row_key(spec, n, args.size, args.probe, costs)
+                row = dict(rec, costs=costs, chunk=chunk_name(chunk), cells={},
+                           chosen=recorded_algorithm(plan),
+                           predicted=predicted_for(cache, rec, topo, plan, chunk, profile))
+                rows.append(row)
+                for alg in args.algorithms:
+                    done += 1
+                    where = f"{done}/{total} {topo.name} {costs} {alg} at {chunk_name(chunk)}"
+                    key = cell_key(rkey, alg, chunk, plan)
+                    cell = cache.doc["cells"].get(key)
+                    if cell is not None and not ("limit" in cell and args.retry_limits):
+                        say(f"{where}: cached")
+                    elif (spec, costs, alg) in limited:
+                        cell = {"algorithm": alg, "not_run": limited[(spec, costs, alg)]}
+                    elif args.budget is not None and time.perf_counter() - T0 > args.budget:
+                        cell = {"algorithm": alg,
+                                "not_run": f"this run's --budget of {args.budget:g} s was spent"}
+                    else:
+                        say(f"{where}: simulating")
+                        cell = run_cell(topo, plan, rec, alg, chunk, args.max_wall, profile,
+                                        source)
+                        cache.doc["cells"][key] = cell
+                        cache.save()
+                    row["cells"][alg] = cell
+                    if "limit" in cell:
+                        limited[(spec, costs, alg)] = (
+                            f"{alg} at {n} ranks met the limit ({cell['wall_s']:.0f} s of "
+                            f"wall time)")
+                    say(f"{where}: {describe(cell, row['predicted'].get(alg))}")
+    return rows
 
 
-def table(rows: List[Dict[str, Any]]) -> str:
-    head = (f"{'topology':<30} {'ranks':>5} {'tree ms':>9} {'predicted':>9} {'ring ms':>9} "
-            f"{'dbtree ms':>9} {'hier. ms':>9} "
-            f"{'optimum ms':>10} {'init ms':>8} {'planner s':>9} {'chunk':>6} {'messages':>9} "
-            f"{'wall s':>7} {'cpu s':>6}")
-    lines = [head]
-    for r in rows:
-        if "limit" in r:
-            lines.append(f"{r['topology'][:30]:<30} {r['ranks']:>5}  limit: {r['limit']}")
-            continue
-        planner = "-" if r["planner_s"] is None else f"{r['planner_s']:.2f}"
-        if r["planner"] == "cached":
-            planner += "*"
-        chunk = "plan" if r["chunk_bytes"] is None else f"{r['chunk_bytes'] >> 10}K"
-        lines.append(
-            f"{r['topology'][:30]:<30} {r['ranks']:>5} {_ms(r['tree_s']):>9} "
-            f"{_ms(r['predicted_tree_s']):>9} {_ms(r['ring_s']):>9} {_ms(r['dbtree_s']):>9} "
-            f"{_ms(r['hierarchical_s']):>9} {_ms(r['optimum_s']):>10} "
-            f"{r['init_simulated_s'] * 1e3:>8.2f} {planner:>9} {chunk:>6} {r['messages']:>9} "
-            f"{r['wall_s']:>7.1f} {r['cpu_s']:>6.1f}")
-    if any(r.get("planner") == "cached" for r in rows):
-        lines.append("* planner time saved with a cached plan (--plans), not run here")
-    return "\n".join(lines)
+def describe(cell: Dict[str, Any], predicted: Optional[float]) -> str:
+    if "not_run" in cell:
+        return f"not run: {cell['not_run']}"
+    if "limit" in cell:
+        return f"limit: {cell['limit']} ({cell['wall_s']:.0f} s)"
+    pred = "" if predicted is None else f" (predicted {predicted * 1e3:.1f})"
+    return (f"{cell['time_s'] * 1e3:.1f} ms{pred}, {cell['messages']} messages, "
+            f"{cell['wall_s']:.0f} s wall, #wrong {cell['wrong']}, "
+            f"load {os.getloadavg()[0]:.1f}")
 
 
-def _of_optimum(r: Dict[str, Any], alg: str) -> str:
-    """``optimum time / algorithm time``: 1.0 is the best any packing could do."""
-    t = r.get(f"{alg}_s")
-    if t is None or not r.get("optimum_s"):
+def horotopo_cell(row: Dict[str, Any]) -> Dict[str, Any]:
+    return row["cells"].get(row["chosen"], {"not_run": f"{row['chosen']} was not asked for"})
+
+
+def _time(cell: Optional[Dict[str, Any]]) -> str:
+    if cell is None:
+        return "not asked"
+    if "limit" in cell:
+        return f"limit ({cell['wall_s']:.0f} s)"
+    if "not_run" in cell:
+        return "not run"
+    return f"{cell['time_s'] * 1e3:.1f}"
+
+
+def _predicted(row: Dict[str, Any], alg: str) -> str:
+    value = row["predicted"].get(alg)
+    return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def _of_optimum(row: Dict[str, Any], cell: Optional[Dict[str, Any]]) -> str:
+    """``optimum time / algorithm time``: 1.00 is the best any packing of trees could do."""
+    if cell is None or "time_s" not in cell or not row.get("optimum_s"):
         return "-"
-    return f"{r['optimum_s'] / t:.2f}"
+    return f"{row['optimum_s'] / cell['time_s']:.2f}"
+
+
+def _wrong(row: Dict[str, Any]) -> str:
+    counts = [c["wrong"] for c in row["cells"].values() if "wrong" in c]
+    return str(sum(counts)) if counts else "-"
+
+
+def columns() -> List[results_doc.Column]:
+    cols: List[results_doc.Column] = [
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
+        ("ranks are", lambda r: r["costs"]), ("chunk", lambda r: r["chunk"]),
+        ("horotopo runs", lambda r: r["chosen"]),
+        ("horotopo (ms)", lambda r: _time(horotopo_cell(r))),
+        ("predicted (ms)", lambda r: _predicted(r, r["chosen"])),
+        ("/ optimum", lambda r: _of_optimum(r, horotopo_cell(r)))]
+    for alg in PEERS:
+        cols += [(f"{alg} (ms)", lambda r, a=alg: _time(r["cells"].get(a))),
+                 ("predicted (ms)", lambda r, a=alg: _predicted(r, a)),
+                 ("/ optimum", lambda r, a=alg: _of_optimum(r, r["cells"].get(a)))]
+    cols += [("optimum (ms)", lambda r: "-" if not r.get("optimum_s")
+              else f"{r['optimum_s'] * 1e3:.1f}"),
+             ("#wrong", _wrong)]
+    return cols
+
+
+def _wall(cell: Optional[Dict[str, Any]]) -> str:
+    if cell is None or "wall_s" not in cell:
+        return "-"
+    return f"{cell['wall_s']:.0f}" + ("+" if "limit" in cell else "")
+
+
+def cost_columns() -> List[results_doc.Column]:
+    cols: List[results_doc.Column] = [
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
+        ("ranks are", lambda r: r["costs"]),
+        ("planner (s, wall)", lambda r: f"{r['planner_s']:.2f}"),
+        ("choice (s, wall)", lambda r: f"{r['choice_s']:.2f}"),
+        ("init (ms, simulated)", lambda r: next(
+            (f"{c['init_simulated_s'] * 1e3:.2f}" for c in r["cells"].values()
+             if "init_simulated_s" in c), "-"))]
+    for alg in ALGORITHMS:
+        cols.append((f"{alg} simulation (s, wall)", lambda r, a=alg: _wall(r["cells"].get(a))))
+    cols.append(("messages", lambda r: sum(c.get("messages", 0) for c in r["cells"].values())))
+    return cols
+
+
+def not_run_notes(rows: List[Dict[str, Any]]) -> List[str]:
+    """One line per cell without a time: the limit it met, or why it was not run, with the
+    measured wall time of the same algorithm's largest finished cell on that generator."""
+    notes = []
+    for row in rows:
+        for alg, cell in row["cells"].items():
+            if "time_s" in cell:
+                continue
+            finished = [(r["ranks"], r["cells"][alg]) for r in rows
+                        if r["generator"] == row["generator"] and r["costs"] == row["costs"]
+                        and "time_s" in r["cells"].get(alg, {})]
+            measured = ""
+            if finished:
+                ranks, biggest = max(finished, key=lambda rc: rc[0])
+                measured = (f"; measured at {ranks} ranks: {biggest['wall_s']:.0f} s of wall "
+                            f"time, {biggest['messages']} messages")
+            why = (f"met the limit: {cell['limit']} ({cell['wall_s']:.0f} s)" if "limit" in cell
+                   else f"not run: {cell['not_run']}")
+            notes.append(f"- {row['topology']} ({row['costs']} ranks), {alg}: {why}{measured}")
+    return notes
 
 
 def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
-    """The results file: allreduce times per algorithm with their fraction of the optimum,
-    then the init costs and the simulation's own cost."""
-    fmt = results_doc.fmt
-    done = [r for r in rows if "limit" not in r]
-    speed: List[results_doc.Column] = [
-        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
-        ("horotopo (ms)", lambda r: fmt(r["tree_s"], ".1f", 1e3)),
-        ("horotopo / optimum", lambda r: _of_optimum(r, "tree")),
-        ("ring (ms)", lambda r: fmt(r["ring_s"], ".1f", 1e3)),
-        ("ring / optimum", lambda r: _of_optimum(r, "ring")),
-        ("dbtree (ms)", lambda r: fmt(r["dbtree_s"], ".1f", 1e3)),
-        ("dbtree / optimum", lambda r: _of_optimum(r, "dbtree")),
-        ("hierarchical (ms)", lambda r: fmt(r["hierarchical_s"], ".1f", 1e3)),
-        ("hierarchical / optimum", lambda r: _of_optimum(r, "hierarchical")),
-        ("hierarchical predicted (ms)",
-         lambda r: fmt(r.get("predicted_hierarchical_s"), ".1f", 1e3)),
-        ("optimum (ms)", lambda r: fmt(r["optimum_s"], ".1f", 1e3)),
-        ("predicted (ms)", lambda r: fmt(r["predicted_tree_s"], ".1f", 1e3)),
-        ("#wrong", lambda r: r["wrong"])]
-    cost: List[results_doc.Column] = [
-        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
-        ("init (ms, simulated)", lambda r: fmt(r["init_simulated_s"], ".2f", 1e3)),
-        ("planner (s, wall)", lambda r: fmt(r["planner_s"], ".2f")
-         + ("*" if r["planner"] == "cached" else "")),
-        ("chunk", lambda r: "plan's" if r["chunk_bytes"] is None
-         else f"{r['chunk_bytes'] >> 10} KiB"),
-        ("messages", lambda r: r["messages"]),
-        ("simulation wall (s)", lambda r: fmt(r["wall_s"], ".1f")),
-        ("simulation CPU (s)", lambda r: fmt(r["cpu_s"], ".1f"))]
-    sections = [("Allreduce time", results_doc.md_table(done, speed)),
-                ("Init and simulation cost", results_doc.md_table(done, cost))]
-    limits = [r for r in rows if "limit" in r]
-    if limits:
-        sections.append(("Limits met", "\n".join(
-            f"- {r['topology']} at {r['ranks']} ranks: {r['limit']} after {r['wall_s']:.0f} s"
-            for r in limits)))
-    if any(r.get("planner") == "cached" for r in done):
-        sections.append(("", "\\* planner time saved with a cached plan (`--plans`), not run "
-                             "here."))
-    summary = (f"One {args.size / 2 ** 20:g} MiB allreduce per algorithm on simulated clusters "
-               f"(SimGrid; every rank runs horotopo's own code), topology from --probe "
-               f"{args.probe}. Times are simulated. \"/ optimum\" is the optimum's time (the "
-               f"size over the certified upper bound on any tree packing's throughput) divided "
-               f"by the algorithm's time: 1.00 would be the best possible. The planner's time "
-               f"is wall time on this machine.")
+    """The results file: the scale table, the cells without a time and why, then the planner's,
+    the init's and the simulation's own costs."""
+    sections = [("Allreduce time", results_doc.md_table(rows, columns()))]
+    notes = not_run_notes(rows)
+    if notes:
+        sections.append(("Cells without a simulated time", "\n".join(notes)))
+    sections.append(("Planner, init and simulation cost",
+                     results_doc.md_table(rows, cost_columns())))
+    commits = Counter(c["commit"] for r in rows for c in r["cells"].values() if "commit" in c)
+    made_at = ", ".join(f"`{c}` ({k} cells)" for c, k in commits.most_common())
+    chunks = "; ".join(f"{n} ranks: {chunk_name(chunk_for(args.chunk, n))}"
+                       for n in args.ranks)
+    summary = (
+        f"One {format_size(args.size)} allreduce per algorithm on simulated clusters (SimGrid; "
+        f"every rank runs horotopo's own code), topology from --probe {args.probe}, with the "
+        f"software costs of CPU ranks (this machine's profile) and of GPU ranks (the device "
+        f"path, `horotopo simulate --ranks-are gpu`). \"horotopo runs\" is the algorithm "
+        f"horotopo's plan chooses, and \"horotopo\" is that algorithm's cell. Times are "
+        f"simulated; \"predicted\" is the model's time for the same algorithm and chunk "
+        f"(\"-\": no model); \"/ optimum\" is the optimum's time (the size over the certified "
+        f"upper bound on any packing of trees) divided by the algorithm's time. Chunk "
+        f"(\"plan\": each algorithm's own, as planned; a size: every algorithm's full-size "
+        f"chunk, where the simulator's speed forbids the plans' smaller ones): {chunks}. "
+        f"\"limit\": the cell's simulation did not finish within --max-wall of wall time. "
+        f"Cells simulated at commits {made_at or 'none'} (--cache keeps cells across runs).")
     results_doc.write(args.markdown, "scale_sim: horotopo, ring, double binary tree and "
                       "hierarchical allreduce on simulated clusters", sections, summary=summary)
 
 
-def plot(rows: List[Dict[str, Any]], path: str) -> None:
-    """Allreduce time per algorithm, and init time (simulated init plus the planner's wall
-    time), against ranks; one colour per generator."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_i) = plt.subplots(1, 2, figsize=(12, 4.5))
-    styles = {"tree": "-o", "ring": "--s", "dbtree": ":^", "hierarchical": "-.d"}
-    gens = list(dict.fromkeys(r["generator"] for r in rows))
-    for k, gen in enumerate(gens):
-        done = [r for r in rows if r["generator"] == gen and "limit" not in r]
-        if not done:
-            continue
-        xs = [r["ranks"] for r in done]
-        colour = f"C{k}"
-        label = gen.split(":")[0]
-        for alg in ALGORITHMS:
-            pts = [(r["ranks"], r[f"{alg}_s"] * 1e3) for r in done if r[f"{alg}_s"] is not None]
-            if pts:
-                ax_t.plot(*zip(*pts), styles[alg], color=colour, label=f"{label} {alg}")
-        timed = [r for r in done if r["planner_s"] is not None]
-        ax_i.plot([r["ranks"] for r in timed],
-                  [r["init_simulated_s"] + r["planner_s"] for r in timed], "-o",
-                  color=colour, label=f"{label}: init + planner")
-        ax_i.plot([r["ranks"] for r in timed], [r["planner_s"] for r in timed], ":",
-                  color=colour, label=f"{label}: planner (wall)")
-    size = rows[0]["size"] if rows else 0
-    ax_t.set(xscale="log", yscale="log", xlabel="ranks", ylabel="allreduce time (ms, simulated)",
-             title=f"{size / 2 ** 20:g} MiB allreduce")
-    ax_i.set(xscale="log", yscale="log", xlabel="ranks", ylabel="seconds",
-             title="init: simulated init + planner wall time")
-    ticks = sorted({r["ranks"] for r in rows})
-    for ax in (ax_t, ax_i):
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.minorticks_off()
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+def table(rows: List[Dict[str, Any]]) -> str:
+    cols = columns()
+    body = [[str(fn(r)) for _, fn in cols] for r in rows]
+    heads = [name for name, _ in cols]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -237,61 +396,53 @@ def main(argv: Optional[List[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--generators", default=";".join(DEFAULT_GENERATORS),
                     help="generator specs separated by ';' (default: %(default)s)")
-    ap.add_argument("--ranks", default="16,64,256", help="rank counts (default %(default)s)")
-    ap.add_argument("--size", default="16M", type=parse_size, help="allreduce bytes")
-    ap.add_argument("--probe", default="declared", choices=["declared", "quick", "full", "off"],
-                    help="declared (default: the topology as generated), or the probe's "
-                         "modes: init by probing, as init() does (the probe by hosts adds about "
-                         "3 minutes of wall time at 1024 ranks on 128 hosts)")
-    ap.add_argument("--max-wall", type=float, default=600.0,
-                    help="wall seconds per point, planner included; past it, a measured limit "
-                         "(default %(default)g: a 1024-rank point of tree and dbtree at 256 KiB "
-                         "chunks takes 6-15 minutes here, 4096 ranks longer)")
-    ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                    help="subset of %(default)s (ring's 2 n (n - 1) messages dominate at "
-                         "thousands of ranks)")
-    ap.add_argument("--chunk", default=None, type=parse_size,
-                    help="full-size chunk for every algorithm instead of the plans' (fewer "
-                         "messages: a faster simulation of a different engine setting)")
-    ap.add_argument("--plans", default=None, type=Path,
-                    help="folder of plans per topology name: reused when present (the "
-                         "planner's saved time is shown, starred), saved when made here")
-    ap.add_argument("--ranks-are", default="cpu", choices=("cpu", "gpu"),
-                    help="software costs of CPU ranks (this machine's profile) or of GPU ranks "
-                         "(the device path), as horotopo simulate --ranks-are")
+    ap.add_argument("--ranks", default="64,256",
+                    type=lambda v: sorted({int(x) for x in v.split(",") if x.strip()}),
+                    help="rank counts (default %(default)s; 1024 ranks cost minutes to tens "
+                         "of minutes of wall time per cell here)")
+    ap.add_argument("--ranks-are", default="cpu,gpu",
+                    type=lambda v: [k for k in ("cpu", "gpu") if k in v.split(",")],
+                    help="software costs: cpu (this machine's profile), gpu (the device "
+                         "path), or both (default %(default)s)")
     ap.add_argument("--cuda-aware", default="yes", choices=("yes", "no"),
-                    help="with --ranks-are gpu: MPI takes device buffers, or stages them")
-    ap.add_argument("--png", default=None, help="draw the figure here")
+                    help="gpu ranks: MPI takes device buffers, or stages them")
+    ap.add_argument("--size", default="64M", type=parse_size, help="allreduce bytes")
+    ap.add_argument("--probe", default="declared", choices=["declared", "quick", "full"],
+                    help="declared (default: the topology as generated), or init by probing")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS), type=parse_algorithms,
+                    help="subset of %(default)s")
+    ap.add_argument("--chunk", default="1M", type=parse_chunks,
+                    help="[RANKS=]plan|SIZE items: every algorithm's full-size chunk per rank "
+                         "count, the item without RANKS for the others; plan: each "
+                         "algorithm's own (default %(default)s: the plans' chunks are 64 KiB "
+                         "at 256 ranks, 16x the messages of 1 MiB)")
+    ap.add_argument("--max-wall", type=float, default=900.0,
+                    help="wall seconds per cell; past it, a limit in the table, and the "
+                         "algorithm is not tried at larger rank counts (default %(default)g)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="wall seconds for the whole run: cells left when it is spent are "
+                         "listed as not run (rerun with the same --cache to go on)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="JSON file of finished cells and plans: reused when present, "
+                         "written as cells finish")
+    ap.add_argument("--replan", action="store_true",
+                    help="plan every row again, and predict again (cached cells that ran on "
+                         "another plan are simulated again: tree's, and all at plan chunks)")
+    ap.add_argument("--retry-limits", action="store_true",
+                    help="simulate again the cached cells that met a limit")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
     results_doc.add_markdown_option(ap, "scale_sim")
     args = ap.parse_args(argv)
-    ranks = sorted(int(v) for v in args.ranks.split(","))
-    rows: List[Dict[str, Any]] = []
-    for spec in filter(None, args.generators.split(";")):
-        for n in ranks:
-            say(f"{spec} at {n} ranks ...")
-            row = point(spec, n, args.size, args.probe, args.max_wall,
-                        parse_algorithms(args.algorithms), args.chunk, args.plans,
-                        args.ranks_are, args.cuda_aware == "yes")
-            rows.append(row)
-            if "limit" in row:
-                say(f"  limit: {row['limit']} ({row['wall_s']:.0f} s); larger sizes skipped")
-                break
-            say(f"  tree {_ms(row['tree_s'])} ms, ring {_ms(row['ring_s'])} ms, dbtree "
-                f"{_ms(row['dbtree_s'])} ms, hierarchical {_ms(row['hierarchical_s'])} ms; "
-                f"planner {row['planner_s']} s "
-                f"({row['planner']}); {row['wall_s']:.0f} s wall, {row['cpu_s']:.0f} s CPU, "
-                f"load {os.getloadavg()[0]:.1f}")
-    if args.png:
-        plot(rows, args.png)
-        say(f"figure: {args.png}")
+    if not args.ranks_are or not args.ranks or min(args.ranks) < 2:
+        ap.error("--ranks needs counts of at least 2, --ranks-are cpu and/or gpu")
+    rows = build(args)
     if args.json:
-        print(json.dumps({"rows": rows}))
+        print(json.dumps({"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows]}))
     else:
         print(table(rows))
     if args.markdown:
         markdown(args, rows)
-    return 1 if any(r.get("wrong") for r in rows) else 0
+    return 1 if any(c.get("wrong") for r in rows for c in r["cells"].values()) else 0
 
 
 if __name__ == "__main__":

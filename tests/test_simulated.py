@@ -583,31 +583,6 @@ def test_the_simulated_probe_finds_a_generated_clusters_hosts(spec, n, scheme):
     assert res["rows"][0]["wrong"] == 0
 
 
-def test_scale_benchmark_reports_rows_and_a_wall_limit_as_a_measured_limit(tmp_path):
-    """benchmarks/scale_sim.py: a row per generator and rank count, with the three algorithms
-    and exact results; a point past --max-wall is a limit row and stops that generator's
-    larger sizes (exit 0: a limit is a finding)."""
-    png = tmp_path / "scale.png"
-    (row,) = benchmark_json("scale_sim.py", "--generators", "racks:hosts_per_rack=2,gpus=2",
-                            "--ranks", "4", "--size", "64K", "--json", "--png", str(png))["rows"]
-    assert row["ranks"] == 4 and row["wrong"] == 0 and png.stat().st_size > 0
-    assert all(row[f"{alg}_s"] > 0 for alg in ("tree", "ring", "dbtree"))
-    # --plans saves the plan made here and shares it on the next run; --chunk sets the chunk
-    plans = tmp_path / "plans"
-    for _ in range(2):
-        (again,) = benchmark_json("scale_sim.py", "--generators",
-                                  "racks:hosts_per_rack=2,gpus=2", "--ranks", "4", "--size",
-                                  "64K", "--algorithms", "tree", "--chunk", "16K", "--plans",
-                                  str(plans), "--json")["rows"]
-        assert again["ring_s"] is None and again["chunks"] == {"tree": 16 << 10}
-    saved = json.loads((plans / f"{row['topology']}.json").read_text())
-    assert again["planner"] == "cached" and again["planner_s"] == saved["planner_s"]
-    assert again["messages"] < row["messages"]
-    (limit,) = benchmark_json("scale_sim.py", "--generators", "fattree", "--ranks", "4,8",
-                              "--size", "64K", "--max-wall", "1e-6", "--json")["rows"]
-    assert limit["ranks"] == 4 and "did not finish within" in limit["limit"]
-
-
 def test_simulate_bounds_the_host_forest_it_plans(capsys):
     from horotopo.cli import main
     args = ["simulate", "sites:gpus=4,hosts_per_rack=2", "--ranks", "32", "--size", "1M",

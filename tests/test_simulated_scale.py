@@ -3,6 +3,9 @@
 allgather, charged their true size), and the plan decoded once per process while every rank
 still receives it and checks its digest. Skipped where SimGrid is missing.
 """
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -22,6 +25,7 @@ from horotopo.simulation.runner import run_simulated  # noqa: E402
 from horotopo.topology import GBPS_TO_BPS, from_dict  # noqa: E402
 from horotopo.transport.base import TransportTimeout  # noqa: E402
 
+from bench_scripts import benchmark_json, run_benchmark  # noqa: E402
 from engine_cases import random_plan  # noqa: E402
 
 FREE = SimCosts(per_message_s=0.0, recv_s_per_byte=0.0)
@@ -168,3 +172,61 @@ def test_arrived_messages_are_reported_in_list_order_without_blocking_in_wait_an
     assert order == [[0], False, [0]]  # the first of the list first, one at a time
     assert (a, b, late) == ([5] * 3, [6] * 3, [9] * 3)
     assert before == 0 and after == 1
+
+
+def test_simulate_prints_each_algorithms_prediction_beside_its_time_and_marks_horotopos(
+        capsys):
+    """`horotopo simulate`'s table: per algorithm the simulated and the predicted time and
+    their ratio; the algorithm horotopo runs with the plan is starred, and the JSON carries
+    every algorithm's prediction and that choice."""
+    from horotopo.cli import main
+    from horotopo.cli.simulate_cmd import ALGORITHMS
+    args = ["simulate", "racks:hosts_per_rack=2,gpus=2", "--ranks", "4", "--size", "64K"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    chosen = re.search(r"^horotopo runs (\w+) ", out, flags=re.M).group(1)
+    lines = {line.split()[0]: line.split() for line in out.splitlines()
+             if line.split() and line.split()[0].rstrip("*") in ALGORITHMS}
+    assert sorted(lines) == sorted(a + ("*" if a == chosen else "") for a in ALGORITHMS)
+    for _, _, time_us, pred_us, ratio, *_ in lines.values():
+        assert float(ratio) == pytest.approx(float(time_us) / float(pred_us), abs=0.01)
+    assert main(args + ["--algorithms", "ring", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["chosen"] == chosen and set(res["predicted_s"]) == set(ALGORITHMS)
+    assert res["rows"][0]["predicted_s"] == res["predicted_s"]["ring"] > 0
+    assert res["plan"]["planner"]["algorithm"] == chosen
+
+
+def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_path):
+    """benchmarks/scale_sim.py: a row per generator, rank count and kind of rank, a cell per
+    algorithm with exact results and its prediction; the horotopo column is the chosen
+    algorithm's cell. A rerun with the same --cache simulates nothing and gives the same
+    table; a cell past --max-wall is a limit, and the same algorithm at the larger rank count
+    is not run, each saying so in the results file."""
+    cache, md = tmp_path / "cells.json", tmp_path / "scale.md"
+    base = ["--generators", "racks:hosts_per_rack=2,gpus=2", "--size", "64K", "--ranks", "4",
+            "--ranks-are", "cpu,gpu", "--chunk", "16K", "--cache", str(cache), "--json"]
+    rows = benchmark_json("scale_sim.py", *base)["rows"]
+    assert [(r["ranks"], r["costs"]) for r in rows] == [(4, "cpu"), (4, "gpu")]
+    for row in rows:
+        assert set(row["cells"]) == {"tree", "ring", "dbtree", "hierarchical"}
+        assert all(c["wrong"] == 0 and c["chunk_bytes"] == 16 << 10 and c["time_s"] > 0
+                   for c in row["cells"].values())
+        assert row["chosen"] in row["cells"]
+        assert set(row["predicted"]) == set(row["cells"]) and row["predicted"]["ring"] > 0
+    again = run_benchmark("scale_sim.py", *base)
+    assert again.returncode == 0 and "simulating" not in again.stderr
+    assert json.loads(again.stdout)["rows"] == rows
+    limited = run_benchmark("scale_sim.py", "--generators", "fattree", "--size", "64K",
+                            "--ranks", "4,8", "--ranks-are", "cpu", "--algorithms", "ring",
+                            "--max-wall", "1e-6", "--json", "--markdown", str(md))
+    assert limited.returncode == 0, limited.stderr[-2000:]
+    small, large = json.loads(limited.stdout)["rows"]
+    assert "did not finish within" in small["cells"]["ring"]["limit"]
+    assert large["cells"]["ring"]["not_run"].startswith("ring at 4 ranks met the limit")
+    text = md.read_text()
+    assert "## Cells without a simulated time" in text
+    assert re.search(r"^\| fattree-4-l8-s4-g1 \| 4 \| cpu \| 1 MiB \| \w+ \| "
+                     r"(not asked|limit \(0 s\)) \|", text, flags=re.M)
+    assert "fattree-8-l8-s4-g1 (cpu ranks), ring: not run: ring at 4 ranks met the limit" \
+        in text

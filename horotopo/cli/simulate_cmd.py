@@ -207,8 +207,12 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     affordable, at the price of a longer pipeline fill than the plan's chunk would give (the
     result is a different engine setting, reported as such, not the plan's).
 
-    The ring plan (``ring_plan``) is made only for the ``ring`` row; ``dbtree`` runs at the
-    plan's chunk size, so tree and dbtree differ only in their trees.
+    Every algorithm runs as horotopo's engine runs it when its plan's choice names it: over
+    an engine bound to the shared plan, at the plan's chunk unless ``chunk_bytes`` is given.
+    The plan carries the choice (:func:`horotopo.algorithms.choice.with_choice`, made for
+    ``size`` as init makes it): ``chosen`` in the result; ``predicted_s`` holds every
+    algorithm's modelled time at the rows' chunk
+    (:func:`horotopo.algorithms.choice.predictions`).
     """
     if profile is None:
         profile, profile_source = cost_profiles.from_settings()
@@ -224,12 +228,11 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
               timeout_s: Optional[float], algorithms: Sequence[str], plan: Optional[Plan],
               chunk_bytes: Optional[int], software_costs: bool, simgrid_config: Sequence[str],
               max_host_trees: Optional[int], window: Optional[int]) -> Dict[str, Any]:
-    from ..algorithms.hierarchical import predict_time as predict_hierarchical
+    from ..algorithms.choice import predictions, recorded_algorithm, with_choice
     from ..engine import Engine
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
     from ..schedule import window_for
-    from ..simulation.platform import processor_names
     from ..simulation import SimCosts, SimulationError
     from ..simulation.runner import run_simulated
 
@@ -247,7 +250,6 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
     n = topology.n
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
-    ring = ring_plan(topology, size=size) if "ring" in algorithms else None
     planner: Dict[str, Optional[float]] = {}
 
     costs = SimCosts.active() if software_costs else SimCosts(0.0, 0.0)
@@ -276,12 +278,16 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         def build() -> Tuple[Plan, Topology]:
             if plan is not None:
                 planner["s"] = None
-                return plan, topology
+                # init records the choice in every plan it makes; a plan saved without one
+                # gets it here, as init would have given it
+                return (plan if "algorithm" in plan.planner
+                        else with_choice(plan, topology, size)), topology
             w0 = time.perf_counter()
             model = from_dict(doc) if doc is not None else topology
             # planned for this run's size, as `horotopo plan --size` (chunks and forest)
             made = (ring_plan(model, size=size) if probe == "off"
                     else make_plan(model, size=size, max_host_trees=max_host_trees))
+            made = with_choice(made, model, size)
             planner["s"] = time.perf_counter() - w0
             return made, model
 
@@ -304,17 +310,15 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
     want = np.float32(n * (n - 1) / 2)
     timed: Dict[str, Any] = {}  # algorithm: its SimRun
     for alg in algorithms:
-        p = ring if alg == "ring" else made
-        full = chunk_bytes or p.chunk_bytes
+        full = chunk_bytes or made.chunk_bytes
         # chunks scaled down alike, so the pipeline has the full-size run's chunk count
         chunk = max(4, int(full / scale) // 4 * 4)
         # ... and each algorithm's automatic window is the full-size run's: the scaled chunk
         # would give another, and it depends on the algorithm's trees (dbtree's 2)
-        win = window or window_for(full, 2 if alg == "dbtree" else len(p.trees))
+        win = window or window_for(full, 2 if alg == "dbtree" else len(made.trees))
 
-        def body(t: Any, alg: str = alg, p: Plan = p, chunk: int = chunk,
-                 win: int = win) -> Dict[str, Any]:
-            eng = Engine(t, p, chunk_bytes=chunk, window=win)
+        def body(t: Any, alg: str = alg, chunk: int = chunk, win: int = win) -> Dict[str, Any]:
+            eng = Engine(t, made, chunk_bytes=chunk, window=win)
             if alg == "hierarchical":  # its hosts (an exchange of names) are not timed
                 eng.allreduce_algorithms.get(alg).runner.layout()
             x = np.full(elems, t.rank, np.float32)
@@ -328,11 +332,11 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
             progress(f"{alg}: simulating one {format_size(size)} allreduce")
         timed[alg] = simulated(body, alg)
 
-    predicted = {"tree": made.predict_time(size, chunk_bytes),
-                 "ring": ring.predict_time(size, chunk_bytes) if ring else None, "dbtree": None,
-                 "hierarchical": predict_hierarchical(topology, processor_names(topology), size,
-                                                      chunk_bytes or made.chunk_bytes)
-                 if "hierarchical" in algorithms else None}
+    recorded = made.planner.get("predicted_s")
+    if chunk_bytes is None and recorded and made.planner.get("algorithm_size") == size:
+        predicted = dict(recorded)  # the choice's own figures: the same model, size and chunk
+    else:
+        predicted = predictions(topology, made, size, chunk_bytes)
     rows: List[Dict[str, Any]] = []
     for alg, run in timed.items():
         results = run.results
@@ -341,8 +345,8 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         rows.append({"algorithm": alg, "size": size, "time_s": t_s, "algbw_GBps": algbw,
                      "busbw_GBps": algbw * 2 * (n - 1) / n,
                      "wrong": sum(r["wrong"] for r in results),
-                     "predicted_s": predicted[alg],
-                     "chunk_bytes": chunk_bytes or (ring if alg == "ring" else made).chunk_bytes,
+                     "predicted_s": predicted.get(alg),
+                     "chunk_bytes": chunk_bytes or made.chunk_bytes,
                      "messages": run.messages, "simulation_wall_s": run.wall_s})
     runs = [sim, *timed.values()]
     bound = doc.get("upper_bound_Bps")
@@ -353,6 +357,7 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         "planner_s": first["planner_s"],
         "throughput_Bps": doc.get("throughput_Bps"), "upper_bound_Bps": bound,
         "optimum_s": size / bound if bound else None, "rows": rows,
+        "predicted_s": predicted, "chosen": recorded_algorithm(made),
         "wall_s": time.perf_counter() - t0,
         "simulation_wall_s": sum(r.wall_s for r in runs),
         "simulation_cpu_s": sum(r.cpu_s for r in runs),
@@ -430,10 +435,15 @@ def run(args: argparse.Namespace) -> int:
     if res["optimum_s"] is not None:
         print(f"model optimum: {res['optimum_s'] * 1e6:.1f} us (the packing's certified "
               f"upper bound {res['upper_bound_Bps'] / 1e6:.3f} MB/s)")
-    print(f"{'algorithm':>12} {'size':>12} {'time(us)':>12} {'algbw':>8} {'busbw':>8} "
-          f"{'#wrong':>6} {'predicted(us)':>14}")
+    print(f"horotopo runs {res['chosen']} (the plan's choice; marked *)")
+    print(f"{'algorithm':>13} {'size':>12} {'time(us)':>12} {'predicted(us)':>14} "
+          f"{'time/pred':>9} {'algbw':>8} {'busbw':>8} {'#wrong':>6}")
     for r in res["rows"]:
-        pred = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * 1e6:.1f}"
-        print(f"{r['algorithm']:>12} {r['size']:>12} {r['time_s'] * 1e6:>12.1f} "
-              f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>6} {pred:>14}")
+        pred, ratio = "-", "-"
+        if r["predicted_s"]:
+            pred = f"{r['predicted_s'] * 1e6:.1f}"
+            ratio = f"{r['time_s'] / r['predicted_s']:.2f}"
+        name = r["algorithm"] + ("*" if r["algorithm"] == res["chosen"] else "")
+        print(f"{name:>13} {r['size']:>12} {r['time_s'] * 1e6:>12.1f} {pred:>14} {ratio:>9} "
+              f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>6}")
     return 0
