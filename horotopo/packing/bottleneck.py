@@ -17,7 +17,7 @@ The pair is only a seed: the LP decides its rate and the certificate is unchange
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -38,15 +38,33 @@ def _gather(matrix, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarra
     return owner, matrix.indices[pos], matrix.data[pos]
 
 
-def _pair_entries(model, v: int, others: np.ndarray, child_is_v: bool):
-    """Entries (as :func:`_gather`) of the reduce arc child -> parent and the broadcast arc
-    parent -> child, one pair per node of ``others``, ``v`` the child (``child_is_v``) or the
-    parent. A resource on both arcs is counted per arc (they run opposite ways on links)."""
-    ones = np.full(len(others), v, dtype=np.int64)
-    child, parent = (ones, others) if child_is_v else (others, ones)
+class _Rows:
+    """Entries grouped by row, as the parts of a CSR matrix that :func:`_gather` reads."""
+
+    def __init__(self, owner: np.ndarray, indices: np.ndarray, data: np.ndarray, rows: int):
+        order = np.argsort(owner, kind="stable")  # each row's entries in the order given
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=rows))])
+        self.indices, self.data = indices[order], data[order]
+
+
+def _pair_table(model) -> _Rows:
+    """Entries of every pair ``(child, parent)``, row ``child * n + parent``: its reduce arc
+    child -> parent and its broadcast arc parent -> child. A resource on both arcs is counted
+    per arc (they run opposite ways on links). Built once, so that each step of the greedy
+    reads one row per pair instead of gathering every arc part again."""
+    n = model.n
+    child, parent = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)
     parts = [_gather(m, np.asarray(r, dtype=np.int64))
              for m, r in model.arc_parts(child, parent) + model.arc_parts(parent, child)]
-    return tuple(np.concatenate(x) for x in zip(*parts))
+    owner, res, weight = (np.concatenate(x) for x in zip(*parts))
+    return _Rows(owner, res, weight, n * n)
+
+
+def _pair_entries(table: _Rows, n: int, v: int, others: np.ndarray, child_is_v: bool):
+    """Entries (as :func:`_gather`) of the pairs of ``v`` with each node of ``others``, ``v``
+    the child (``child_is_v``) or the parent."""
+    others = np.asarray(others, dtype=np.int64)
+    return _gather(table, v * n + others if child_is_v else others * n + v)
 
 
 def _utilisation(entries, count: int, load: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -57,7 +75,8 @@ def _utilisation(entries, count: int, load: np.ndarray, cap: np.ndarray) -> np.n
     return util
 
 
-def bottleneck_pair(model, root: int, target: float = np.inf) -> Tuple[int, ...]:
+def bottleneck_pair(model, root: int, target: float = np.inf,
+                    table: Optional[_Rows] = None) -> Tuple[int, ...]:
     """Parent array of a tree over ``model``'s nodes, rooted at ``root``, that serves as both
     the reduce tree (arcs to the parent) and the broadcast tree (arcs from it) of a seed pair.
 
@@ -70,6 +89,8 @@ def bottleneck_pair(model, root: int, target: float = np.inf) -> Tuple[int, ...]
         A rate the tree need not beat (a known upper bound): arcs that keep every resource
         within it count as free, so depth and cost choose among them (else the greedy fills
         the least loaded nodes first, which are the newest, and grows chains).
+    table : optional
+        :func:`_pair_table` of ``model``, where the caller grows several trees on it.
 
     Returns
     -------
@@ -81,6 +102,7 @@ def bottleneck_pair(model, root: int, target: float = np.inf) -> Tuple[int, ...]
     lengths = 1.0 / cap
     unit = float(lengths.max())  # utilisations are compared in units of the slowest resource
     load = model.half_load([-1] * n, True) + model.half_load([-1] * n, False)  # fixed stage
+    table = _pair_table(model) if table is None else table
     w = model.arc_costs(lengths)
     pair_cost = w + w.T  # [child, parent]: its reduce arc and its broadcast arc
     parent = np.full(n, -1, dtype=np.int64)
@@ -110,7 +132,7 @@ def bottleneck_pair(model, root: int, target: float = np.inf) -> Tuple[int, ...]
         out = np.flatnonzero(~inside)
         if not len(out):
             return
-        u_util = _utilisation(_pair_entries(model, u, out, False), len(out), load, cap)
+        u_util = _utilisation(_pair_entries(table, n, u, out, False), len(out), load, cap)
         u_cost = pair_cost[out, u]
         new_key = key(u_util, u_cost, np.full(len(out), u))
         old_key = key(util[out], cost[out], best[out])
@@ -126,7 +148,7 @@ def bottleneck_pair(model, root: int, target: float = np.inf) -> Tuple[int, ...]
     def refresh(v: int) -> None:
         """``v``'s best parent among all inside nodes at the current loads."""
         ins = np.flatnonzero(inside)
-        v_util = _utilisation(_pair_entries(model, v, ins, True), len(ins), load, cap)
+        v_util = _utilisation(_pair_entries(table, n, v, ins, True), len(ins), load, cap)
         v_cost = pair_cost[v, ins]
         i = first(key(v_util, v_cost, ins))[0]
         util[v], cost[v], best[v] = v_util[i], v_cost[i], ins[i]
@@ -135,7 +157,7 @@ def bottleneck_pair(model, root: int, target: float = np.inf) -> Tuple[int, ...]
     while not inside.all():
         out = np.flatnonzero(~inside)
         pick = out[first(key(util[out], cost[out], best[out]))[0]]
-        entries = _pair_entries(model, int(pick), np.array([best[pick]]), True)
+        entries = _pair_entries(table, n, int(pick), np.array([best[pick]]), True)
         now = _utilisation(entries, 1, load, cap)
         if key(now, cost[[pick]], best[[pick]])[2, 0] > key(util[[pick]], cost[[pick]],
                                                             best[[pick]])[2, 0]:
@@ -158,7 +180,8 @@ def seed_pairs(model, roots: int = 2, target: float = np.inf
     w = model.arc_costs(1.0 / np.asarray(model.capacity, dtype=float))
     central = np.argsort(w.sum(axis=0) + w.sum(axis=1), kind="stable")[:roots]
     halves = []
+    table = _pair_table(model)
     for r in central:
-        parent = bottleneck_pair(model, int(r), target)
+        parent = bottleneck_pair(model, int(r), target, table)
         halves += [(True, int(r), parent), (False, int(r), parent)]
     return halves
