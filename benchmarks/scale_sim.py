@@ -197,6 +197,26 @@ def run_cell(topo: Topology, plan: Plan, rec: Dict[str, Any], alg: str, chunk: O
     return cell
 
 
+def spent(args: argparse.Namespace) -> bool:
+    return args.budget is not None and time.perf_counter() - T0 > args.budget
+
+
+def budget_spent(args: argparse.Namespace) -> str:
+    return f"this run's --budget of {args.budget:g} s was spent"
+
+
+def unplanned_row(spec: str, n: int, args: argparse.Namespace, ranks_are: str,
+                  cuda_aware: bool, chunk: Optional[int]) -> Dict[str, Any]:
+    """A row the budget left no time to plan: no plan, no prediction, no cell."""
+    return {"generator": spec, "topology": resolve(spec, n).name, "ranks": n,
+            "size": args.size, "probe": args.probe, "ranks_are": ranks_are,
+            "cuda_aware": cuda_aware, "costs": costs_name(ranks_are, cuda_aware),
+            "chunk": chunk_name(chunk), "chosen": None, "predicted": {}, "planner_s": None,
+            "choice_s": None, "optimum_s": None,
+            "cells": {alg: {"algorithm": alg, "not_run": budget_spent(args)}
+                      for alg in args.algorithms}}
+
+
 def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
     """Every row of the table: its record with its cells (simulated, cached, limited or not
     run, each saying so)."""
@@ -213,9 +233,15 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
         for spec in specs:
             for ranks_are, cuda_aware in kinds:
                 costs = costs_name(ranks_are, cuda_aware)
+                rkey = row_key(spec, n, args.size, args.probe, costs)
+                if rkey not in cache.doc["rows"] and spent(args):
+                    rows.append(unplanned_row(spec, n, args, ranks_are, cuda_aware, chunk))
+                    done += len(args.algorithms)
+                    say(f"{rows[-1]['topology']} ({costs} ranks): not planned, "
+                        f"{rows[-1]['cells'][args.algorithms[0]]['not_run']}")
+                    continue
                 topo, plan, rec = plan_row(cache, spec, n, args.size, args.probe, ranks_are,
                                            cuda_aware, profile, args.replan)
-                rkey = row_key(spec, n, args.size, args.probe, costs)
                 row = dict(rec, costs=costs, chunk=chunk_name(chunk), cells={},
                            chosen=recorded_algorithm(plan),
                            predicted=predicted_for(cache, rec, topo, plan, chunk, profile))
@@ -229,9 +255,8 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
                         say(f"{where}: cached")
                     elif (spec, costs, alg) in limited:
                         cell = {"algorithm": alg, "not_run": limited[(spec, costs, alg)]}
-                    elif args.budget is not None and time.perf_counter() - T0 > args.budget:
-                        cell = {"algorithm": alg,
-                                "not_run": f"this run's --budget of {args.budget:g} s was spent"}
+                    elif spent(args):
+                        cell = {"algorithm": alg, "not_run": budget_spent(args)}
                     else:
                         say(f"{where}: simulating")
                         cell = run_cell(topo, plan, rec, alg, chunk, args.max_wall, profile,
@@ -258,8 +283,10 @@ def describe(cell: Dict[str, Any], predicted: Optional[float]) -> str:
             f"load {os.getloadavg()[0]:.1f}")
 
 
-def horotopo_cell(row: Dict[str, Any]) -> Dict[str, Any]:
-    return row["cells"].get(row["chosen"], {"not_run": f"{row['chosen']} was not asked for"})
+def horotopo_cell(row: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    if row["chosen"] is None:
+        return {"not_run": "no plan"}
+    return row["cells"].get(row["chosen"])
 
 
 def _time(cell: Optional[Dict[str, Any]]) -> str:
@@ -293,14 +320,14 @@ def columns() -> List[results_doc.Column]:
     cols: List[results_doc.Column] = [
         ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
         ("ranks are", lambda r: r["costs"]), ("chunk", lambda r: r["chunk"]),
-        ("horotopo runs", lambda r: r["chosen"]),
+        ("horotopo runs", lambda r: r["chosen"] or "-"),
         ("horotopo (ms)", lambda r: _time(horotopo_cell(r))),
-        ("predicted (ms)", lambda r: _predicted(r, r["chosen"])),
-        ("/ optimum", lambda r: _of_optimum(r, horotopo_cell(r)))]
+        ("horotopo predicted (ms)", lambda r: _predicted(r, r["chosen"])),
+        ("horotopo / optimum", lambda r: _of_optimum(r, horotopo_cell(r)))]
     for alg in PEERS:
         cols += [(f"{alg} (ms)", lambda r, a=alg: _time(r["cells"].get(a))),
-                 ("predicted (ms)", lambda r, a=alg: _predicted(r, a)),
-                 ("/ optimum", lambda r, a=alg: _of_optimum(r, r["cells"].get(a)))]
+                 (f"{alg} predicted (ms)", lambda r, a=alg: _predicted(r, a)),
+                 (f"{alg} / optimum", lambda r, a=alg: _of_optimum(r, r["cells"].get(a)))]
     cols += [("optimum (ms)", lambda r: "-" if not r.get("optimum_s")
               else f"{r['optimum_s'] * 1e3:.1f}"),
              ("#wrong", _wrong)]
@@ -313,12 +340,16 @@ def _wall(cell: Optional[Dict[str, Any]]) -> str:
     return f"{cell['wall_s']:.0f}" + ("+" if "limit" in cell else "")
 
 
+def _seconds(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def cost_columns() -> List[results_doc.Column]:
     cols: List[results_doc.Column] = [
         ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
         ("ranks are", lambda r: r["costs"]),
-        ("planner (s, wall)", lambda r: f"{r['planner_s']:.2f}"),
-        ("choice (s, wall)", lambda r: f"{r['choice_s']:.2f}"),
+        ("planner (s, wall)", lambda r: _seconds(r["planner_s"])),
+        ("choice (s, wall)", lambda r: _seconds(r["choice_s"])),
         ("init (ms, simulated)", lambda r: next(
             (f"{c['init_simulated_s'] * 1e3:.2f}" for c in r["cells"].values()
              if "init_simulated_s" in c), "-"))]
