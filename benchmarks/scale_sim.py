@@ -15,8 +15,8 @@ algorithm horotopo runs with the plan
 The simulation's wall time is what this benchmark is planned around: a cell costs from seconds
 (64 ranks) to many minutes (ring at 1024 ranks, ``2 n (n - 1)`` messages). So
 
-- ``--chunk`` sets the full-size chunk per rank count (``plan``: each algorithm's own, as
-  horotopo plans it; a size: that chunk for every algorithm, fewer messages);
+- ``--chunk`` sets every algorithm's full-size chunk per rank count (``plan``: the row's
+  plan's, as horotopo's engine runs any algorithm; a size: that chunk, fewer messages);
 - ``--max-wall`` bounds each cell: a cell past it is a measured limit, shown as such in the
   table, and the same algorithm is not tried at larger rank counts of that generator;
 - ``--budget`` bounds the whole run: the cells left when it is spent are listed as not run;
@@ -69,7 +69,7 @@ def say(msg: str) -> None:
 
 def parse_chunks(text: str) -> Dict[Optional[int], Optional[int]]:
     """``"64=plan,1M"`` -> ``{64: None, None: 1048576}``: the chunk per rank count, the entry
-    without a rank count for the others; ``plan`` (None) is each algorithm's own chunk."""
+    without a rank count for the others; ``plan`` (None) is the row's plan's chunk."""
     out: Dict[Optional[int], Optional[int]] = {}
     for item in filter(None, (v.strip() for v in text.split(","))):
         ranks, sep, value = item.rpartition("=")
@@ -202,7 +202,8 @@ def spent(args: argparse.Namespace) -> bool:
 
 
 def budget_spent(args: argparse.Namespace) -> str:
-    return f"this run's --budget of {args.budget:g} s was spent"
+    return (f"no run in --cache simulated it, and this run's --budget of {args.budget:g} s "
+            f"was spent")
 
 
 def unplanned_row(spec: str, n: int, args: argparse.Namespace, ranks_are: str,
@@ -403,8 +404,9 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         f"simulated; \"predicted\" is the model's time for the same algorithm and chunk "
         f"(\"-\": no model); \"/ optimum\" is the optimum's time (the size over the certified "
         f"upper bound on any packing of trees) divided by the algorithm's time. Chunk "
-        f"(\"plan\": each algorithm's own, as planned; a size: every algorithm's full-size "
-        f"chunk, where the simulator's speed forbids the plans' smaller ones): {chunks}. "
+        f"of every algorithm (\"plan\": the row's plan's, as horotopo's engine runs any "
+        f"algorithm; a size: that full-size chunk, where the simulator's speed forbids the "
+        f"plans' smaller ones): {chunks}. "
         f"\"limit\": the cell's simulation did not finish within --max-wall of wall time. "
         f"Cells simulated at commits {made_at or 'none'} (--cache keeps cells across runs).")
     results_doc.write(args.markdown, "scale_sim: horotopo, ring, double binary tree and "
@@ -444,9 +446,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="subset of %(default)s")
     ap.add_argument("--chunk", default="1M", type=parse_chunks,
                     help="[RANKS=]plan|SIZE items: every algorithm's full-size chunk per rank "
-                         "count, the item without RANKS for the others; plan: each "
-                         "algorithm's own (default %(default)s: the plans' chunks are 64 KiB "
-                         "at 256 ranks, 16x the messages of 1 MiB)")
+                         "count, the item without RANKS for the others; plan: the row's "
+                         "plan's (default %(default)s: the plans' chunks are 64 KiB at 256 "
+                         "ranks, 16x the messages of 1 MiB)")
     ap.add_argument("--max-wall", type=float, default=900.0,
                     help="wall seconds per cell; past it, a limit in the table, and the "
                          "algorithm is not tried at larger rank counts (default %(default)g)")
