@@ -45,10 +45,12 @@ PROBES = ("declared", "quick", "full", "off")
 def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate", help="run the init path and allreduce over a simulated network (SimGrid)",
-        description="Probe (or take the declared topology), plan on rank 0, share and check the "
-                    "plan, then time horotopo's trees, ring and NCCL's double binary tree, all "
-                    "over a SimGrid network built from the topology: each algorithm in a "
-                    "simulation of its own, every rank starting at one simulated instant. "
+        description="Probe (or take the declared topology), plan on rank 0 and choose the "
+                    "algorithm predicted fastest, share and check the plan, then time "
+                    "horotopo's trees, ring, NCCL's double binary tree and Horovod's "
+                    "hierarchical allreduce, each beside its prediction (the chosen one "
+                    "starred), over a SimGrid network built from the topology: each algorithm "
+                    "in a simulation of its own, every rank starting at one simulated instant. "
                     "Progress (messages, simulated clock) goes to stderr once a minute. Needs "
                     "python3-simgrid (apt-get install -y python3-simgrid).",
         epilog="TOPOLOGY is a topology JSON file, a bundled topology's name, or a cluster "
