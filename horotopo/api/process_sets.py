@@ -22,7 +22,7 @@ from .set_table import PROCESS_SET_ADD, PROCESS_SET_REMOVE, SetTable, restrict
 from .state import runtime
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "resolve", "check_process_set", "restrict", "SetTable", "register",
+           "check_process_set", "restrict", "SetTable", "register",
            "check_duplicates", "NOT_REGISTERED", "allow_dynamic", "dynamic"]
 
 #: Horovod's words (operations.cc) after "<Op>: ".
@@ -137,8 +137,8 @@ def _table() -> SetTable:
     return runtime().sets
 
 
-def resolve(process_set: Any, what: str,
-            member_required: bool = True) -> Tuple[int, Tuple[int, ...]]:
+def check_process_set(process_set: Any, what: str = "Allreduce",
+                      member_required: bool = True) -> Tuple[int, Tuple[int, ...]]:
     """``(id, ranks)`` of the set a collective ``what`` ("Allreduce"...) was called on.
 
     ``member_required=False`` accepts a set this rank is not in (a DistributedOptimizer on
@@ -267,10 +267,3 @@ def check_duplicates(process_sets: Sequence[Any], size: Optional[int] = None) ->
             raise ValueError(f"Horovod could not be initialized because process_sets entry "
                              f"number {k} is a duplicate: {ps}")
         seen.add(key)
-
-
-def check_process_set(process_set: Any,
-                      what: str = "Allreduce") -> Tuple[int, Tuple[int, ...]]:
-    """``(id, ranks)`` of the set a collective ``what`` runs on (this rank must be in it; see
-    :func:`resolve`)."""
-    return resolve(process_set, what)

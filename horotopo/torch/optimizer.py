@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from ..api.basics import global_process_set, size
-from ..api.process_sets import resolve
+from ..api.process_sets import check_process_set
 from ..api.ops import Adasum, Average
 from .compression import Compression
 from .functions import broadcast_object
@@ -446,7 +446,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     # The global set needs no runtime to check (the optimizer may be built before init); any
     # other must be registered, but this rank need not be in it.
     pset = (0 if process_set is global_process_set
-            else resolve(process_set, "DistributedOptimizer", member_required=False)[0])
+            else check_process_set(process_set, "DistributedOptimizer",
+                                   member_required=False)[0])
     if op == Adasum and pset:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if op == Adasum:
