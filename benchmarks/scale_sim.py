@@ -393,6 +393,10 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
                      results_doc.md_table(rows, cost_columns())))
     commits = Counter(c["commit"] for r in rows for c in r["cells"].values() if "commit" in c)
     made_at = ", ".join(f"`{c}` ({k} cells)" for c, k in commits.most_common())
+    loads = [c["load_1min"] for r in rows for c in r["cells"].values() if "load_1min" in c]
+    if loads:  # the wall times in the file depend on what else ran on the machine
+        made_at += (f"; the machine's load average (1 min) at their start: "
+                    f"{min(loads):.1f} to {max(loads):.1f}")
     chunks = "; ".join(f"{n} ranks: {chunk_name(chunk_for(args.chunk, n))}"
                        for n in args.ranks)
     summary = (
