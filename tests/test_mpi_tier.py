@@ -1,5 +1,10 @@
 """Tier 2: run tests/mpi/ under mpiexec at 1 to 5 ranks (mpi4py style: any size works).
 
+The whole directory runs at 1, 2, 3 and 5 ranks. At 4 the default run launches only the module
+with a case that no other size has: Adasum over pairs of pairs, at the smallest power of two
+above 2. The rest of the directory at 4 checks what 2 (also a power of two), 3 and 5 check, one
+of the costliest launches, and runs with ``-m slow``.
+
 mpiexec's exit status cannot tell a pass from a skip, so every launch has its ranks report each
 inner outcome (tests/mpi_report.py). The outer test prints the counts, keeps them as the
 "mpi_inner" property (tests/conftest.py shows them in the terminal summary) and fails on a rank
@@ -18,8 +23,11 @@ import pytest
 from mpi_launch import DEFAULT_INIT_ENV, INIT_VARIABLES, mpiexec_path, run_mpi
 from mpi_report import REPORT_ENV, check_launch, read_reports
 
-SIZES = [1, 2, 3, 4, 5]
-DEFAULT_INIT_SIZES = [2, 3, 4]
+SIZES = [1, 2, 3, pytest.param(4, marks=pytest.mark.slow), 5]
+AT_FOUR_RANKS = ["tests/mpi/test_torch_horovod_semantics.py"]
+# The default init's probe and plan at an even and an odd count of ranks on one host; 4 is
+# another even count, at twice the cost of 3, and runs with -m slow.
+DEFAULT_INIT_SIZES = [2, 3, pytest.param(4, marks=pytest.mark.slow)]
 
 
 def _launch(n: int, label: str, paths: Sequence[str], report_dir: Path,
@@ -44,6 +52,12 @@ def _launch(n: int, label: str, paths: Sequence[str], report_dir: Path,
 @pytest.mark.parametrize("n", SIZES)
 def test_mpi_suite(n, tmp_path, record_property):
     _launch(n, f"tests/mpi at n={n}", ["tests/mpi"], tmp_path / "inner", record_property)
+
+
+@pytest.mark.mpi
+def test_adasum_module_at_four_ranks(tmp_path, record_property):
+    _launch(4, "tests/mpi at n=4, Adasum's module", AT_FOUR_RANKS, tmp_path / "inner",
+            record_property)
 
 
 @pytest.mark.mpi
