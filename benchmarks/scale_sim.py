@@ -47,7 +47,7 @@ from horotopo.algorithms.choice import predictions, recorded_algorithm, with_cho
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
 from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.simulation import SimulationError
-from horotopo.topology import Topology
+from horotopo.topology import Topology, TopologyError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
@@ -96,6 +96,10 @@ def costs_name(ranks_are: str, cuda_aware: bool) -> str:
     return ranks_are if ranks_are == "cpu" or cuda_aware else f"{ranks_are}-staged"
 
 
+class CacheError(ValueError):
+    """A --cache file this benchmark cannot read."""
+
+
 class Cache:
     """Finished cells and rows' plans, in a JSON file (or in memory only, without a path)."""
 
@@ -107,8 +111,8 @@ class Cache:
                 loaded = json.loads(path.read_text())
                 self.doc = {"rows": dict(loaded["rows"]), "cells": dict(loaded["cells"])}
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise SystemExit(f"scale_sim: --cache {path}: not a cache this benchmark "
-                                 f"wrote ({exc}); remove it or name another file") from None
+                raise CacheError(f"--cache {path}: not a cache this benchmark wrote ({exc}); "
+                                 f"remove it or name another file") from None
 
     def save(self) -> None:
         if self.path is None:
@@ -472,7 +476,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     if not args.ranks_are or not args.ranks or min(args.ranks) < 2:
         ap.error("--ranks needs counts of at least 2, --ranks-are cpu and/or gpu")
-    rows = build(args)
+    try:
+        rows = build(args)
+    except (CacheError, TopologyError) as exc:
+        print(f"scale_sim: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows]}))
     else:

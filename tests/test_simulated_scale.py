@@ -230,3 +230,12 @@ def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_pat
                      r"(not asked|limit \(0 s\)) \|", text, flags=re.M)
     assert "fattree-8-l8-s4-g1 (cpu ranks), ring: not run: ring at 4 ranks met the limit" \
         in text
+
+
+def test_scale_table_refuses_a_foreign_cache_file_in_one_line(tmp_path):
+    bad = tmp_path / "cells.json"
+    bad.write_text("{not json")
+    proc = run_benchmark("scale_sim.py", "--ranks", "4", "--cache", str(bad))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"scale_sim: --cache {bad}: not a cache this benchmark")
+    assert len(proc.stderr.splitlines()) == 1
