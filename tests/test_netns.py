@@ -103,6 +103,7 @@ def _allreduce_across_four_namespaces(tmp_path, mode, prefix):
     assert slowest >= 0.8 * (4 << 20) / (0.2e9 / 8), "faster than the shaped link allows"
 
 
+@pytest.mark.slow  # the engine's run below crosses the same shaped links; the CLI job runs MPI's
 def test_mpi_allreduce_across_four_namespaces(tmp_path):
     _allreduce_across_four_namespaces(tmp_path, "mpi", "tn2")
 

@@ -69,6 +69,7 @@ def _emulated_run(prefix):
 
 @pytest.mark.netns
 @pytest.mark.skipif(not _OK, reason=_WHY)
+@pytest.mark.slow  # test_adapt_sim.py: the same slowed uplink, re-plan and recovery, simulated
 def test_replans_and_recovers_on_emulated_cluster():
     # Two tries: on a loaded 2-core machine a noise-made re-plan just before the reshape can
     # re-baseline the detector on the slowed steps (it then takes them as the new normal, as

@@ -21,6 +21,7 @@ TWO_RACKS = {"name": "racks-2x2", "switches": ["tor0", "tor1"],
              "ranks": ["a0", "b0", "a1", "b1"]}
 
 
+@pytest.mark.slow  # test_netns_doctor.py's probe finds a shared rack uplink on shaped links
 def test_probe_finds_the_uplink_between_two_racks(tmp_path):
     topology = tmp_path / "racks-2x2.json"
     topology.write_text(json.dumps(TWO_RACKS))

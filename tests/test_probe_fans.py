@@ -114,6 +114,7 @@ def test_the_probe_shows_a_fast_nic_behind_slow_neighbours():
 
 
 
+@pytest.mark.slow  # test_simulated.py: a probed plan against the declared one, on 6 hosts
 def test_a_probed_cluster_of_slow_nics_plans_about_as_well_as_declared():
     """Init by probing on racks with slow NICs (128 ranks, 32 hosts of 4; simulated probe):
     the plan of what the probe measured is predicted within 25% of the declared network's
