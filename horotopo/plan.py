@@ -440,9 +440,9 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
 
     ``size`` is the allreduce size the plan is made for (default :func:`target_size`): the
     chunk sizes are chosen for it, and of the forest kinds the topology offers
-    (:mod:`horotopo.packing.forests`: the certified deep one, host forests, ring's chains)
-    the one with the lowest predicted time for it is kept (``forest="auto"``; a kind's name
-    forces it), predicted on ``network`` (default: the links as declared).
+    (:mod:`horotopo.packing.forests`: the certified deep one, host forests) the one with the
+    lowest predicted time for it is kept (``forest="auto"``; a kind's name forces it),
+    predicted on ``network`` (default: the links as declared).
     ``plan.planner["forest"]`` records the choice and every kind's prediction.
 
     ``max_host_trees`` bounds the host forest's host-level trees (default
@@ -466,7 +466,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
                        progress=progress)
     plan, record = choose_forest(
-        Candidates(topology, packing, ring, hierarchical, max_host_trees),
+        Candidates(topology, packing, hierarchical, max_host_trees),
         lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         forest=forest, network=network, progress=progress)
     return replace(plan, planner=dict(plan.planner, forest=record))

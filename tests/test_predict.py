@@ -1,6 +1,5 @@
 """The alpha-beta prediction of a plan's allreduce time and per-tree chunks
 (horotopo.packing.alphabeta)."""
-import importlib.util
 import math
 from pathlib import Path
 
@@ -148,44 +147,64 @@ def test_plan_carries_per_tree_chunks_through_json_digest_and_tables():
 
 
 @pytest.fixture(scope="module")
-def bench():
+def network():
+    """The simulator's network as measured (horotopo.algorithms.simcheck)."""
     pytest.importorskip("horotopo.simulation")
     from horotopo.transport.simulated import SimulatorMissing
 
-    spec = importlib.util.spec_from_file_location("predict_check",
-                                                  ROOT / "benchmarks" / "predict_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from horotopo.algorithms import simcheck
     try:
-        mod.network = mod.measure_network()
+        return simcheck.measure_network()
     except SimulatorMissing as exc:
         pytest.skip(str(exc))
-    return mod
 
 
-def test_simulator_network_is_measured(bench):
-    net = bench.network
-    assert net.latency_factor > 0 and 0.5 < net.bandwidth_factor <= 1
+def test_simulator_network_is_measured(network):
+    from horotopo.algorithms import simcheck
+
+    assert network.latency_factor > 0 and 0.5 < network.bandwidth_factor <= 1
     # the model reproduces one message over a long link (latency, rate, window cap), here
     # with the link carrying only that message: the bandwidth factor measured both ways is
     # the lower one, so the model may be up to its few percent slow
-    lat, inv = net.hop(5e-3, 1 / 1.25e9)
-    got = bench._one_message(bench._pair(10.0, 5.0), 64 * MiB)
+    lat, inv = network.hop(5e-3, 1 / 1.25e9)
+    got = simcheck.one_message(simcheck.pair(10.0, 5.0), 64 * MiB)
     assert lat + 64 * MiB * inv == pytest.approx(got, rel=0.1)
 
 
 @pytest.mark.parametrize("spec,n,size,forest", [
     ("racks-2x3", 6, 16 * MiB, "deep"),
-    ("slow-nic", 4, MiB, "chains"),
+    ("slow-nic", 4, MiB, "deep"),
     ("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16, 64 * MiB, "hosts"),
 ])
-def test_prediction_within_15_percent_of_the_simulation(bench, spec, n, size, forest):
+def test_prediction_within_15_percent_of_the_simulation(network, spec, n, size, forest):
+    from horotopo.algorithms import simcheck
+
     topo = from_dict(generate(spec, n)) if ":" in spec else load(bundled(spec))
     plan = make_plan(topo, size=size, forest=forest)
-    sim = bench.simulate_plan(topo, plan, size, timeout_s=120)
+    sim = simcheck.simulate_allreduce(topo, plan, "tree", size, timeout_s=120)
     assert sim["wrong"] == 0
-    pred = plan.predict_time(size, costs=bench.software_costs(), network=bench.network)
+    pred = plan.predict_time(size, costs=simcheck.simulated_costs(), network=network)
     assert pred == pytest.approx(sim["time_s"], rel=0.15)
+
+
+@pytest.mark.parametrize("spec,n,algorithm", [
+    ("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "ring"),
+    ("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "hierarchical"),
+    ("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "dbtree"),
+])
+def test_every_algorithm_within_10_percent_of_the_simulation(network, spec, n, algorithm):
+    """The chooser's predictions (horotopo.algorithms.choice) of the peers against one
+    simulated allreduce each, at the plan's chunk."""
+    from horotopo.algorithms import simcheck
+    from horotopo.algorithms.choice import predictions
+
+    topo = from_dict(generate(spec, n))
+    plan = make_plan(topo, size=16 * MiB)
+    sim = simcheck.simulate_allreduce(topo, plan, algorithm, 16 * MiB, timeout_s=120)
+    assert sim["wrong"] == 0
+    pred = predictions(topo, plan, 16 * MiB, costs=simcheck.simulated_costs(),
+                       network=network)[algorithm]
+    assert pred == pytest.approx(sim["time_s"], rel=0.10)
 
 
 def test_plan_level_chunk_scale_counts_every_tree_on_a_rank(monkeypatch):

@@ -9,14 +9,14 @@ choice weighs them:
   :func:`~.hierarchy.pack_hierarchical`), highest throughput; every plan carries its bound;
 - *hosts*: rotated binary trees over machines (:mod:`~.hostforest`), one crossing of each
   WAN or rack cut per tree, a few host hops deep, at each count of host trees
-  (:func:`~.hostforest.host_tree_counts`);
-- *chains*: ring's chains (:func:`~.model.ring_packing`) as trees, where the flat model
-  has them: the plan's floor, as ring's fair rates are never below its common rate.
+  (:func:`~.hostforest.host_tree_counts`).
 
 :func:`choose_forest` keeps the candidate with the lowest predicted time for the plan's size
 (:meth:`Plan.predict_time <horotopo.plan.Plan.predict_time>`); a tie keeps the one weighed
 first, so the certified deep forest wins every tie. Which kind wins which row of the scale
-table is docs/results/forest_kinds.md (``benchmarks/forest_kinds.py``).
+table is docs/results/forest_kinds.md (``benchmarks/forest_kinds.py``): a kind stays only
+where it wins some row. Ring itself is not a forest here but a peer algorithm that the
+algorithm choice weighs against the plan (:mod:`horotopo.algorithms`).
 """
 from __future__ import annotations
 
@@ -37,12 +37,11 @@ __all__ = ["ForestKind", "Candidates", "KINDS", "FORESTS", "kind_names", "check_
 
 @dataclass(frozen=True)
 class Candidates:
-    """What a kind packs from: the topology, the certified packing, ring's chains, and the
-    bound on host trees (None: :data:`~.hostforest.MAX_HOST_TREES`)."""
+    """What a kind packs from: the topology, the certified packing, whether the plan is over
+    hosts, and the bound on host trees (None: :data:`~.hostforest.MAX_HOST_TREES`)."""
 
     topology: Topology
     packing: Packing
-    ring: Optional[Packing]
     hierarchical: bool
     max_host_trees: Optional[int] = None
 
@@ -84,22 +83,8 @@ class HostForest(ForestKind):
                                  host_tree_counts(h_count, limit=given.max_host_trees))
 
 
-class RingChains(ForestKind):
-    name = "chains"
-    needs = "a plan over ranks (ring's chains over hosts are not built)"
-
-    def offered(self, topology: Topology, hierarchical: bool) -> bool:
-        return not hierarchical
-
-    def pack(self, given: Candidates) -> List[Packing]:
-        ring = given.ring
-        if ring is None or not ring.trees:
-            return []
-        return [replace(given.packing, trees=ring.trees, throughput=ring.throughput)]
-
-
 #: The kinds, in the order the choice weighs them (a tie keeps the earlier).
-KINDS: Tuple[ForestKind, ...] = (DeepForest(), HostForest(), RingChains())
+KINDS: Tuple[ForestKind, ...] = (DeepForest(), HostForest())
 
 #: ``make_plan(forest=...)``: choose on the prediction, or force one kind.
 FORESTS = ("auto",) + tuple(k.name for k in KINDS)
@@ -143,8 +128,8 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
 
     Returns the plan and a record of the choice: the size, the chosen kind and, per kind
     weighed, its best candidate's predicted time, throughput, tree count and deepest tree
-    (reduce plus broadcast hops), and the wall time the kind took; a kind with several candidates (host-tree counts) lists
-    each one's predicted time under ``tried``.
+    (reduce plus broadcast hops), and the wall time the kind took; a kind with several
+    candidates (host-tree counts) lists each one's predicted time under ``tried``.
     """
     topology = given.topology
     check_forest(forest, topology, given.hierarchical)

@@ -468,9 +468,10 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # Trees built for their bottleneck (slow hosts as leaves, fast ones as the backbone), with
     # the machine cut's bound: on racks with slow NICs they meet it at once, where column
     # generation on 512 machines stalled 6% short in its time cap (1.5 s per root there).
+    # One root past 64 machines: a second one moved no row of the scale table.
     if model.n > 2:
         cut = pack_args.setdefault("known_bound", cut_point(model))
-        pack_args.setdefault("seeds", seed_pairs(model, 1 if huge else 2,
+        pack_args.setdefault("seeds", seed_pairs(model, 1 if large else 2,
                                                  cut[0] if cut else np.inf))
     host = pack(topology, model=model, progress=say, **pack_args)
     if host.upper_bound is None or host.gap > pack_args.get("target_gap", 0.01) / 2:

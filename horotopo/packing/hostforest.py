@@ -71,8 +71,9 @@ MAX_HOST_TREES = 32
 #: Host-tree counts that :func:`~.forests.choose_forest` predicts (each at most the machines'
 #: count ``H``, and :data:`MAX_HOST_TREES`): fewer trees mean fewer messages per rank and
 #: larger chunks, more trees better balanced loads and a shorter pipeline fill; the
-#: alpha-beta prediction for the planned size decides.
-HOST_TREE_COUNTS = (4, 8, 16, 32)
+#: alpha-beta prediction for the planned size decides. Each count is a plan to build and
+#: predict; more than 16 host trees was predicted fastest on no row of the scale table.
+HOST_TREE_COUNTS = (4, 8, 16)
 
 #: A group of machines (:func:`host_groups`): its machines, or its subgroups (nested).
 Group = Union[List[int], List["Group"]]
@@ -308,15 +309,15 @@ def pick_rotations(loads: np.ndarray, capacity: np.ndarray, count: int,
 def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS,
                      limit: Optional[int] = None) -> List[int]:
     """The host-tree counts to offer on ``h_count`` machines: ``counts`` at most ``H`` and
-    ``limit`` (default :data:`MAX_HOST_TREES`), and ``min(H, limit)`` itself (every rotation
-    on a small job), distinct and ascending."""
+    ``limit`` (default :data:`MAX_HOST_TREES`), and ``min(H, limit)`` itself where that is
+    below the largest count (every rotation on a small job), distinct and ascending."""
     if h_count < 1:
         raise ValueError(f"a host forest needs machines, got {h_count}")
     limit = MAX_HOST_TREES if limit is None else int(limit)
     if limit < 1:
         raise ValueError(f"at most {limit} host trees: need at least 1")
     top = min(h_count, limit)
-    return sorted({c for c in counts if 1 <= c <= top} | {top})
+    return sorted({c for c in counts if 1 <= c <= top} | ({top} if top < max(counts) else set()))
 
 
 def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
