@@ -188,7 +188,9 @@ def test_prediction_within_15_percent_of_the_simulation(network, spec, n, size, 
 
 
 @pytest.mark.parametrize("spec,n,algorithm", [
-    ("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "ring"),
+    # ring stands on the stage model that hierarchical allreduce checks here too
+    pytest.param("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "ring",
+                 marks=pytest.mark.slow),
     ("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "hierarchical"),
     ("racks:hosts_per_rack=2,gpus=4,oversub=4,slow=0.25", 16, "dbtree"),
 ])

@@ -11,7 +11,7 @@ import pytest
 from horotopo.algorithms import dbtree, hierarchical, ring
 from horotopo.algorithms.choice import choose, predictions, recorded_algorithm, with_choice
 from horotopo.algorithms.cost import CostModel
-from horotopo.algorithms.flows import stage_time
+from horotopo.algorithms.flows import FlowNetwork, stage_time
 from horotopo.engine import Engine
 from horotopo.generate import generate
 from horotopo.packing import ring_parents
@@ -98,6 +98,32 @@ def test_the_slowest_link_shared_fairly_sets_a_stage():
     topo = _star(5, gbps=1.0, latency_ms=0.0)
     flows = [(v, 0, MiB) for v in range(1, 5)]
     assert stage_time(topo, flows, MiB, NO_COSTS) == pytest.approx(4 * MiB / 125e6)
+
+
+def test_a_flows_acknowledgements_load_its_reverse_route():
+    topo = _star(2, gbps=1.0, latency_ms=0.01)
+    net = FlowNetwork(bandwidth_factor=0.9, crosstraffic=0.05)
+    # alone, a flow has the link's own rate; with one the other way, each loses what the
+    # other's acknowledgements take
+    alone = stage_time(topo, [(0, 1, MiB)], MiB, NO_COSTS, net)
+    both = stage_time(topo, [(0, 1, MiB), (1, 0, MiB)], MiB, NO_COSTS, net)
+    assert alone == pytest.approx(2e-5 + MiB / (125e6 * 0.9 * 1.05))
+    assert both == pytest.approx(2e-5 + MiB / (125e6 * 0.9))
+
+
+def test_a_flow_held_through_its_acknowledgements_is_held():
+    """Flow A leaves rank 1 over a long route, flow B enters rank 1 over a short one: B's
+    larger weight fills rank 1's way in, where A's acknowledgements go, and holds A there
+    until B ends."""
+    topo = from_dict({"name": "held", "switches": ["s"], "ranks": ["a", "b", "c"],
+                      "links": [{"ends": ["a", "s"], "gbps": 10.0, "latency_ms": 0.2},
+                                {"ends": ["b", "s"], "gbps": 1.0, "latency_ms": 0.001},
+                                {"ends": ["c", "s"], "gbps": 10.0, "latency_ms": 0.001}]})
+    net = FlowNetwork(crosstraffic=0.05, weight_bytes=20000.0)
+    alone = stage_time(topo, [(1, 0, MiB)], MiB, NO_COSTS, net)
+    held = stage_time(topo, [(1, 0, MiB), (2, 1, MiB)], MiB, NO_COSTS, net)
+    plain = stage_time(topo, [(1, 0, MiB), (2, 1, MiB)], MiB, NO_COSTS)
+    assert held > 1.3 * alone and plain < 1.1 * alone
 
 
 def test_dbtree_is_predicted_as_the_plan_of_its_two_trees():

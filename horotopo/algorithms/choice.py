@@ -26,7 +26,12 @@ from ..plan import Plan
 from ..topology import Topology
 from .registry import ALLREDUCE, REGISTRY, TREE
 
-__all__ = ["predictions", "choose", "with_choice", "recorded_algorithm"]
+__all__ = ["candidates", "predictions", "choose", "with_choice", "recorded_algorithm"]
+
+
+def candidates() -> Tuple[str, ...]:
+    """The registered allreduce algorithms with a topology model, in priority order."""
+    return tuple(c.name for c in REGISTRY[ALLREDUCE] if c.predict is not None)
 
 
 def predictions(topology: Topology, plan: Plan, nbytes: int,
