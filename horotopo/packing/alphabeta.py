@@ -34,7 +34,7 @@ import numpy as np
 from .. import config
 from .. import costs as _costs
 from ..topology import Topology
-from .profiles import Crowding, Profile, declared_arc, tree_profiles
+from .profiles import Crowding, Profile, TreeProfiler, declared_arc
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
            "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
@@ -455,8 +455,7 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     pairs = [(a, b) for _, a, b, _ in trees]
     rates = [t[3] for t in trees] if crowding is not None else None
 
-    def profiles_at(chunks: Sequence[float]) -> List[Profile]:
-        return tree_profiles(topology, pairs, chunks, costs, rates, crowding)
+    profiles_at = TreeProfiler(topology, pairs, costs, rates, crowding).at
 
     profiles = profiles_at([lo] * len(pairs))
     first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs)

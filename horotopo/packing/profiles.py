@@ -22,8 +22,8 @@ import numpy as np
 from ..topology import HostRoutes, Topology
 from .model import hops_to_root
 
-__all__ = ["Profile", "declared_arc", "tree_profiles", "arc_figures_batch", "forest_depths",
-           "plan_latency", "Crowding", "fill_crowding"]
+__all__ = ["Profile", "declared_arc", "tree_profiles", "TreeProfiler", "arc_figures_batch",
+           "forest_depths", "plan_latency", "Crowding", "fill_crowding"]
 
 #: Rank entries (trees x ranks) handled per batch: bounds the arrays at some tens of MB.
 BATCH_ENTRIES = 1 << 20
@@ -247,59 +247,105 @@ def _levels(parent: np.ndarray) -> List[np.ndarray]:
             raise ValueError("parent arrays with a cycle have no critical path")
 
 
-def _batch(topology: Topology, halves: List[Tuple[np.ndarray, bool, float, float]], costs: Any,
-           crowding: Optional[Crowding] = None) -> List[Dict[Tuple[float, float], int]]:
-    """Grouped hops of the critical path of each ``(parent, inward, chunk, rate)`` half."""
-    n = topology.n
-    t = len(halves)
-    parent = np.stack([h[0] for h in halves])                       # (t, n)
-    inward = np.array([h[1] for h in halves])[:, None]
-    chunk = np.array([h[2] for h in halves], dtype=float)[:, None]
-    has, tails, heads, flat_parent = _half_arcs(parent, inward)
-    figures = arc_figures_batch(topology, tails, heads)
-    lat = np.zeros(parent.shape)
-    inv = np.zeros(parent.shape)
-    lat[has], inv[has] = figures
-    levels = _levels(flat_parent)
-    if crowding is not None:
-        rate = np.broadcast_to(np.array([h[3] for h in halves], dtype=float)[:, None],
-                               parent.shape)[has]
-        half = np.broadcast_to(~inward, parent.shape)[has]
-        inv[has] = crowding.inverse_rates(tails, heads, half,
-                                          _depths(levels, parent.shape)[has], inv[has], rate)
-    # alphabeta._hop_time, term by term in its order: latency + chunk * s_per_byte
-    # + chunk * per_byte + 2 * per_message
-    hop = np.where(has, lat + chunk * inv + chunk * costs.per_byte_s
-                   + 2 * costs.per_message_s, 0.0).ravel()
-    total = np.zeros(t * n)
-    # root first, a level at a time: total[w] = total[parent[w]] + hop[w] as in the walk
-    for at in levels:
-        total[at] = total[flat_parent[at]] + hop[at]
-    worst = np.argmax(total.reshape(t, n), axis=1) + np.arange(t) * n  # first max: lowest v
-    # walk every slowest rank up to its root, all trees at once, collecting its hops
-    lat, inv = lat.ravel(), inv.ravel()
-    steps: List[np.ndarray] = []
-    cur = worst
-    while True:
-        cur = cur[flat_parent[cur] >= 0]
-        if not len(cur):
-            break
-        steps.append(cur)
-        cur = flat_parent[cur]
-    groups: List[Dict[Tuple[float, float], int]] = [{} for _ in range(t)]
-    if not steps:
+class _Batch:
+    """A batch of ``(parent, inward, rate)`` halves with what their critical paths need at any
+    chunk: each arc's latency and inverse rate (crowded where asked) and the levels of the
+    forest, computed once."""
+
+    def __init__(self, topology: Topology, halves: List[Tuple[np.ndarray, bool, float]],
+                 crowding: Optional[Crowding] = None):
+        n = topology.n
+        self.n, self.t = n, len(halves)
+        parent = np.stack([h[0] for h in halves])                       # (t, n)
+        inward = np.array([h[1] for h in halves])[:, None]
+        has, tails, heads, self.flat_parent = _half_arcs(parent, inward)
+        figures = arc_figures_batch(topology, tails, heads)
+        lat = np.zeros(parent.shape)
+        inv = np.zeros(parent.shape)
+        lat[has], inv[has] = figures
+        self.levels = _levels(self.flat_parent)
+        if crowding is not None:
+            rate = np.broadcast_to(np.array([h[2] for h in halves], dtype=float)[:, None],
+                                   parent.shape)[has]
+            half = np.broadcast_to(~inward, parent.shape)[has]
+            inv[has] = crowding.inverse_rates(tails, heads, half,
+                                              _depths(self.levels, parent.shape)[has],
+                                              inv[has], rate)
+        self.has, self.lat, self.inv = has, lat, inv
+
+    def groups(self, chunks: Sequence[float], costs: Any) -> List[Dict[Tuple[float, float], int]]:
+        """Grouped hops of each half's critical path at its chunk in ``chunks``."""
+        n, t, flat_parent = self.n, self.t, self.flat_parent
+        chunk = np.asarray(chunks, dtype=float)[:, None]
+        # alphabeta._hop_time, term by term in its order: latency + chunk * s_per_byte
+        # + chunk * per_byte + 2 * per_message
+        hop = np.where(self.has, self.lat + chunk * self.inv + chunk * costs.per_byte_s
+                       + 2 * costs.per_message_s, 0.0).ravel()
+        total = np.zeros(t * n)
+        # root first, a level at a time: total[w] = total[parent[w]] + hop[w] as in the walk
+        for at in self.levels:
+            total[at] = total[flat_parent[at]] + hop[at]
+        worst = np.argmax(total.reshape(t, n), axis=1) + np.arange(t) * n  # first max: lowest v
+        # walk every slowest rank up to its root, all trees at once, collecting its hops
+        lat, inv = self.lat.ravel(), self.inv.ravel()
+        steps: List[np.ndarray] = []
+        cur = worst
+        while True:
+            cur = cur[flat_parent[cur] >= 0]
+            if not len(cur):
+                break
+            steps.append(cur)
+            cur = flat_parent[cur]
+        groups: List[Dict[Tuple[float, float], int]] = [{} for _ in range(t)]
+        if not steps:
+            return groups
+        at = np.concatenate(steps)
+        tree, a, b = at // n, lat[at], inv[at]
+        order = np.lexsort((b, a, tree))
+        tree, a, b = tree[order], a[order], b[order]
+        new = np.r_[True, (tree[1:] != tree[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+        starts = np.flatnonzero(new)
+        counts = np.diff(np.r_[starts, len(tree)])
+        for k, x, y, c in zip(tree[starts].tolist(), a[starts].tolist(), b[starts].tolist(),
+                              counts.tolist()):
+            groups[k][(x, y)] = c
         return groups
-    at = np.concatenate(steps)
-    tree, a, b = at // n, lat[at], inv[at]
-    order = np.lexsort((b, a, tree))
-    tree, a, b = tree[order], a[order], b[order]
-    new = np.r_[True, (tree[1:] != tree[:-1]) | (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
-    starts = np.flatnonzero(new)
-    counts = np.diff(np.r_[starts, len(tree)])
-    for k, x, y, c in zip(tree[starts].tolist(), a[starts].tolist(), b[starts].tolist(),
-                          counts.tolist()):
-        groups[k][(x, y)] = c
-    return groups
+
+
+class TreeProfiler:
+    """The profiles (hops of the critical reduce and broadcast paths, merged) of a fixed set of
+    ``(reduce_parent, bcast_parent)`` pairs, at whatever chunks: the arcs' figures, crowding
+    and levels are computed once, the critical paths at each call (the plan's chunk choice
+    asks for two or three sets of chunks). Arguments as :func:`tree_profiles`."""
+
+    def __init__(self, topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]],
+                 costs: Any, rates: Optional[Sequence[float]] = None,
+                 crowding: Optional[Crowding] = None):
+        if (rates is None) != (crowding is None):
+            raise ValueError("tree_profiles: rates and crowding go together")
+        rates = [math.inf] * len(pairs) if rates is None else rates
+        self.costs, self.count = costs, len(pairs)
+        self.per = max(1, BATCH_ENTRIES // max(1, 2 * topology.n))
+        self.batches = [
+            _Batch(topology, [(np.asarray(parent, dtype=np.int64), inward, float(x))
+                              for (a, b), x in zip(pairs[lo:lo + self.per],
+                                                   rates[lo:lo + self.per])
+                              for parent, inward in ((a, True), (b, False))], crowding)
+            for lo in range(0, len(pairs), self.per)]
+
+    def at(self, chunks: Sequence[float]) -> List[Profile]:
+        """Each pair's profile at its chunk in ``chunks`` (bytes)."""
+        if len(chunks) != self.count:
+            raise ValueError(f"tree_profiles: {self.count} pairs, {len(chunks)} chunks")
+        out: List[Profile] = []
+        for k, batch in enumerate(self.batches):
+            mine = chunks[k * self.per:(k + 1) * self.per]
+            groups = batch.groups([float(c) for c in mine for _ in (0, 1)], self.costs)
+            for up, down in zip(groups[0::2], groups[1::2]):
+                for key, count in down.items():
+                    up[key] = up.get(key, 0) + count
+                out.append(tuple((lat, inv, count) for (lat, inv), count in sorted(up.items())))
+        return out
 
 
 def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]],
@@ -332,23 +378,7 @@ def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
         count)`` merged and sorted; without ``crowding``, identical to what the one-tree walk
         returns.
     """
-    n = topology.n
-    if (rates is None) != (crowding is None):
-        raise ValueError("tree_profiles: rates and crowding go together")
-    rates = [math.inf] * len(pairs) if rates is None else rates
-    per = max(1, BATCH_ENTRIES // max(1, 2 * n))
-    out: List[Profile] = []
-    for lo in range(0, len(pairs), per):
-        halves = [(np.asarray(parent, dtype=np.int64), inward, float(c), float(x))
-                  for (a, b), c, x in zip(pairs[lo:lo + per], chunks[lo:lo + per],
-                                          rates[lo:lo + per])
-                  for parent, inward in ((a, True), (b, False))]
-        groups = _batch(topology, halves, costs, crowding)
-        for up, down in zip(groups[0::2], groups[1::2]):
-            for key, count in down.items():
-                up[key] = up.get(key, 0) + count
-            out.append(tuple((lat, inv, count) for (lat, inv), count in sorted(up.items())))
-    return out
+    return TreeProfiler(topology, pairs, costs, rates, crowding).at(chunks)
 
 
 def forest_depths(trees: Sequence[Tuple[int, Sequence[int], Sequence[int]]], n: int
