@@ -353,6 +353,8 @@ def cost_columns() -> List[results_doc.Column]:
     cols: List[results_doc.Column] = [
         ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["ranks"]),
         ("ranks are", lambda r: r["costs"]),
+        ("plan and predictions made at", lambda r: f"`{r['commit']}`" if r.get("commit")
+         else "-"),
         ("planner (s, wall)", lambda r: _seconds(r["planner_s"])),
         ("choice (s, wall)", lambda r: _seconds(r["choice_s"])),
         ("init (ms, simulated)", lambda r: next(
@@ -416,7 +418,9 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         f"algorithm; a size: that full-size chunk, where the simulator's speed forbids the "
         f"plans' smaller ones): {chunks}. "
         f"\"limit\": the cell's simulation did not finish within --max-wall of wall time. "
-        f"Cells simulated at commits {made_at or 'none'} (--cache keeps cells across runs).")
+        f"Cells simulated at commits {made_at or 'none'} (--cache keeps cells across runs; "
+        f"each row's plan, choice and predictions were made at the commit the second table "
+        f"gives).")
     results_doc.write(args.markdown, "scale_sim: horotopo, ring, double binary tree and "
                       "hierarchical allreduce on simulated clusters", sections, summary=summary)
 
