@@ -49,7 +49,7 @@ class Setting:
     """One environment variable: how to parse it and what it means.
 
     ``kind`` is ``float``, ``int``, ``bool``, ``choice`` or ``str`` (a path or a command).
-    ``lo``/``hi`` bound numbers (``lo_open`` excludes ``lo``); ``choices`` lists a choice's
+    ``lo``/``hi`` bound numbers (``lo_open`` excludes ``lo``, ``hi_open`` ``hi``); ``choices`` lists a choice's
     values (compared in lower case). ``default`` is what :func:`get` returns when unset; ``None``
     means "not set" and is explained by ``default_doc``.
     """
@@ -61,6 +61,7 @@ class Setting:
     lo: Optional[float] = None
     hi: Optional[float] = None
     lo_open: bool = False
+    hi_open: bool = False
     choices: Tuple[str, ...] = ()
     aliases: Tuple[str, ...] = ()
     blank_ok: bool = True
@@ -79,7 +80,7 @@ class Setting:
             if self.lo is not None:
                 bounds.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
             if self.hi is not None:
-                bounds.append(f"<= {self.hi:g}")
+                bounds.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
             return what + (" " + " and ".join(bounds) if bounds else "")
         return "a non-empty string" if not self.blank_ok else "any string"
 
@@ -141,7 +142,7 @@ class Setting:
             raise AssertionError(f"setting {self.name}: unknown kind {self.kind!r}")
         if self.lo is not None and (value < self.lo or (self.lo_open and value == self.lo)):
             raise bad()
-        if self.hi is not None and value > self.hi:
+        if self.hi is not None and (value > self.hi or (self.hi_open and value == self.hi)):
             raise bad()
         return value
 
@@ -212,7 +213,7 @@ SETTINGS: Dict[str, Setting] = _registry(
        "the plan.", default_doc="on, except with HOROTOPO_PROBE=off"),
     _S("HOROTOPO_ADAPT_THRESHOLD", "float", _params.ADAPT.threshold, "Fraction below its "
        "size's baseline efficiency at which an allreduce counts as slow for re-planning "
-       "(AdaptParams.threshold).", lo=0.0, lo_open=True, hi=1.0),
+       "(AdaptParams.threshold).", lo=0.0, lo_open=True, hi=1.0, hi_open=True),
     _S("HOROTOPO_ADAPT_CONSECUTIVE", "int", _params.ADAPT.consecutive, "Slow allreduces in a "
        "row that trigger a re-plan (AdaptParams.consecutive).", lo=1),
     _S("HOROTOPO_ADAPT_TRIAL", "int", _params.ADAPT.trial_calls, "Tree allreduces a re-plan's "

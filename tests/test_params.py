@@ -106,11 +106,17 @@ def test_environment_overrides_the_declared_fields():
     assert config.probe_params({}) == params.PROBE
 
 
-def test_a_value_the_object_refuses_is_a_config_error_naming_the_variable():
-    with pytest.raises(config.ConfigError, match="HOROTOPO_ADAPT_THRESHOLD='1'"):
-        config.adapt_params({"HOROTOPO_ADAPT_THRESHOLD": "1"})
-    with pytest.raises(config.ConfigError, match="HOROTOPO_ADAPT_CONSECUTIVE"):
-        config.adapt_params({"HOROTOPO_ADAPT_CONSECUTIVE": "0"})
+@pytest.mark.parametrize("variable, value", [
+    ("HOROTOPO_ADAPT_THRESHOLD", "1"), ("HOROTOPO_ADAPT_THRESHOLD", "0"),
+    ("HOROTOPO_ADAPT_CONSECUTIVE", "0"), ("HOROTOPO_ADAPT_TRIAL", "-1")])
+def test_a_value_the_object_refuses_is_refused_by_its_setting_first(variable, value):
+    # init() checks every setting before it starts, so a value the parameter object would
+    # refuse later must already fail the setting's own check, naming the variable.
+    env = {variable: value}
+    assert [row.error for row in config.effective(env) if row.error
+            and row.setting.name == variable], f"{variable}={value} passes init()'s check"
+    with pytest.raises(config.ConfigError, match=f"{variable}='{value}'"):
+        config.adapt_params(env)
 
 
 def test_each_override_is_declared_with_the_fields_default():
