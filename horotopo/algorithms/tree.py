@@ -69,10 +69,11 @@ class _TreeRun:
         self.out = out
         self.src = src
         self.op = op
-        self.rc = table.recv_children
-        self.rp = table.send_parent
-        self.bc = table.send_children
-        self.bp = table.recv_parent
+        # The table's peers, copied onto the run: the progress loop reads them per message.
+        self.recv_children = table.recv_children
+        self.send_parent = table.send_parent
+        self.send_children = table.send_children
+        self.recv_parent = table.recv_parent
         self.tag_up = tag_base + table.stream_up
         self.tag_down = tag_base + table.stream_down
         self.scratch = scratch
@@ -87,25 +88,31 @@ class _TreeRun:
         # A leaf that reads its own data from a separate send buffer can receive the result
         # into the output while its own send is in flight; otherwise the output is the send
         # buffer and the receive must wait for the send to complete.
-        self.prepost = allreduce and not self.is_root and not self.rc and src is not out
+        self.prepost = (allreduce and not self.is_root and not self.recv_children
+                        and src is not out)
+        # Per chunk: completion events still awaited, the reduce children arrived (a bit
+        # each), how many of them are reduced (in the table's order), and whether the chunk is
+        # ready to go up, finished, final here, and sent up.
         n = len(self.chunks)
         self.left = [0] * n
         self.arrived = [0] * n
-        self.nred = [0] * n
-        self.rdone = [False] * n
-        self.fin = [False] * n
+        self.reduced = [0] * n
+        self.ready = [False] * n
+        self.finished = [False] * n
         self.final = [False] * n
-        self.down_low = 0
         self.sent = [False] * n
+        # The first chunk not yet: sent down, given its receive from above, started, released
+        # upwards (or final at the root), finished.
+        self.down_low = 0
         self.up_low = 0
         self.next = 0
-        self.red_low = 0
-        self.fin_low = 0
+        self.ready_low = 0
+        self.finished_low = 0
         self._filling = False
         # Completion events a chunk waits for before its slot frees: the sends down, plus
         # (allreduce) the reduction ready and, off the root, the send up and the receive down;
         # (broadcast) the chunk ready at the root or its receive elsewhere.
-        steps = len(self.bc)
+        steps = len(self.send_children)
         if allreduce:
             steps += 1 if self.is_root else 3
         else:
@@ -114,7 +121,7 @@ class _TreeRun:
 
     @property
     def done(self) -> bool:
-        return self.fin_low == len(self.chunks)
+        return self.finished_low == len(self.chunks)
 
     def fill(self) -> None:
         """Start chunks while the windows allow."""
@@ -124,8 +131,8 @@ class _TreeRun:
         try:
             n = len(self.chunks)
             # The scratch window only binds ranks that receive from reduce children.
-            while (self.next < n and self.next < self.fin_low + self.in_flight
-                   and (not self.rc or self.next < self.red_low + self.window)):
+            while (self.next < n and self.next < self.finished_low + self.in_flight
+                   and (not self.recv_children or self.next < self.ready_low + self.window)):
                 k = self.next
                 self.next += 1
                 self._start(k)
@@ -139,13 +146,15 @@ class _TreeRun:
             if self.is_root:
                 self._ready(k)
             else:
-                self.prog.irecv(self.out[a:b], self.bp, self.tag_down, partial(self._arrived, k))
+                self.prog.irecv(self.out[a:b], self.recv_parent, self.tag_down,
+                                partial(self._arrived, k))
             return
         if self.prepost:
-            self.prog.irecv(self.out[a:b], self.bp, self.tag_down, partial(self._arrived, k))
-        if self.rc:
-            slot = (k % self.window) * len(self.rc)
-            for i, c in enumerate(self.rc):
+            self.prog.irecv(self.out[a:b], self.recv_parent, self.tag_down,
+                            partial(self._arrived, k))
+        if self.recv_children:
+            slot = (k % self.window) * len(self.recv_children)
+            for i, c in enumerate(self.recv_children):
                 buf = self.scratch[slot + i, : b - a]
                 self.prog.irecv(buf, c, self.tag_up, partial(self._child, k, i))
         else:
@@ -154,34 +163,36 @@ class _TreeRun:
     def _child(self, k: int, i: int) -> None:
         self.arrived[k] |= 1 << i
         a, b = self.chunks[k]
-        slot = (k % self.window) * len(self.rc)
-        while self.nred[k] < len(self.rc) and (self.arrived[k] >> self.nred[k]) & 1:
-            j = self.nred[k]
+        children = len(self.recv_children)
+        slot = (k % self.window) * children
+        while self.reduced[k] < children and (self.arrived[k] >> self.reduced[k]) & 1:
+            j = self.reduced[k]
             part = self.scratch[slot + j, : b - a]
             if j == 0 and self.src is not self.out:
                 combine_into(self.out[a:b], self.src[a:b], part, self.op)
             else:
                 reduce_into(self.out[a:b], part, self.op)
-            self.nred[k] = j + 1
-        if self.nred[k] == len(self.rc):
+            self.reduced[k] = j + 1
+        if self.reduced[k] == children:
             synchronize(self.out)
             self._ready(k)
 
     def _ready(self, k: int) -> None:
         """Chunk ``k`` holds this rank's contribution (allreduce) or the data (broadcast root)."""
-        self.rdone[k] = True
+        self.ready[k] = True
         # MPI matches messages of one stream in posting order but may report completions out
         # of order, so every send stream is released strictly in chunk order.
-        while self.red_low < len(self.chunks) and self.rdone[self.red_low]:
-            j = self.red_low
-            self.red_low += 1
+        while self.ready_low < len(self.chunks) and self.ready[self.ready_low]:
+            j = self.ready_low
+            self.ready_low += 1
             if self.is_root:
                 self._final(j)
             else:
                 a, b = self.chunks[j]
-                buf = self.out[a:b] if (self.rc or self.src is self.out) else self.src[a:b]
-                self.prog.isend(buf, self.rp, self.tag_up, partial(self._up_sent, j))
-        if self.phases is not None and self.red_low == len(self.chunks):
+                own = self.recv_children or self.src is self.out
+                buf = self.out[a:b] if own else self.src[a:b]
+                self.prog.isend(buf, self.send_parent, self.tag_up, partial(self._up_sent, j))
+        if self.phases is not None and self.ready_low == len(self.chunks):
             self.phases.reduced(self.table.tree)
         self._step(k)
 
@@ -194,7 +205,8 @@ class _TreeRun:
                 j = self.up_low
                 self.up_low += 1
                 a, b = self.chunks[j]
-                self.prog.irecv(self.out[a:b], self.bp, self.tag_down, partial(self._arrived, j))
+                self.prog.irecv(self.out[a:b], self.recv_parent, self.tag_down,
+                                partial(self._arrived, j))
         self._step(k)
 
     def _arrived(self, k: int) -> None:
@@ -210,16 +222,16 @@ class _TreeRun:
             j = self.down_low
             self.down_low += 1
             a, b = self.chunks[j]
-            for c in self.bc:
+            for c in self.send_children:
                 self.prog.isend(self.out[a:b], c, self.tag_down, partial(self._step, j))
 
     def _step(self, k: int) -> None:
         self.left[k] -= 1
         if self.left[k] == 0:
-            self.fin[k] = True
-            while self.fin_low < len(self.chunks) and self.fin[self.fin_low]:
-                self.fin_low += 1
-            if self.phases is not None and self.fin_low == len(self.chunks):
+            self.finished[k] = True
+            while self.finished_low < len(self.chunks) and self.finished[self.finished_low]:
+                self.finished_low += 1
+            if self.phases is not None and self.finished_low == len(self.chunks):
                 self.phases.done(self.table.tree)
         self.fill()
 
