@@ -8,10 +8,10 @@ returning only the Plan):
 2. the topology: loaded by rank 0 from ``HOROTOPO_TOPOLOGY=path`` if set, else probed by all
    ranks (``HOROTOPO_PROBE=quick``, the default, or ``full``), else (``off``) a uniform model;
 3. rank 0 plans it (:func:`horotopo.plan.make_plan`; ring for the uniform model of ``off``),
-   records in the plan the allreduce algorithm predicted fastest on it
-   (:func:`horotopo.algorithms.choice.with_choice`) and broadcasts the Plan's JSON with the
-   topology's (the adaptive engine refreshes that model when the network changes, and every
-   rank must know which model it has);
+   records in the plan the allreduce algorithm predicted fastest on it (the sharing protocol
+   does, :func:`horotopo.algorithms.choice.with_choice`) and broadcasts the Plan's JSON with
+   the topology's (the adaptive engine refreshes that model when the network changes, and
+   every rank must know which model it has);
 4. every rank rebuilds the Plan and the ranks compare its digest.
 
 Steps 3 and 4 are :func:`horotopo.planning_protocol.share_plan`, the one protocol for sharing
@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from . import config
 from . import costs as cost_profiles
-from .algorithms.choice import recorded_algorithm, with_choice
+from .algorithms.choice import recorded_algorithm
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import EXCHANGE_TIMEOUT_S, PLAN_TIMEOUT_S, share_plan
 from .probe import ProbeError, probe
@@ -193,8 +193,7 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     def build() -> Tuple[Plan, Optional[Topology]]:
         topology = model()
         try:
-            made = ring_plan(topology) if use_ring else make_plan(topology)
-            return with_choice(made, topology), topology
+            return (ring_plan(topology) if use_ring else make_plan(topology)), topology
         except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
             raise BootstrapError(f"planning {topology.name!r} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc

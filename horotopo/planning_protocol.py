@@ -6,7 +6,9 @@ MPI and over a simulator alike:
 
 1. the root calls ``build()`` (the planner, with whatever it needs from the model); any
    exception there becomes a one-line message, so that no rank waits for a plan that never
-   comes;
+   comes; a plan that records no allreduce algorithm gets the one predicted fastest on the
+   model (:func:`horotopo.algorithms.choice.with_choice`), so that a re-plan carries its
+   choice as the init's plan does;
 2. the root broadcasts the Plan's JSON and its model's (or the failure) to every rank;
 3. every rank rebuilds the Plan, and the ranks compare its digest.
 
@@ -19,6 +21,7 @@ import json
 import re
 from typing import Any, Callable, Dict, Optional, Tuple, Type
 
+from .algorithms.choice import with_choice
 from .plan import Plan
 from .topology import Topology, from_dict
 from .transport.base import Transport, TransportTimeout
@@ -83,6 +86,8 @@ def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str =
     if transport.rank == root:
         try:
             plan, topology = build()
+            if topology is not None and "algorithm" not in plan.planner:
+                plan = with_choice(plan, topology)
             payload = {"plan": plan.to_json(),
                        "topology": None if topology is None else topology.to_json()}
         except error as exc:

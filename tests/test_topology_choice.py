@@ -256,3 +256,19 @@ def test_init_records_the_choice_in_the_plan_every_rank_gets():
     name, predicted = choose(load("racks-2x3"), plan)
     assert got[0]["algorithm"] == name
     assert got[0]["predicted_s"] == pytest.approx(predicted)
+
+
+def test_a_shared_plan_gets_the_choice_unless_its_builder_made_one():
+    from horotopo.planning_protocol import share_plan
+    from horotopo.topology import load
+
+    topo = load("racks-2x3")
+    plan = make_plan(topo)
+    fixed = dataclasses.replace(plan, planner=dict(plan.planner, algorithm="dbtree"))
+    got = run_ranks(6, lambda t: (share_plan(t, lambda: (plan, topo))[0].planner,
+                                  share_plan(t, lambda: (fixed, topo))[0].planner,
+                                  share_plan(t, lambda: (plan, None))[0].planner))
+    for chosen, kept, bare in got:
+        assert chosen["algorithm"] == choose(topo, plan)[0]
+        assert kept["algorithm"] == "dbtree"
+        assert "algorithm" not in bare

@@ -21,11 +21,14 @@ that the plans' own model predicts (:func:`predict_time`).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, List, Optional, Tuple
+
+import numpy as np
 
 from ..buffers import ScratchPool
 from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
-from ..plan import Plan, modelled_rate_on, plan_from_trees
+from ..plan import Plan, plan_from_trees
 from ..topology import Topology
 from ..transport.base import Transport
 from .flows import flow_rates, sharing_matters
@@ -125,10 +128,27 @@ def double_tree_plan_on(topology: Topology, chunk_bytes: int,
         per_tree = [float(rates[:first].min()) / network.bandwidth_factor,
                     float(rates[first:].min()) / network.bandwidth_factor]
     else:
-        per_tree = [modelled_rate_on(shape, topology) / 2] * 2
+        per_tree = [_pair_rate(topology, shape) / 2] * 2
     trees = [(t.root, t.reduce_parent, t.bcast_parent, float(x))
              for t, x in zip(shape.trees, per_tree)]
     return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes), topology=topology)
+
+
+def _pair_rate(topology: Topology, shape: Plan) -> float:
+    """The allreduce rate the two trees reach together with equal shares: every link carries
+    half a byte per byte reduced for each tree arc, up and down, that crosses it, and the
+    most loaded link sets the rate (``horotopo.plan.modelled_rate_on``'s figure, from the
+    arcs' routes alone)."""
+    load = np.zeros(len(topology.capacity_Bps))
+    for t in shape.trees:
+        for v, p in enumerate(t.reduce_parent):
+            if p >= 0:
+                load[list(topology.route(v, p))] += t.share
+        for v, p in enumerate(t.bcast_parent):
+            if p >= 0:
+                load[list(topology.route(p, v))] += t.share
+    busy = float((load / np.asarray(topology.capacity_Bps, dtype=float)).max())
+    return math.inf if busy <= 0 else 1.0 / busy
 
 
 def predict_time(topology: Topology, nbytes: int, chunk_bytes: int,
