@@ -108,8 +108,8 @@ def markdown(path: str, rows: List[Dict[str, Any]], misses: List[str], stage: st
     """The results file: the printed table's figures, and the targets missed."""
     fmt = results_doc.fmt
     columns: List[results_doc.Column] = [
-        ("topology", lambda r: r["topology"]), ("kind", lambda r: r.get("kind", "-")),
-        ("ranks", lambda r: r["n"]),
+        ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["n"]),
+        ("kind", lambda r: r.get("kind", "-")),
         ("hosts", lambda r: r["machines"] or "-"),
         ("plan (s, wall)", lambda r: fmt(r["plan_s"], ".2f")),
         ("CPU (s)", lambda r: fmt(r["cpu_s"], ".2f")),

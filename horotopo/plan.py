@@ -456,17 +456,20 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     check_forest(forest, topology, hierarchical)
     if max_host_trees is not None:
         host_tree_counts(1, limit=max_host_trees)  # a bound below one fails before the packing
+    host_model = None
     if hierarchical:
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
         ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
+        host_model = _hierarchy.HostModel(topology)  # the packing's, and the host forests'
         packing = _hierarchy.pack_hierarchical(topology, max_trees_per_root=max_trees_per_root,
-                                               target_gap=target_gap, progress=progress)
+                                               target_gap=target_gap, progress=progress,
+                                               host_model=host_model)
     else:
         ring = ring_packing(topology)
         packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
                        progress=progress)
     plan, record = choose_forest(
-        Candidates(topology, packing, hierarchical, max_host_trees),
+        Candidates(topology, packing, hierarchical, max_host_trees, host_model),
         lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
         forest=forest, network=network, progress=progress)
     return replace(plan, planner=dict(plan.planner, forest=record))

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..topology import Topology
 from .certificate import plural
 from .gk import UNBOUNDED_BPS
-from .hierarchy import machines
+from .hierarchy import HostModel, machines
 from .hostforest import has_hosts, host_tree_counts, pack_host_forests
 from .model import Packing
 
@@ -38,12 +38,14 @@ __all__ = ["ForestKind", "Candidates", "KINDS", "FORESTS", "kind_names", "check_
 @dataclass(frozen=True)
 class Candidates:
     """What a kind packs from: the topology, the certified packing, whether the plan is over
-    hosts, and the bound on host trees (None: :data:`~.hostforest.MAX_HOST_TREES`)."""
+    hosts, the bound on host trees (None: :data:`~.hostforest.MAX_HOST_TREES`), and the
+    topology's :class:`~.hierarchy.HostModel` where the packing built one."""
 
     topology: Topology
     packing: Packing
     hierarchical: bool
     max_host_trees: Optional[int] = None
+    host_model: Optional[HostModel] = None
 
 
 class ForestKind:
@@ -80,7 +82,8 @@ class HostForest(ForestKind):
     def pack(self, given: Candidates) -> List[Packing]:
         h_count = len(set(machines(given.topology)))
         return pack_host_forests(given.topology,
-                                 host_tree_counts(h_count, limit=given.max_host_trees))
+                                 host_tree_counts(h_count, limit=given.max_host_trees),
+                                 model=given.host_model)
 
 
 #: The kinds, in the order the choice weighs them (a tie keeps the earlier).

@@ -426,7 +426,7 @@ def use_hierarchy(topology: Topology, setting: Optional[str] = None) -> bool:
 
 def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
                       progress: Optional[Callable[[str], None]] = None,
-                      **pack_args: Any) -> Packing:
+                      host_model: Optional["HostModel"] = None, **pack_args: Any) -> Packing:
     """Pack trees over the machines of ``topology`` and expand them to rank-level trees.
 
     Parameters
@@ -437,6 +437,8 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
         ``n`` ranks) and report it as ``flat_upper_bound_Bps``.
     progress : callable, optional
         Receives one-line progress messages.
+    host_model : HostModel, optional
+        ``HostModel(topology)``, where the caller has built it already.
     **pack_args
         Passed to :func:`horotopo.packing.gk.pack` (``max_trees_per_root``, ``target_gap``...).
 
@@ -448,7 +450,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     """
     start = time.perf_counter()
     say = progress or (lambda msg: None)
-    model = HostModel(topology)
+    model = HostModel(topology) if host_model is None else host_model
     built = time.perf_counter() - start
     say(f"hierarchy: {model.n} machines, {model.channels} channels, "
         f"{len(model.capacity)} merged resources of {len(model.flat_capacity)} ({built:.2f} s)")

@@ -320,8 +320,8 @@ def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS,
     return sorted({c for c in counts if 1 <= c <= top} | ({top} if top < max(counts) else set()))
 
 
-def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
-                      ) -> List[Packing]:
+def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
+                      model: Optional[HostModel] = None) -> List[Packing]:
     """The rotated host forest of ``topology`` with each of ``counts`` host-level trees
     (:func:`pick_rotations`' first ones), as rank-level trees at one common rate: the most
     every resource allows for those trees' loads (``upper_bound`` None).
@@ -334,6 +334,8 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
         Host-level tree counts, each in ``1..H``.
     arity : int
         Children per machine in a finest group's heap.
+    model : HostModel, optional
+        ``HostModel(topology)``, where the caller has built it already.
 
     Returns
     -------
@@ -350,7 +352,7 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2
     if not has_hosts(topology):
         raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
                          "with several ranks")
-    model = HostModel(topology)
+    model = HostModel(topology) if model is None else model
     counts = [int(c) for c in counts]
     if not counts or any(not 1 <= c <= model.n for c in counts):
         raise ValueError(f"host tree counts must lie in 1..{model.n}, got {counts}")
