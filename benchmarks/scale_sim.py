@@ -34,6 +34,7 @@ Example (docs/results/scale_sim.md; a few minutes here per 256-rank row):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -44,7 +45,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from horotopo import costs as cost_profiles
 from horotopo.algorithms.choice import predictions, recorded_algorithm, with_choice
+from horotopo.algorithms.simcheck import measure_network, simulated_costs
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
+from horotopo.packing.alphabeta import IDEAL_NETWORK, NetworkModel
 from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.simulation import SimulationError
 from horotopo.topology import Topology, TopologyError
@@ -59,6 +62,9 @@ DEFAULT_GENERATORS = ["racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
 #: The peers' names in the table, after horotopo's.
 PEERS = ("ring", "dbtree", "hierarchical")
 PLAN_CHUNK = "plan"
+#: --predict-on: the network the predictions are made for.
+PREDICT_ON = {"simulator": "simulator's", "declared": "declared"}
+MEASURED = " (measured from single messages: horotopo.algorithms.simcheck.measure_network)"
 
 T0 = time.perf_counter()
 
@@ -155,16 +161,26 @@ def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: 
     return topo, plan, rec
 
 
+@functools.lru_cache(maxsize=None)
+def simulator_network() -> NetworkModel:
+    """The network the simulator gives, measured once per run from single messages."""
+    say("measuring the simulator's network for the predictions")
+    return measure_network()
+
+
 def predicted_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
-                  chunk: Optional[int], profile: cost_profiles.CostProfile) -> Dict[str, float]:
-    """Every algorithm's modelled time at ``chunk`` (the plan's own: the choice's figures),
-    kept with the row's plan (``--replan`` makes both again)."""
-    if chunk is None:
-        return dict(plan.planner["predicted_s"])
-    name = chunk_name(chunk)
+                  chunk: Optional[int], profile: cost_profiles.CostProfile,
+                  network: str) -> Dict[str, float]:
+    """Every algorithm's modelled time at ``chunk`` (None: the plan's) with the software
+    costs the simulator charges, on the ``network`` (``"simulator's"``: the one the simulator
+    gives, the model's figure for the cell's own conditions; ``"declared"``: the links as
+    declared, as init predicts). Kept with the row's plan (``--replan`` makes both again)."""
+    name = f"{chunk_name(chunk)} on the {network} network"
     if name not in rec["predicted"]:
         with cost_profiles.charging(profile, rec["ranks_are"], rec["cuda_aware"]):
-            rec["predicted"][name] = predictions(topo, plan, rec["size"], chunk)
+            rec["predicted"][name] = predictions(
+                topo, plan, rec["size"], chunk, costs=simulated_costs(),
+                network=simulator_network() if network == "simulator's" else IDEAL_NETWORK)
         cache.save()
     return rec["predicted"][name]
 
@@ -249,7 +265,8 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
                                            cuda_aware, profile, args.replan)
                 row = dict(rec, costs=costs, chunk=chunk_name(chunk), cells={},
                            chosen=recorded_algorithm(plan),
-                           predicted=predicted_for(cache, rec, topo, plan, chunk, profile))
+                           predicted=predicted_for(cache, rec, topo, plan, chunk, profile,
+                                                   PREDICT_ON[args.predict_on]))
                 rows.append(row)
                 for alg in args.algorithms:
                     done += 1
@@ -411,8 +428,11 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         f"software costs of CPU ranks (this machine's profile) and of GPU ranks (the device "
         f"path, `horotopo simulate --ranks-are gpu`). \"horotopo runs\" is the algorithm "
         f"horotopo's plan chooses, and \"horotopo\" is that algorithm's cell. Times are "
-        f"simulated; \"predicted\" is the model's time for the same algorithm and chunk "
-        f"(\"-\": no model); \"/ optimum\" is the optimum's time (the size over the certified "
+        f"simulated; \"predicted\" is the model's time for the same algorithm and chunk with "
+        f"the software costs the simulator charges, on the "
+        f"{PREDICT_ON[args.predict_on]} network"
+        f"{MEASURED if args.predict_on == 'simulator' else ''}, while \"horotopo runs\" is the "
+        f"choice init makes on the declared network; \"/ optimum\" is the optimum's time (the size over the certified "
         f"upper bound on any packing of trees) divided by the algorithm's time. Chunk "
         f"of every algorithm (\"plan\": the row's plan's, as horotopo's engine runs any "
         f"algorithm; a size: that full-size chunk, where the simulator's speed forbids the "
@@ -475,6 +495,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "another plan are simulated again: tree's, and all at plan chunks)")
     ap.add_argument("--retry-limits", action="store_true",
                     help="simulate again the cached cells that met a limit")
+    ap.add_argument("--predict-on", default="simulator", choices=sorted(PREDICT_ON),
+                    help="the network the predictions are made for: the one the simulator "
+                         "gives (default; measured once per run, about 10 s of CPU) or the "
+                         "links as declared")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
     results_doc.add_markdown_option(ap, "scale_sim")
     args = ap.parse_args(argv)

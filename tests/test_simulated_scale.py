@@ -205,6 +205,7 @@ def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_pat
     is not run, each saying so in the results file."""
     cache, md = tmp_path / "cells.json", tmp_path / "scale.md"
     base = ["--generators", "racks:hosts_per_rack=2,gpus=2", "--size", "64K", "--ranks", "4",
+            "--predict-on", "declared",
             "--ranks-are", "cpu,gpu", "--chunk", "16K", "--cache", str(cache), "--json"]
     rows = benchmark_json("scale_sim.py", *base)["rows"]
     assert [(r["ranks"], r["costs"]) for r in rows] == [(4, "cpu"), (4, "gpu")]
@@ -219,6 +220,7 @@ def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_pat
     assert json.loads(again.stdout)["rows"] == rows
     limited = run_benchmark("scale_sim.py", "--generators", "fattree", "--size", "64K",
                             "--ranks", "4,8", "--ranks-are", "cpu", "--algorithms", "ring",
+                            "--predict-on", "declared",
                             "--max-wall", "1e-6", "--json", "--markdown", str(md))
     assert limited.returncode == 0, limited.stderr[-2000:]
     small, large = json.loads(limited.stdout)["rows"]
