@@ -125,9 +125,10 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     ``build`` turns a packing into a plan (anything with ``predict_time(size)``,
     ``throughput_Bps`` and ``trees`` whose items have ``depth``); ``network`` (a
     :class:`~horotopo.packing.alphabeta.NetworkModel`, default the links as declared) is what
-    the predictions are made on. ``forest`` names a kind to force it (the deep forest alone
-    is then built where that is the kind). Every candidate carries the certified packing's
-    bound, which bounds every packing.
+    the predictions are made on. ``forest`` names a kind to force it: that kind alone is
+    built, but for fewer than three ranks or a network where nothing binds, where the deep
+    forest stands. Every candidate carries the certified packing's bound, which bounds every
+    packing.
 
     Returns the plan and a record of the choice: the size, the chosen kind and, per kind
     weighed, its best candidate's predicted time, throughput, tree count and deepest tree
@@ -145,11 +146,13 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     packing = given.packing
     constrained = (packing.upper_bound is not None and len(topology.capacity_Bps) > 0
                    and packing.throughput < UNBOUNDED_BPS)
-    only_deep = forest == "deep" or topology.n < 3 or not constrained
+    # with fewer than three ranks, or no resource that binds, every forest runs alike: the
+    # certified one stands, whichever kind was asked for
+    alike = topology.n < 3 or not constrained
     pick: Any = None
     for kind in KINDS:
-        if (forest not in ("auto", kind.name) or (only_deep and kind.name != "deep")
-                or not kind.offered(topology, given.hierarchical)):
+        wanted = kind.name == "deep" if alike else forest in ("auto", kind.name)
+        if not wanted or not kind.offered(topology, given.hierarchical):
             continue
         start = time.perf_counter()
         tried = [_candidate(kind, found, packing, build, size, network)
