@@ -185,6 +185,19 @@ def predicted_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
     return rec["predicted"][name]
 
 
+def chosen_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
+               chunk: Optional[int], profile: cost_profiles.CostProfile) -> str:
+    """What init records for an engine that runs at ``chunk``: at the plan's own chunk the
+    plan's record; at a fixed chunk the candidate predicted fastest at that chunk on the
+    declared network, as init predicts (the recorded choice was weighed at the plan's chunk,
+    and an algorithm's rank among the others changes with the chunk)."""
+    if chunk is None:
+        return recorded_algorithm(plan)
+    got = predicted_for(cache, rec, topo, plan, chunk, profile, "declared")
+    order = list(got)
+    return min(order, key=lambda name: (got[name], order.index(name)))
+
+
 def cell_key(rkey: str, alg: str, chunk: Optional[int], plan: Plan) -> str:
     """A cell's cache key. The tree cells run the plan's trees, and at the plan's chunk every
     algorithm runs at that chunk: those cells belong to the plan they ran with."""
@@ -264,7 +277,7 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
                 topo, plan, rec = plan_row(cache, spec, n, args.size, args.probe, ranks_are,
                                            cuda_aware, profile, args.replan)
                 row = dict(rec, costs=costs, chunk=chunk_name(chunk), cells={},
-                           chosen=recorded_algorithm(plan),
+                           chosen=chosen_for(cache, rec, topo, plan, chunk, profile),
                            predicted=predicted_for(cache, rec, topo, plan, chunk, profile,
                                                    PREDICT_ON[args.predict_on]))
                 rows.append(row)
@@ -432,7 +445,7 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         f"the software costs the simulator charges, on the "
         f"{PREDICT_ON[args.predict_on]} network"
         f"{MEASURED if args.predict_on == 'simulator' else ''}, while \"horotopo runs\" is the "
-        f"choice init makes on the declared network; \"/ optimum\" is the optimum's time (the size over the certified "
+        f"choice init makes on the declared network for an engine at the row's chunk; \"/ optimum\" is the optimum's time (the size over the certified "
         f"upper bound on any packing of trees) divided by the algorithm's time. Chunk "
         f"of every algorithm (\"plan\": the row's plan's, as horotopo's engine runs any "
         f"algorithm; a size: that full-size chunk, where the simulator's speed forbids the "
