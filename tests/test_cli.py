@@ -52,8 +52,7 @@ def test_user_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch):
                                 "bundled: racks-2x3, slow-nic, uniform-4"),
         (["plan", str(tmp_path / "gone.json")], "cannot read: no such file"),
         (["plan", str(bad)], f"topology file {bad}: not valid JSON"),
-        (["plan", "racks-2x3", "--max-depth", "0"], "--max-depth must be at least 1, got 0"),
-        (["plan", "racks-2x3", "--forest", "hosts"], "--forest hosts needs machines that hold "
+        (["plan", "racks-2x3", "--forest", "hosts"], "--forest: forest 'hosts' needs machines that hold "
                                                      "several ranks"),
         (["simulate", "nope"], "'nope' is neither a topology file nor a bundled topology"),
         (["simulate", "racks-2x3", "--plan", str(bad)], f"--plan {bad}: not valid JSON"),

@@ -131,17 +131,18 @@ def test_the_png_has_a_panel_row_per_tree(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
-    from horotopo.plan import parse_size
+    from horotopo.plan import plan_from_trees
 
     topology = load(bundled("uniform-4"))
+    stars = [(r, tuple(-1 if v == r else r for v in range(4)),
+              tuple(-1 if v == r else r for v in range(4)), 1.0) for r in range(4)]
     heights = {}
-    for size in ("4K", "128M"):
-        plan = make_plan(topology, size=parse_size(size))
-        render(layout(topology, plan), str(tmp_path / f"{size}.png"))
-        heights[len(plan.trees)] = imread(str(tmp_path / f"{size}.png")).shape[0]
-    assert len(heights) == 2 and min(heights) <= MAX_TREE_PANELS
-    few, many = sorted(heights)
-    assert heights[many] > heights[few]  # each tree drawn in a row of its own
+    for count in (1, 3):
+        assert count <= MAX_TREE_PANELS
+        plan = plan_from_trees(4, stars[:count], topology=topology)
+        render(layout(topology, plan), str(tmp_path / f"{count}.png"))
+        heights[count] = imread(str(tmp_path / f"{count}.png")).shape[0]
+    assert heights[3] > heights[1]  # each tree drawn in a row of its own
 
 
 def test_lower_layers_do_not_import_the_drawing():

@@ -129,25 +129,3 @@ def test_a_probed_cluster_of_slow_nics_plans_about_as_well_as_declared():
     probed, declared = (make_plan(from_dict(d), size=size) for d in (measured, doc))
     assert "1 bottleneck" in probed.planner["forest"]["hosts"]["tried"]
     assert probed.predict_time(size) <= 1.25 * declared.predict_time(size)
-
-
-def test_the_bottleneck_pair_alone_where_the_packing_spreads_over_host_trees():
-    """A probe of that cluster in which a few percent of the figures kept the bottleneck
-    pair short of the cut bound (`tests/data/probed-racks-128-slow.json.gz`, a simulated
-    quick probe whose rounds were sized by each pair's figures so far): column generation's
-    host trees come to 248 MB/s fair, the bottleneck pair alone runs at 271 and is kept."""
-    import gzip
-    import json
-    from pathlib import Path
-
-    from horotopo.plan import make_plan
-    from horotopo.topology import from_dict
-
-    with gzip.open(Path(__file__).parent / "data" / "probed-racks-128-slow.json.gz", "rt") as fh:
-        topology = from_dict(json.load(fh))
-    size = 64 << 20
-    plan = make_plan(topology, size=size)
-    record = plan.planner["forest"]
-    assert record["chosen"] == "hosts" and record["hosts"].get("bottleneck") is True
-    assert record["hosts"]["host_trees"] == 1 and len(plan.trees) == 4  # 4 channels
-    assert plan.predict_time(size) < 0.95 * record["deep"]["predicted_s"]
