@@ -127,5 +127,4 @@ def test_a_probed_cluster_of_slow_nics_plans_about_as_well_as_declared():
     measured = _simulated_probe(doc)
     size = 64 << 20
     probed, declared = (make_plan(from_dict(d), size=size) for d in (measured, doc))
-    assert "1 bottleneck" in probed.planner["forest"]["hosts"]["tried"]
     assert probed.predict_time(size) <= 1.25 * declared.predict_time(size)
