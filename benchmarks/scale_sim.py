@@ -358,7 +358,11 @@ def columns() -> List[results_doc.Column]:
         ("horotopo runs", lambda r: r["chosen"] or "-"),
         ("horotopo (ms)", lambda r: _time(horotopo_cell(r))),
         ("horotopo predicted (ms)", lambda r: _predicted(r, r["chosen"])),
-        ("horotopo / optimum", lambda r: _of_optimum(r, horotopo_cell(r)))]
+        ("horotopo / optimum", lambda r: _of_optimum(r, horotopo_cell(r))),
+        # the plan's own trees beside the choice: a row where the chooser passed over a
+        # faster algorithm shows it
+        ("tree (ms)", lambda r: _time(r["cells"].get("tree"))),
+        ("tree predicted (ms)", lambda r: _predicted(r, "tree"))]
     for alg in PEERS:
         cols += [(f"{alg} (ms)", lambda r, a=alg: _time(r["cells"].get(a))),
                  (f"{alg} predicted (ms)", lambda r, a=alg: _predicted(r, a)),
