@@ -72,12 +72,10 @@ class Tree:
     def bcast_children(self) -> Tuple[Tuple[int, ...], ...]:
         return children(self.bcast_parent)
 
-    @property
+    @cached_property
     def depth(self) -> int:
-        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf
-        (kept from :meth:`Plan.validate`'s check of all trees at once, where it ran)."""
-        got = self.__dict__.get("_depth")
-        return got if got is not None else depth(self.reduce_parent) + depth(self.bcast_parent)
+        """Hops from the farthest leaf up ``A`` plus hops down ``B`` to the farthest leaf."""
+        return depth(self.reduce_parent) + depth(self.bcast_parent)
 
 
 # The package's one copy of the arborescence helpers: the step tables (horotopo.schedule) and
@@ -184,15 +182,19 @@ class Plan:
                              self.tree_chunks(chunk_bytes), [t.rate_Bps for t in self.trees],
                              profiles, self._degrees, costs, network)
 
-    @property
+    @cached_property
     def _degrees(self) -> Tuple[Any, Any]:
         """:func:`~horotopo.packing.alphabeta.rank_degrees` of the trees, once per plan."""
-        got = self.__dict__.get("_degrees_cache")
-        if got is None:
-            got = _ab.rank_degrees([(t.root, t.reduce_parent, t.bcast_parent)
-                                    for t in self.trees])
-            object.__setattr__(self, "_degrees_cache", got)
-        return got
+        return _ab.rank_degrees([(t.root, t.reduce_parent, t.bcast_parent) for t in self.trees])
+
+    @cached_property
+    def tree_shapes(self) -> Tuple[Tuple[Tuple[Tuple[int, ...], ...],
+                                         Tuple[Tuple[int, ...], ...], int], ...]:
+        """Per tree: reduce children, broadcast children and depth, once per plan: ``O(n)``
+        per tree, which every rank of a process that shares the plan (a simulation's
+        thousands, :mod:`horotopo.schedule`) would otherwise repeat."""
+        return tuple((children(t.reduce_parent), children(t.bcast_parent), t.depth)
+                     for t in self.trees)
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -327,14 +329,10 @@ class Plan:
 
 def _check_forests(trees: Sequence[Tree], n: int) -> bool:
     """Whether every tree's parent arrays are arborescences at its root (checked as forests,
-    :func:`~horotopo.packing.profiles.forest_depths`); each tree's depth is kept on it. False
-    sends :meth:`Plan.validate` to the tree-by-tree check, which names what is wrong."""
-    depths = forest_depths([(t.root, t.reduce_parent, t.bcast_parent) for t in trees], n)
-    if depths is None:
-        return False
-    for t, (up, down) in zip(trees, depths):
-        object.__setattr__(t, "_depth", up + down)
-    return True
+    :func:`~horotopo.packing.profiles.forest_depths`). False sends :meth:`Plan.validate` to
+    the tree-by-tree check, which names what is wrong."""
+    return forest_depths([(t.root, t.reduce_parent, t.bcast_parent) for t in trees],
+                         n) is not None
 
 
 def _tree_json(t: Tree) -> Dict[str, Any]:

@@ -262,24 +262,11 @@ def _peers(k: int, root: int, recv_children: Tuple[int, ...], send_parent: int,
                      scratch_rows=0, scratch_width=0)
 
 
-def _tree_shapes(plan: Plan) -> Tuple[Tuple[Tuple[Tuple[int, ...], ...],
-                                              Tuple[Tuple[int, ...], ...], int], ...]:
-    """Per tree: reduce children, broadcast children and hops of every rank, once per plan
-    (kept on the frozen plan): ``O(n)`` per tree, which every rank of a process that shares
-    the plan (a simulation's thousands) would otherwise repeat."""
-    got = plan.__dict__.get("_shapes_cache")
-    if got is None:
-        got = tuple((children(t.reduce_parent), children(t.bcast_parent),
-                     depth(t.reduce_parent) + depth(t.bcast_parent)) for t in plan.trees)
-        object.__setattr__(plan, "_shapes_cache", got)
-    return got
-
-
 def _allreduce_peers(plan: Plan, rank: int) -> Tuple[TreeTable, ...]:
     """Every tree's neighbours of ``rank`` in an allreduce: its reduce and broadcast trees."""
     return tuple(_peers(k, t.root, up[rank], t.reduce_parent[rank], t.bcast_parent[rank],
                         down[rank], hops)
-                 for k, (t, (up, down, hops)) in enumerate(zip(plan.trees, _tree_shapes(plan))))
+                 for k, (t, (up, down, hops)) in enumerate(zip(plan.trees, plan.tree_shapes)))
 
 
 def _broadcast_peers(plan: Plan, rank: int, root: int) -> Tuple[TreeTable, ...]:

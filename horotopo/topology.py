@@ -25,6 +25,7 @@ import math
 import reprlib
 from collections import abc
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -107,6 +108,40 @@ class Topology:
         """The latency of ``i -> j`` in seconds, read the way :meth:`route` reads a route."""
         pair = getattr(self.latency_s, "pair", None)
         return float(pair(i, j) if pair is not None else self.latency_s[i][j])
+
+    @cached_property
+    def host_route_csr(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int,
+                                      np.ndarray, np.ndarray]:
+        """A declared topology's :class:`HostRoutes` as arrays: ``(node, attach, up, down,
+        width, ptr, idx)``, the core path between attachment nodes ``a`` and ``b`` being
+        ``idx[ptr[a * width + b]:ptr[a * width + b + 1]]``. Built once per topology, since
+        every route table of a plan's arcs (:func:`horotopo.packing.sharing.route_table`)
+        reads it."""
+        routes = self.routes
+        width = len(routes.core)
+        flat = [path for row in routes.core for path in row]
+        ptr = np.zeros(len(flat) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(p) for p in flat])
+        idx = np.fromiter((r for p in flat for r in p), dtype=np.int64, count=int(ptr[-1]))
+        return (np.asarray(routes.node), np.asarray(routes.attach), np.asarray(routes.up),
+                np.asarray(routes.down), width, ptr, idx)
+
+    @cached_property
+    def host_route_figures(self) -> Tuple[np.ndarray, ...]:
+        """A declared topology's :class:`HostRoutes` as the arrays arc figures are read from:
+        ``(node, attach, up rate, down rate, core rate, leaf latency, core latency)``, a
+        missing leaf link's rate being infinite. Built once per topology, since every tree
+        profile (:mod:`horotopo.packing.profiles`) reads it."""
+        routes, lat = self.routes, self.latency_s
+        cap = np.asarray(self.capacity_Bps, dtype=float)
+        leaf_rate = lambda side: np.where(np.asarray(side) >= 0,
+                                          cap[np.maximum(np.asarray(side), 0)], math.inf)
+        core_rate = np.array([[min((cap[r] for r in path), default=math.inf) for path in row]
+                              for row in routes.core], dtype=float).reshape(
+                                  len(routes.core), len(routes.core))
+        return (np.asarray(routes.node), np.asarray(routes.attach), leaf_rate(routes.up),
+                leaf_rate(routes.down), core_rate, np.asarray(lat.leaf, dtype=float),
+                np.asarray(lat.core, dtype=float).reshape(core_rate.shape))
 
     def pair_capacity_Bps(self, i: int, j: int) -> float:
         """The rate ``i -> j`` gets alone: its tightest resource (inf for same-host ranks)."""

@@ -46,20 +46,7 @@ def _figures_declared(topology: Topology, tails: np.ndarray, heads: np.ndarray
                       ) -> Tuple[np.ndarray, np.ndarray]:
     """``(latency, 1 / bottleneck rate)`` of the arcs ``tails -> heads`` on HostRoutes, as
     :func:`~horotopo.packing.alphabeta.arc_figures` computes them one by one."""
-    cache = topology.__dict__.get("_profile_parts")
-    if cache is None:
-        routes, lat = topology.routes, topology.latency_s
-        cap = np.asarray(topology.capacity_Bps, dtype=float)
-        leaf_rate = lambda side: np.where(np.asarray(side) >= 0,
-                                          cap[np.maximum(np.asarray(side), 0)], math.inf)
-        core_rate = np.array([[min((cap[r] for r in path), default=math.inf) for path in row]
-                              for row in routes.core], dtype=float).reshape(
-                                  len(routes.core), len(routes.core))
-        cache = (np.asarray(routes.node), np.asarray(routes.attach), leaf_rate(routes.up),
-                 leaf_rate(routes.down), core_rate, np.asarray(lat.leaf, dtype=float),
-                 np.asarray(lat.core, dtype=float).reshape(core_rate.shape))
-        object.__setattr__(topology, "_profile_parts", cache)
-    node, attach, up, down, core_rate, leaf_lat, core_lat = cache
+    node, attach, up, down, core_rate, leaf_lat, core_lat = topology.host_route_figures
     a, b = attach[tails], attach[heads]
     same = node[tails] == node[heads]
     latency = np.where(same, 0.0, leaf_lat[tails] + core_lat[a, b] + leaf_lat[heads])

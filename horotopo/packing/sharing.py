@@ -63,17 +63,7 @@ def route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.nd
     tails, heads = keys // n, keys % n
     routes = topology.routes
     if isinstance(routes, HostRoutes):
-        parts = topology.__dict__.get("_sharing_parts")
-        if parts is None:
-            width = len(routes.core)
-            flat = [path for row in routes.core for path in row]
-            ptr = np.zeros(len(flat) + 1, dtype=np.int64)
-            ptr[1:] = np.cumsum([len(p) for p in flat])
-            idx = np.fromiter((r for p in flat for r in p), dtype=np.int64, count=int(ptr[-1]))
-            parts = (np.asarray(routes.node), np.asarray(routes.attach), np.asarray(routes.up),
-                     np.asarray(routes.down), width, ptr, idx)
-            object.__setattr__(topology, "_sharing_parts", parts)
-        node, attach, up, down, width, ptr, idx = parts
+        node, attach, up, down, width, ptr, idx = topology.host_route_csr
         far = node[tails] != node[heads]
         pair = attach[tails] * width + attach[heads]
         core_len = np.where(far, ptr[pair + 1] - ptr[pair], 0)
