@@ -52,10 +52,10 @@ from scipy.optimize import linprog
 from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
 from .certificate import check_certificate
-from .model import (ArcModel, Packing, TreeRate, aware_ring_order, pair_rates, ring_parents,
+from .model import (ArcModel, Packing, TreeRate, aware_ring_order, match_halves, ring_parents,
                     ring_parents_in_order)
 
-__all__ = ["pack", "dual_bound", "price", "pair_rates", "start_bound", "TreePool", "PHASE_GK",
+__all__ = ["pack", "dual_bound", "price", "match_halves", "start_bound", "TreePool", "PHASE_GK",
            "PHASE_COLUMNS", "PHASE_START"]
 
 # Names of the steps that produce bounds, as CertificateError and Plan.planner report them.
@@ -396,7 +396,7 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         rates = np.zeros(len(pool.halves))
         rates[[pool.index[h] for h in floor]] = ring / n
         total = ring
-    trees = pair_rates(pool.halves, rates)
+    trees = match_halves(pool.halves, rates)
     total = float(sum(t.rate for t in trees))
     say(f"pruned to {len(trees)} tree pairs: R {total / 1e6:.3f} MB/s "
         f"(before pruning {r_full / 1e6:.3f}), bound {best_bound / 1e6:.3f} MB/s")

@@ -25,7 +25,7 @@ from .certificate import gap as certificate_gap
 
 __all__ = ["TreeRate", "Packing", "ArcModel", "ring_packing", "ring_parents", "ring_rate",
            "ring_parents_in_order", "ring_order_nearest", "aware_ring_order", "ring_order_rate",
-           "hops_to_root", "validate_arborescence", "pair_rates"]
+           "hops_to_root", "validate_arborescence", "match_halves"]
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,8 @@ def ring_packing(topology: Topology) -> Packing:
     return Packing(trees=trees, throughput=total, upper_bound=None, full_throughput=total)
 
 
-def pair_rates(halves: Sequence[Tuple[bool, int, Tuple[int, ...]]], rates: np.ndarray) -> Tuple[TreeRate, ...]:
+def match_halves(halves: Sequence[Tuple[bool, int, Tuple[int, ...]]], rates: np.ndarray
+                 ) -> Tuple[TreeRate, ...]:
     """Match each root's reduce and broadcast rates into (A, B, x) triples (north-west corner).
 
     The LP balances each root's totals; the broadcast rates are rescaled to the reduce total
