@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 
 from .. import costs as cost_profiles
 from ..costs import RANK_KINDS, CostProfile
@@ -231,7 +230,7 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
               chunk_bytes: Optional[int], software_costs: bool, simgrid_config: Sequence[str],
               max_host_trees: Optional[int], window: Optional[int]) -> Dict[str, Any]:
     from ..algorithms.choice import predictions, recorded_algorithm, with_choice
-    from ..engine import Engine
+    from ..algorithms.simcheck import timed_allreduce
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
     from ..schedule import window_for
@@ -309,7 +308,6 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
     first = sim.results[0]
     doc = first["plan"]
     made = Plan.from_json(doc)
-    want = np.float32(n * (n - 1) / 2)
     timed: Dict[str, Any] = {}  # algorithm: its SimRun
     for alg in algorithms:
         full = chunk_bytes or made.chunk_bytes
@@ -318,18 +316,7 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         # ... and each algorithm's automatic window is the full-size run's: the scaled chunk
         # would give another, and it depends on the algorithm's trees (dbtree's 2)
         win = window or window_for(full, 2 if alg == "dbtree" else len(made.trees))
-
-        def body(t: Any, alg: str = alg, chunk: int = chunk, win: int = win) -> Dict[str, Any]:
-            eng = Engine(t, made, chunk_bytes=chunk, window=win)
-            if alg == "hierarchical":  # its hosts (an exchange of names) are not timed
-                eng.allreduce_algorithms.get(alg).runner.layout()
-            x = np.full(elems, t.rank, np.float32)
-            # every rank starts at one instant: the call's time is its last rank's finish
-            s = t.start_together()
-            got = eng.allreduce(x, algorithm=alg)
-            t.settle()  # the CPU work still owed for the last receives is part of the call
-            return {"time_s": t.now() - s, "wrong": int(np.count_nonzero(got != want))}
-
+        body = timed_allreduce(made, alg, elems, chunk, win)
         if progress is not None:
             progress(f"{alg}: simulating one {format_size(size)} allreduce")
         timed[alg] = simulated(body, alg)
