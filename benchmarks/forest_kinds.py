@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from horotopo import costs as cost_profiles
-from horotopo.generate import generate
+from horotopo.generate import SCALE_TABLE_SPECS, generate
 from horotopo.packing.forests import kind_names
 from horotopo.plan import make_plan, parse_size
 from horotopo.topology import from_dict
@@ -36,10 +36,6 @@ from horotopo.topology import from_dict
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
-SPECS = ("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
-         "racks:hosts_per_rack=4,gpus=8,oversub=4",
-         "fattree:hosts_per_leaf=8,spines=4,gpus=8",
-         "sites:gpus=8,wan_gbps=10")
 CLOSE = 0.10
 
 
@@ -125,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", default="64,256,1024", help="comma list of rank counts")
-    ap.add_argument("--generators", default=";".join(SPECS),
+    ap.add_argument("--generators", default=";".join(SCALE_TABLE_SPECS),
                     help="semicolon list of generator specs (horotopo.generate)")
     ap.add_argument("--ranks-are", default="cpu,gpu",
                     help="comma list of the kinds of rank whose costs are charged")

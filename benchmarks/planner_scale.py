@@ -29,7 +29,7 @@ from pathlib import Path
 import time
 from typing import Any, Dict, List, Optional
 
-from horotopo.generate import generate
+from horotopo.generate import SCALE_TABLE_SPECS, generate
 from horotopo.packing.hierarchy import pack_hierarchical, ring_throughput
 from horotopo.plan import make_plan
 from horotopo.topology import Topology, from_dict, load
@@ -37,10 +37,6 @@ from horotopo.topology import Topology, from_dict, load
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
-SPECS = ("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
-         "racks:hosts_per_rack=4,gpus=8,oversub=4",
-         "fattree:hosts_per_leaf=8,spines=4,gpus=8",
-         "sites:gpus=8,wan_gbps=10")
 TIME_TARGET_S = {1024: 2.0, 4096: 20.0}
 GAP_TARGET = 0.02
 
@@ -135,7 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", default="1024,4096", help="comma list of rank counts")
-    ap.add_argument("--generators", default=";".join(SPECS),
+    ap.add_argument("--generators", default=";".join(SCALE_TABLE_SPECS),
                     help="semicolon list of generator specs (horotopo.generate)")
     ap.add_argument("--topology", action="append", default=[], metavar="FILE",
                     help="also plan this topology file (a probe's measured one; repeatable)")

@@ -34,7 +34,7 @@ from horotopo import costs as cost_profiles  # noqa: E402
 from horotopo.algorithms.choice import candidates, choose, predictions, with_choice  # noqa: E402
 from horotopo.algorithms.simcheck import (measure_network, simulate_allreduce,  # noqa: E402
                                           simulated_costs)
-from horotopo.generate import GENERATORS, generate  # noqa: E402
+from horotopo.generate import GENERATORS, SCALE_TABLE_SPECS, generate  # noqa: E402
 from horotopo.packing.alphabeta import NetworkModel  # noqa: E402
 from horotopo.plan import format_size, make_plan, parse_size  # noqa: E402
 from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
@@ -42,10 +42,6 @@ from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
-CLUSTERS = ("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
-            "racks:hosts_per_rack=4,gpus=8,oversub=4",
-            "fattree:hosts_per_leaf=8,spines=4,gpus=8",
-            "sites:gpus=8,wan_gbps=10")
 
 
 def _topology(spec: str, ranks: int) -> Topology:
@@ -125,7 +121,7 @@ def columns(rows: Sequence[Dict[str, Any]]) -> List[results_doc.Column]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clusters", default=";".join(CLUSTERS),
+    ap.add_argument("--clusters", default=";".join(SCALE_TABLE_SPECS),
                     help="';'-separated generator specs or bundled topology names")
     ap.add_argument("--ranks", default="64", help="rank counts (generators only)")
     ap.add_argument("--size", default="64M", help="allreduce size (K, M, G are binary)")

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from horotopo import costs as cost_profiles
+from horotopo.generate import SCALE_TABLE_SPECS
 from horotopo.algorithms.choice import predictions, recorded_algorithm, with_choice
 from horotopo.algorithms.simcheck import measure_network, simulated_costs
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
@@ -55,10 +56,6 @@ from horotopo.topology import Topology, TopologyError
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
-DEFAULT_GENERATORS = ["racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
-                      "racks:hosts_per_rack=4,gpus=8,oversub=4",
-                      "fattree:hosts_per_leaf=8,spines=4,gpus=8",
-                      "sites:gpus=8,wan_gbps=10"]
 #: The peers' names in the table, after horotopo's.
 PEERS = ("ring", "dbtree", "hierarchical")
 PLAN_CHUNK = "plan"
@@ -476,7 +473,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--generators", default=";".join(DEFAULT_GENERATORS),
+    ap.add_argument("--generators", default=";".join(SCALE_TABLE_SPECS),
                     help="generator specs separated by ';' (default: %(default)s)")
     ap.add_argument("--ranks", default="64,256",
                     type=lambda v: sorted({int(x) for x in v.split(",") if x.strip()}),

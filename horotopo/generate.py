@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = ["racks", "random_declared", "random_measured", "uniform_star", "rack_cluster",
            "fat_tree", "two_sites", "GENERATORS", "generate", "parse_spec",
-           "describe_generators"]
+           "describe_generators", "SCALE_TABLE_SPECS"]
 
 
 def uniform_star(n: int, gbps: float = 1.0) -> Dict[str, Any]:
@@ -270,6 +270,15 @@ def two_sites(n: int, *, wan_gbps: float = 1.0, wan_latency_ms: float = WAN_LATE
 GENERATORS: Dict[str, Callable[..., Dict[str, Any]]] = {
     "racks": rack_cluster, "fattree": fat_tree, "sites": two_sites}
 
+
+#: The clusters of the scale table (8-GPU hosts: racks with 4:1 uplinks and a quarter of the
+#: NICs slow, the same racks without slow NICs, a fat tree, two sites over a 10 gbps WAN): the
+#: rows that benchmarks/scale_sim.py, predict_check.py, forest_kinds.py and planner_scale.py
+#: share, so that their tables describe the same clusters.
+SCALE_TABLE_SPECS: Tuple[str, ...] = ("racks:hosts_per_rack=4,gpus=8,oversub=4,slow=0.25",
+                                      "racks:hosts_per_rack=4,gpus=8,oversub=4",
+                                      "fattree:hosts_per_leaf=8,spines=4,gpus=8",
+                                      "sites:gpus=8,wan_gbps=10")
 
 def _value(text: str) -> Any:
     """A parameter's value: an int, a float, true/false, or the text."""
