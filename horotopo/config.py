@@ -402,6 +402,7 @@ PARAMETER_SETTINGS: Dict[Type[Any], Dict[str, str]] = {
                           "consecutive": "HOROTOPO_ADAPT_CONSECUTIVE",
                           "trial_calls": "HOROTOPO_ADAPT_TRIAL"},
     _params.ProbeParams: {},
+    _params.PlannerParams: {},
 }
 
 _P = TypeVar("_P")

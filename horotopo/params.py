@@ -1,10 +1,11 @@
-"""The tuning parameters of the engine, the adaptivity and the probe, each documented once.
+"""The tuning parameters of the engine, the adaptivity, the probe and the planner, each
+documented once.
 
 Each concern has one frozen dataclass: :class:`EngineParams`, :class:`AdaptParams`,
-:class:`ProbeParams`. A field holds its default and, in its metadata, why that value (the
-evidence behind it); :func:`why` reads it. The modules of a concern take their numbers from
-the object they are given, and from the defaults (``ENGINE``, ``ADAPT``, ``PROBE``) when
-given none, so no tuning number lives anywhere else. :mod:`horotopo.config` declares the
+:class:`ProbeParams`, :class:`PlannerParams`. A field holds its default and, in its metadata,
+why that value (the evidence behind it); :func:`why` reads it. The modules of a concern take
+their numbers from the object they are given, and from the defaults (``ENGINE``, ``ADAPT``,
+``PROBE``, ``PLANNER``) when given none, so no tuning number lives anywhere else. :mod:`horotopo.config` declares the
 fields a user may override through the environment and builds the objects with those
 overrides (:func:`horotopo.config.adapt_params`).
 
@@ -16,7 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple, Type
 
-__all__ = ["EngineParams", "AdaptParams", "ProbeParams", "ENGINE", "ADAPT", "PROBE",
+__all__ = ["EngineParams", "AdaptParams", "ProbeParams", "PlannerParams", "ENGINE", "ADAPT",
+           "PROBE", "PLANNER",
            "PARAMETER_OBJECTS", "why", "describe"]
 
 
@@ -158,13 +160,97 @@ class ProbeParams:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
 
 
+@dataclass(frozen=True)
+class PlannerParams:
+    """How the planner sizes chunks and windows and searches for a fair set of trees."""
+
+    window_bytes: int = _param(
+        2 << 20, "Scratch per reduce child and tree of the automatic window, in bytes. Small "
+                 "chunks need many in flight to ride out a peer that is slow to be scheduled "
+                 "(racks-2x3, emulated, 64 KiB chunks: 16 in flight ran 1.2-1.5x faster than "
+                 "4); big chunks need few (4 x 1 MiB is as fast as MPI allows over shared "
+                 "memory).")
+    default_window: int = _param(
+        4, "The smallest automatic window per tree, in chunks: what 1 MiB and larger chunks "
+           "get.")
+    max_window: int = _param(32, "The largest automatic window per tree, in chunks.")
+    rank_window_bytes: int = _param(
+        12 << 20, "Scratch per reduce child over all of a plan's trees, in bytes: past it the "
+                  "automatic window shrinks (to min_window at least). Every chunk of the "
+                  "window costs its posts up front: in the simulator at 64 MiB, 32 trees of "
+                  "128 KiB chunks (window 16) ran sites-64 202.4 ms and fattree-64 142.1, with "
+                  "3 chunks 177.2 and 123.2. The bundled and emulated plans (1-4 trees) stay "
+                  "under it.")
+    min_window: int = _param(
+        3, "The smallest window the rank budget leaves, in chunks. 2 ran the host forests of "
+           "16 ranks 4% faster, but a deep forest (racks-256 with a slowed uplink, 8 trees 32 "
+           "hops deep, 1 MiB chunks) ran 426.2 ms at 2, 403.8 at 3 and 397.9 at 4: a parent "
+           "that holds fewer chunks holds back every child's next send.")
+    min_chunk: int = _param(
+        64 << 10, "The smallest chunk the planner considers for a tree, in bytes: the low end of "
+                  "the range the alpha-beta model's chunk choice searches.")
+    max_chunk: int = _param(
+        4 << 20, "The largest chunk the planner considers for a tree, in bytes: the high end of "
+                 "the range the alpha-beta model's chunk choice searches.")
+    chunk_scales: Tuple[float, ...] = _param(
+        (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0),
+        "Factors of every tree's chunk tried together after the tree-by-tree choice: a rank's "
+        "CPU serves every tree, so a plan of many trees whose chunks each tree chose small "
+        "keeps its busiest rank longer than larger chunks would.")
+    exhaustive_max: int = _param(
+        6, "The fair-subset search tries every subset of up to this many trees (2^6 fair "
+           "allocations); above, it removes trees greedily.")
+    greedy_all_max: int = _param(
+        32, "Up to this many trees each greedy round of the fair-subset search tries every "
+            "removal; above, only the most over-represented candidates.")
+    candidates: int = _param(
+        8, "Removals tried per greedy round above greedy_all_max trees: the trees most "
+           "over-represented at their bottleneck first.")
+    greedy_rounds: int = _param(
+        8, "Greedy rounds of the fair-subset search above greedy_all_max trees.")
+    tree_tie: float = _param(
+        0.02, "In the exhaustive fair-subset search, fair sums within this fraction of the best "
+              "tie, and the fewest trees win: the measured model's rates are within a few "
+              "percent of the network's (92.7-96.7% on racks-2x3 in the simulator).")
+
+    def __post_init__(self) -> None:
+        for name in ("window_bytes", "default_window", "max_window", "rank_window_bytes",
+                     "min_window", "min_chunk", "max_chunk", "exhaustive_max",
+                     "greedy_all_max", "candidates", "greedy_rounds"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name}: must be a positive whole number, got {value!r}")
+        if self.default_window > self.max_window:
+            raise ValueError(f"default_window ({self.default_window}) must not exceed "
+                             f"max_window ({self.max_window})")
+        if self.min_chunk > self.max_chunk:
+            raise ValueError(f"min_chunk ({self.min_chunk}) must not exceed max_chunk "
+                             f"({self.max_chunk})")
+        if not self.chunk_scales or any(not f > 0 for f in self.chunk_scales):
+            raise ValueError(f"chunk_scales: need at least one factor, each > 0, got "
+                             f"{self.chunk_scales!r}")
+        if not 0 <= self.tree_tie < 1:
+            raise ValueError(f"tree_tie: must be in [0, 1), got {self.tree_tie!r}")
+
+    def differing(self) -> Dict[str, Any]:
+        """The fields whose value is not the default, by name (JSON-ready)."""
+        out: Dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
 #: The defaults, read where a caller gives no object of its own.
 ENGINE = EngineParams()
 ADAPT = AdaptParams()
 PROBE = ProbeParams()
+PLANNER = PlannerParams()
 
 #: Every parameter object, in the order docs/settings.md lists them.
-PARAMETER_OBJECTS: Tuple[Type[Any], ...] = (EngineParams, AdaptParams, ProbeParams)
+PARAMETER_OBJECTS: Tuple[Type[Any], ...] = (EngineParams, AdaptParams, ProbeParams,
+                                             PlannerParams)
 
 
 def why(cls: Type[Any], name: str) -> str:
