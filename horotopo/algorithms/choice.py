@@ -10,20 +10,25 @@ choice keeps the library allreduce for small messages (the calibrated cost model
 it would run the plan's trees, runs the recorded algorithm
 (:meth:`horotopo.algorithms.registry.Candidates.select`).
 
-Every prediction comes from the one time model: the plans' pipeline model
-(:meth:`horotopo.plan.Plan.predict_time`) for the plan's trees and for NCCL's two trees, the
-stage model of concurrent flows (:func:`horotopo.algorithms.flows.stage_time`) for ring and
-hierarchical allreduce, with the same software costs and network figures.
+Every prediction comes from the one time model, :mod:`horotopo.algorithms.flows`: pipelined
+trees sharing links and CPUs (:func:`~horotopo.algorithms.flows.plan_time`) for the plan's
+trees and for NCCL's two trees, stages of concurrent flows
+(:func:`~horotopo.algorithms.flows.stage_time`) for ring and hierarchical allreduce, with the
+same software costs. By default they are made on the network TCP gives the declared links
+(:data:`~horotopo.algorithms.flows.TCP_NETWORK`: rates shared by round trip, acknowledgement
+traffic), where plain max-min sharing of the declared links (``network=IDEAL_NETWORK``) misses
+what the RTT weighting does on shared uplinks and WAN links.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Dict, Optional, Tuple
 
-from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
+from ..packing.alphabeta import ENGINE_COSTS, NetworkModel, SoftwareCosts
 from ..packing.alphabeta import target_size
 from ..plan import Plan
 from ..topology import Topology
+from .flows import TCP_NETWORK
 from .registry import ALLREDUCE, REGISTRY, TREE
 
 __all__ = ["candidates", "predictions", "choose", "with_choice", "recorded_algorithm"]
@@ -36,7 +41,7 @@ def candidates() -> Tuple[str, ...]:
 
 def predictions(topology: Topology, plan: Plan, nbytes: int,
                 chunk_bytes: Optional[int] = None, *, costs: SoftwareCosts = ENGINE_COSTS,
-                network: NetworkModel = IDEAL_NETWORK) -> Dict[str, float]:
+                network: NetworkModel = TCP_NETWORK) -> Dict[str, float]:
     """Predicted seconds of one allreduce of ``nbytes`` on ``topology`` for every registered
     allreduce candidate with a topology model, in priority order.
 
@@ -54,7 +59,8 @@ def predictions(topology: Topology, plan: Plan, nbytes: int,
         The software costs charged per message and received byte (default the active cost
         profile's, :data:`~horotopo.packing.alphabeta.ENGINE_COSTS`).
     network : NetworkModel
-        What the transport makes of the declared links (default: as declared).
+        What the transport makes of the declared links (default
+        :data:`~horotopo.algorithms.flows.TCP_NETWORK`; ``IDEAL_NETWORK``: as declared).
     """
     if plan.n != topology.n:
         raise ValueError(f"the plan has {plan.n} ranks, the topology {topology.n}")
@@ -65,7 +71,7 @@ def predictions(topology: Topology, plan: Plan, nbytes: int,
 
 def choose(topology: Topology, plan: Plan, nbytes: Optional[int] = None,
            chunk_bytes: Optional[int] = None, *, costs: SoftwareCosts = ENGINE_COSTS,
-           network: NetworkModel = IDEAL_NETWORK) -> Tuple[str, Dict[str, float]]:
+           network: NetworkModel = TCP_NETWORK) -> Tuple[str, Dict[str, float]]:
     """``(name, predictions)``: the candidate predicted fastest for ``nbytes`` (default the
     planner's target size, :func:`~horotopo.packing.alphabeta.target_size`) and every
     candidate's prediction (:func:`predictions`). A tie goes to the earlier candidate in
@@ -80,7 +86,7 @@ def choose(topology: Topology, plan: Plan, nbytes: Optional[int] = None,
 
 def with_choice(plan: Plan, topology: Topology, nbytes: Optional[int] = None, *,
                 costs: SoftwareCosts = ENGINE_COSTS,
-                network: NetworkModel = IDEAL_NETWORK) -> Plan:
+                network: NetworkModel = TCP_NETWORK) -> Plan:
     """``plan`` with the choice recorded in its ``planner`` dict (``algorithm``,
     ``predicted_s``, ``algorithm_size``; see the module docstring). The plan's trees and
     digest are unchanged: the choice is a record that travels with them."""

@@ -16,7 +16,7 @@ largest power of two below ``n``; the second is its mirror (rank ``r`` plays ``n
 for even ``n``, or its shift by one rank for odd ``n``. The schedule is data: the two trees
 become a two-tree :class:`~horotopo.plan.Plan` with equal shares, which the engine's tree
 runner (:class:`~horotopo.algorithms.tree.TreeAllreduce`) interprets like any other plan, and
-that the plans' own model predicts (:func:`predict_time`).
+that the one time model of pipelined trees predicts (:func:`predict_time`).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, Softw
 from ..plan import Plan, plan_from_trees
 from ..topology import Topology
 from ..transport.base import Transport
-from .flows import flow_rates, sharing_matters
+from .flows import plan_time
 from .tree import TreeAllreduce, Window
 
 __all__ = ["btree", "double_binary_tree", "double_tree_plan", "double_tree_plan_on",
@@ -105,32 +105,13 @@ def double_tree_plan(n: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
     return plan_from_trees(n, trees, chunk_bytes=chunk_bytes)
 
 
-def double_tree_plan_on(topology: Topology, chunk_bytes: int,
-                        network: NetworkModel = IDEAL_NETWORK) -> Plan:
+def double_tree_plan_on(topology: Topology, chunk_bytes: int) -> Plan:
     """The two trees as a Plan on ``topology``: equal shares (as the runner splits buffers),
-    each with its critical-path profile there at ``chunk_bytes``, so that
-    :meth:`~horotopo.plan.Plan.predict_time` times it as it times any plan.
-
-    Each tree's rate is half the rate that the topology's most loaded link allows the pair;
-    on a network whose flows share links by weight and load their reverse routes
-    (:class:`~horotopo.algorithms.flows.FlowNetwork`), the rate of each tree's slowest arc
-    with every arc of both trees flowing at once
-    (:func:`~horotopo.algorithms.flows.flow_rates`), as the declared link rate it amounts to.
-    """
+    each with its critical-path profile there at ``chunk_bytes`` and half the rate that the
+    topology's most loaded link allows the pair, so that it is timed as any plan is."""
     shape = double_tree_plan(topology.n, int(chunk_bytes))
-    if sharing_matters(network):
-        # every arc of both trees, up and down, flowing at once; a tree goes at its slowest
-        arcs = [[(v, p, 1.0) for v, p in enumerate(t.reduce_parent) if p >= 0]
-                + [(p, v, 1.0) for v, p in enumerate(t.bcast_parent) if p >= 0]
-                for t in shape.trees]
-        rates = flow_rates(topology, [[a] for tree in arcs for a in tree], network)
-        first = len(arcs[0])
-        per_tree = [float(rates[:first].min()) / network.bandwidth_factor,
-                    float(rates[first:].min()) / network.bandwidth_factor]
-    else:
-        per_tree = [_pair_rate(topology, shape) / 2] * 2
-    trees = [(t.root, t.reduce_parent, t.bcast_parent, float(x))
-             for t, x in zip(shape.trees, per_tree)]
+    per_tree = _pair_rate(topology, shape) / 2
+    trees = [(t.root, t.reduce_parent, t.bcast_parent, per_tree) for t in shape.trees]
     return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes), topology=topology)
 
 
@@ -155,12 +136,10 @@ def predict_time(topology: Topology, nbytes: int, chunk_bytes: int,
                  costs: SoftwareCosts = ENGINE_COSTS,
                  network: NetworkModel = IDEAL_NETWORK) -> float:
     """Modelled seconds of :class:`DoubleBinaryTreeAllreduce` of ``nbytes`` on ``topology``
-    in chunks of ``chunk_bytes``: :func:`double_tree_plan_on`'s plan predicted by the plans'
-    own model (:meth:`~horotopo.plan.Plan.predict_time`)."""
-    if nbytes <= 0 or topology.n == 1:
-        return 0.0
-    return double_tree_plan_on(topology, chunk_bytes, network).predict_time(
-        nbytes, chunk_bytes, costs=costs, network=network)
+    in chunks of ``chunk_bytes``: :func:`double_tree_plan_on`'s two trees in the one time
+    model of pipelined trees (:func:`horotopo.algorithms.flows.plan_time`)."""
+    return plan_time(topology, double_tree_plan_on(topology, chunk_bytes), nbytes, chunk_bytes,
+                     costs, network)
 
 
 class DoubleBinaryTreeAllreduce:

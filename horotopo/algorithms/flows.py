@@ -1,5 +1,13 @@
-"""The time of one stage of concurrent point-to-point flows: the model that ring allreduce and
-the stages of hierarchical allreduce are predicted with.
+"""The one time model of every allreduce algorithm: flows of chunk messages sharing the
+network's links and the ranks' CPUs.
+
+Ring allreduce and the stages of hierarchical allreduce are stages of concurrent
+point-to-point flows (:func:`stage_time`); the plan's trees and NCCL's double binary tree are
+pipelined trees (:func:`trees_time`, :func:`plan_time`). Both share links as the transport
+does (:class:`FlowNetwork`: max-min fair sharing, weighted by each flow's round trip as TCP
+and SimGrid's LV08 model weight it, with acknowledgement traffic on the reverse routes;
+:data:`TCP_NETWORK` by default for the chooser) and charge the busiest rank's per-message and
+per-byte software costs.
 
 A stage is a set of flows ``(from rank, to rank, bytes)`` that start together, each cut into
 chunk messages that every rank posts at once, and it ends when its last chunk has arrived and
@@ -20,14 +28,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import scipy.sparse as sp
 
-from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
+from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
+                                 fill_time, on_network, rank_degrees, window_for)
+from ..packing.alphabeta import _window_rate as window_rate
+from ..packing.sharing import usage_of
+from ..plan import Plan
 from ..topology import Topology
 
-__all__ = ["Flow", "FlowNetwork", "stage_time", "flow_rates", "sharing_matters"]
+__all__ = ["Flow", "FlowNetwork", "TCP_NETWORK", "stage_time", "trees_time", "plan_time",
+           "sharing_matters"]
 
 Flow = Tuple[int, int, float]  # (from rank, to rank, bytes)
 
@@ -47,6 +61,19 @@ class FlowNetwork(NetworkModel):
     crosstraffic: float = 0.0
 
 
+#: The network TCP gives the declared links, as SimGrid's LV08 model (fitted to TCP) gives it
+#: and :func:`horotopo.algorithms.simcheck.measure_network` measures it from single simulated
+#: messages (``python benchmarks/predict_check.py`` prints the measured figures): rates at
+#: 0.924 of the declared ones with traffic both ways, acknowledgements at 5% of a flow's rate on
+#: its reverse route, a flow's share weighted by the inverse of its route's latency plus
+#: 20.5 kB over each of its links' rates, a 4.4 MB TCP window over the round trip, and a
+#: stream's messages past its bandwidth-delay product held back. The chooser predicts on it
+#: (:mod:`horotopo.algorithms.choice`).
+TCP_NETWORK = FlowNetwork(latency_factor=1.0, bandwidth_factor=0.924, tcp_window_bytes=4.4e6,
+                          shared_messages=True, streams="bdp", weight_bytes=20.5e3,
+                          crosstraffic=0.05)
+
+
 def sharing_matters(network: NetworkModel) -> bool:
     """Whether ``network`` shares links otherwise than equally among the flows that cross
     them (a :class:`FlowNetwork` with weights or cross traffic)."""
@@ -54,24 +81,8 @@ def sharing_matters(network: NetworkModel) -> bool:
                                                  or network.weight_bytes > 0)
 
 
-def flow_rates(topology: Topology, groups: Sequence[Sequence[Flow]],
-               network: FlowNetwork) -> np.ndarray:
-    """The rate (bytes per second) of each group of flows that move at one rate (a tree's
-    arcs), while all groups flow at once: max-min sharing with cross traffic
-    (:class:`FlowNetwork`), each group weighted by its flows' mean weight."""
-    live = [(u, v, b, topology.route(u, v)) for flows in groups for u, v, b in flows]
-    matrix, cap, weight, bound = _sharing(topology, live, network)
-    member = np.zeros((len(live), len(groups)))
-    member[np.arange(len(live)), np.repeat(np.arange(len(groups)),
-                                           [len(flows) for flows in groups])] = 1.0
-    sizes = member.sum(axis=0)
-    return _max_min(matrix @ member, cap, (weight @ member) / sizes,
-                    np.array([bound[member[:, k] > 0].min() for k in range(len(groups))]),
-                    np.ones(len(groups), dtype=bool))
-
-
 def _sharing(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int, ...]]],
-             network: FlowNetwork) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+             network: FlowNetwork) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
     """The links' load per unit of each flow's rate (its route, and its reverse route's cross
     traffic), the links' capacities, the flows' weights and their bounds."""
     capacity = np.asarray(topology.capacity_Bps, dtype=float)
@@ -95,8 +106,9 @@ def _sharing(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int
             cols += [f] * len(back)
             coef += [network.crosstraffic] * len(back)
     used, row_of = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
-    matrix = np.zeros((len(used), n))
-    np.add.at(matrix, (row_of, np.asarray(cols)), np.asarray(coef))
+    # sparse: a stage at a thousand ranks has thousands of flows over thousands of links
+    matrix = sp.csr_matrix((np.asarray(coef), (row_of.ravel(), np.asarray(cols))),
+                           shape=(len(used), n))
     # the measured factor is a flow's rate with its reverse traffic: the link's own is above it
     cap = capacity[used] * network.bandwidth_factor * (1.0 + network.crosstraffic)
     return matrix, cap, 1.0 / np.maximum(penalty, 1e-12), bound
@@ -107,9 +119,16 @@ def _fluid_finish(topology: Topology, live: Sequence[Tuple[int, int, float, Tupl
     """Seconds until each of ``live``'s flows has moved its bytes, started together, at the
     rates weighted max-min sharing gives (:class:`FlowNetwork`), recomputed as flows end."""
     matrix, cap, weight, bound = _sharing(topology, live, network)
-    n = len(live)
-    left = np.array([b for _, _, b, _ in live], dtype=float)
-    finish = np.zeros(n)
+    return _fluid(matrix, cap, weight, bound, np.array([b for _, _, b, _ in live], dtype=float))
+
+
+def _fluid(matrix: np.ndarray, cap: np.ndarray, weight: np.ndarray, bound: np.ndarray,
+           left: np.ndarray) -> np.ndarray:
+    """Seconds until each flow (a column of ``matrix``) has moved its ``left`` bytes, all
+    started together, at the weighted max-min rates of the ones still moving
+    (:func:`_max_min`), recomputed as flows end."""
+    left = left.astype(float)
+    finish = np.zeros(len(left))
     active = left > 0
     clock = 0.0
     while active.any():
@@ -136,7 +155,7 @@ def _max_min(matrix: np.ndarray, cap: np.ndarray, weight: np.ndarray, bound: np.
     free = active.copy()
     left = cap.copy()
     while free.any():
-        demand = matrix[:, free] @ weight[free]
+        demand = matrix @ np.where(free, weight, 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             by_link = np.where(demand > 0, left / demand, math.inf)
             by_bound = np.where(free, (bound - rate) / weight, math.inf)
@@ -145,8 +164,8 @@ def _max_min(matrix: np.ndarray, cap: np.ndarray, weight: np.ndarray, bound: np.
             break
         rate[free] += grow * weight[free]
         left -= grow * demand
-        full = (demand > 0) & (left <= cap * 1e-9)
-        frozen = (matrix[full].sum(axis=0) > 0) | (by_bound <= grow * (1 + 1e-9))
+        full = ((demand > 0) & (left <= cap * 1e-9)).astype(float)
+        frozen = (matrix.T @ full > 0) | (by_bound <= grow * (1 + 1e-9))
         free &= ~frozen
     return rate
 
@@ -208,3 +227,92 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
     post = max(posts.values()) * costs.per_message_s
     handling = max(handled.values()) * costs.per_byte_s
     return post + max(wire, handling) + min(wire, handling) / pieces
+
+
+def _tree_weights(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
+                  network: FlowNetwork, load: np.ndarray, cap: np.ndarray,
+                  used: np.ndarray) -> np.ndarray:
+    """Each tree's weight in the links' sharing: the mean weight (inverse penalty,
+    :class:`FlowNetwork`) of its arcs over its most loaded link, where its pace is set."""
+    inv_cap = 1.0 / np.asarray(topology.capacity_Bps, dtype=float)
+    out = np.ones(len(shapes))
+    for k, (_, up, down) in enumerate(shapes):
+        busiest = int(used[int(np.argmax(load[:, k] / cap))])
+        weights = []
+        arcs = [(v, p) for v, p in enumerate(up) if p >= 0] + \
+            [(p, v) for v, p in enumerate(down) if p >= 0]
+        for u, v in arcs:
+            route = topology.route(u, v)
+            if busiest in route:
+                penalty = topology.latency(u, v) + network.weight_bytes * float(
+                    inv_cap[list(route)].sum())
+                weights.append(1.0 / max(penalty, 1e-12))
+        out[k] = float(np.mean(weights)) if weights else 1.0
+    return out
+
+
+def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
+               parts: Sequence[float], chunks: Sequence[float], profiles: Sequence[Any],
+               costs: SoftwareCosts = ENGINE_COSTS, network: NetworkModel = IDEAL_NETWORK,
+               window: Optional[int] = None) -> float:
+    """Seconds of one allreduce over pipelined trees that run at once (a plan's, or NCCL's
+    two), each tree ``(root, reduce_parent, bcast_parent)`` moving its ``parts`` bytes in
+    chunks of ``chunks`` along every arc, up and down, with the critical-path ``profiles``
+    (declared hops) that its first chunk crosses.
+
+    A tree's arcs move at one rate, the tree's: the pipeline holds every arc to its slowest.
+    The trees share the links as flows do (:func:`_max_min`, weighted and with cross traffic
+    on a :class:`FlowNetwork`), and each rank's CPU as a resource too: a tree at rate ``r``
+    costs a rank ``r`` times its posts per byte and its handled bytes per byte (the software
+    ``costs``); each tree is also held to what its window of chunks per arc sustains over its
+    hops. Rates are recomputed as trees finish. A tree's time is its first chunk's way up
+    and down (its fill) plus the rest of its part at those rates.
+    """
+    live = [k for k, p in enumerate(parts) if p > 0]
+    if not live:
+        return 0.0
+    shapes = [shapes[k] for k in live]
+    parts_a = np.array([float(parts[k]) for k in live])
+    chunk_a = np.minimum(np.array([float(chunks[k]) for k in live]), parts_a)
+    profiles = [profiles[k] for k in live]
+    win = window if window is not None else window_for(int(chunk_a.max()), len(live))
+    g = len(live)
+    # the links: each tree's arcs over them, and its acknowledgements over their reverse
+    forward = usage_of(topology, shapes).matrix()
+    total = forward.T.toarray()
+    cross = network.crosstraffic if isinstance(network, FlowNetwork) else 0.0
+    if cross > 0:
+        back = usage_of(topology, [(r, b, a) for r, a, b in shapes]).matrix()
+        total = total + cross * back.T.toarray()
+    used = np.flatnonzero(total.sum(axis=1) > 0)
+    links = total[used]
+    link_cap = (np.asarray(topology.capacity_Bps, dtype=float)[used]
+                * network.bandwidth_factor * (1.0 + cross))
+    # the ranks' CPUs: seconds of software work per byte of each tree
+    msgs, recvs = rank_degrees(shapes)
+    cpu = (msgs / chunk_a[:, None] * costs.per_message_s + recvs * costs.per_byte_s).T
+    busy = cpu.sum(axis=1) > 0
+    matrix = np.vstack([links, cpu[busy]])
+    cap = np.concatenate([link_cap, np.ones(int(busy.sum()))])
+    weight = (_tree_weights(topology, shapes, network, links, link_cap, used)
+              if sharing_matters(network) else np.ones(g))
+    hops = [on_network(p, network) for p in profiles]
+    bound = np.array([window_rate(h, c, win, costs, network.streams, p)
+                      for h, c, p in zip(hops, chunk_a, profiles)])
+    fill = np.array([fill_time(h, c, costs) for h, c in zip(hops, chunk_a)])
+    finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
+    return float((fill + finish).max())
+
+
+def plan_time(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None,
+              costs: SoftwareCosts = ENGINE_COSTS,
+              network: NetworkModel = IDEAL_NETWORK) -> float:
+    """Seconds of an allreduce of ``nbytes`` over ``plan``'s trees on ``topology`` in chunks of
+    ``chunk_bytes`` (None: the plan's), each tree with its share (:func:`trees_time`)."""
+    if nbytes <= 0 or plan.n == 1:
+        return 0.0
+    shapes = [(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees]
+    profiles = [t.profile or ((plan.latency_s, 1.0 / t.rate_Bps, t.depth),)
+                for t in plan.trees]
+    return trees_time(topology, shapes, [t.share * nbytes for t in plan.trees],
+                      plan.tree_chunks(chunk_bytes), profiles, costs, network)

@@ -36,6 +36,7 @@ from ..plan import Plan
 from ..topology import Topology
 from ..transport.base import Transport
 from . import dbtree as _dbtree
+from . import flows as _flows
 from . import hierarchical as _hierarchical
 from . import ring as _ring
 from .cost import MODELLED
@@ -247,7 +248,7 @@ def _library_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
 
 def _tree_predict(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: int,
                   costs: SoftwareCosts, network: NetworkModel) -> float:
-    return plan.predict_time(nbytes, chunk_bytes, costs=costs, network=network)
+    return _flows.plan_time(topology, plan, nbytes, chunk_bytes, costs, network)
 
 
 def _ring_predict(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: int,
