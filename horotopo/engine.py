@@ -32,7 +32,7 @@ import numpy as np
 from . import ops as _ops
 from . import timeline as _timeline
 from .algorithms import DEFAULT_COST_MODEL, CostModel
-from .algorithms.cost import calibrated_model
+from .algorithms.cost import TREE, TopologySide, calibrated_model
 from .algorithms.registry import ALLREDUCE, BROADCAST, REGISTRY, Candidates
 from .algorithms.tree import Window
 from .buffers import (ScratchPool, array_module, as_array, canonical_nan_into, contiguous_flat,
@@ -40,6 +40,7 @@ from .buffers import (ScratchPool, array_module, as_array, canonical_nan_into, c
 from .gpu.transport import transport_for
 from .params import ENGINE, EngineParams
 from .plan import Plan
+from .topology import Topology
 
 __all__ = ["Engine", "MismatchError", "ALGORITHMS"]
 
@@ -79,6 +80,11 @@ class Engine:
         automatic window for each plan, re-plans included).
     params : EngineParams, optional
         The calibration ladder and repeats; default :data:`horotopo.params.ENGINE`.
+    topology : Topology, optional
+        The network ``plan`` was made for: the model of the algorithm the plan records
+        (:attr:`topology_side`) predicts on it. Without one, that algorithm's time is the
+        plan's recorded figure scaled as its trees scale (:class:`~horotopo.algorithms.cost.
+        TopologySide`).
 
     Raises
     ------
@@ -89,7 +95,8 @@ class Engine:
 
     def __init__(self, comm: Any, plan: Plan, chunk_bytes: Optional[int] = None, *,
                  cost_model: Optional[CostModel] = None,
-                 window: Window = None, params: EngineParams = ENGINE) -> None:
+                 window: Window = None, params: EngineParams = ENGINE,
+                 topology: Optional[Topology] = None) -> None:
         self.params = params
         self.transport, self._owns = transport_for(comm)
         self.plan = plan
@@ -119,6 +126,9 @@ class Engine:
         self.broadcast_algorithms = Candidates.bind(BROADCAST, self.transport, plan,
                                                     self._pool, window)
         self._codes = {name: k + 1 for k, name in enumerate(self.allreduce_algorithms.names)}
+        self.topology_side = self._topology_side(topology)
+        # The model's "tree" is what runs for it: calibration and the selector time that.
+        self.cost_model = self.cost_model.with_(side=self.topology_side)
 
     # -----------------------------------------------------------------------------------------
     @property
@@ -128,6 +138,17 @@ class Engine:
     @property
     def size(self) -> int:
         return self.transport.size
+
+    def _topology_side(self, topology: Optional[Topology]) -> TopologySide:
+        """What runs where the cost model says "tree": the plan's recorded algorithm when it
+        is enabled for this transport (as :meth:`Candidates.select
+        <horotopo.algorithms.registry.Candidates.select>` runs it), else the plan's trees."""
+        recorded = self.plan.planner.get("algorithm", TREE)
+        if recorded == TREE or recorded not in self.allreduce_algorithms.enabled(self.plan,
+                                                                                  None):
+            return TopologySide()
+        candidate = self.allreduce_algorithms.get(recorded).candidate
+        return TopologySide(recorded, candidate.predict, topology)
 
     def choose(self, nbytes: int, buffer: Any = None) -> str:
         """The allreduce algorithm the engine picks for ``nbytes`` (of ``buffer``'s dtype, or
@@ -290,7 +311,11 @@ class Engine:
 
     def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: Optional[int] = None,
                   budget_s: Optional[float] = None) -> CostModel:
-        """Time the tree and MPI_Allreduce on these ranks and fit the cost model to it.
+        """Time the topology side and MPI_Allreduce on these ranks and fit the cost model.
+
+        The topology side is what runs where the model says "tree" (:attr:`topology_side`:
+        the plan's recorded algorithm, or its trees), so the fitted scale is that algorithm's
+        measured time over its own prediction.
 
         Collective: every rank must call it. ``sizes`` (bytes, default
         ``params.calibration_sizes``: 64 KiB .. 16 MiB) are run smallest first, each once to
@@ -313,20 +338,21 @@ class Engine:
         tree: List[float] = []
         mpi: List[float] = []
         spent = 0.0
+        side = self.topology_side.algorithm
         for size in ladder:
             if budget_s is not None and len(done) >= 2:
                 grow = size / done[-1]
                 upcoming = (1 + repeats) * (tree[-1] + mpi[-1]) * grow
                 if spent + upcoming > budget_s:
                     break
-            rows = self.time_algorithms([size], ("tree", "mpi"), repeats)
+            rows = self.time_algorithms([size], (side, "mpi"), repeats)
             done.append(size)
-            tree.append(rows["tree"][0])
+            tree.append(rows[side][0])
             mpi.append(rows["mpi"][0])
             spent += (1 + repeats) * (tree[-1] + mpi[-1])
         self.cost_model = calibrated_model(self.plan, done, tree, mpi, self.chunk_bytes,
                                            prior=self.cost_model)
-        self.calibration = {"sizes": done, "tree_s": tree, "mpi_s": mpi}
+        self.calibration = {"sizes": done, "tree_s": tree, "mpi_s": mpi, "algorithm": side}
         return self.cost_model
 
     def time_algorithms(self, sizes: Sequence[int], algorithms: Sequence[str] = ("tree", "mpi"),

@@ -91,6 +91,24 @@ class AdaptParams:
         3, "Tree calls a new plan is timed for before it is kept: a plan made for the slowed "
            "model can run slower than the one it replaced (5% at 256 simulated ranks), and "
            "the median of three calls tells.")
+    choice_margin: float = _param(
+        0.1, "The selector keeps a size's algorithm until the other's estimate is lower by "
+             "more than this fraction: with the median over a window, one descheduled rank's "
+             "slow call moves nothing.")
+    choice_window: int = _param(
+        5, "Timed calls per size bucket and algorithm that the self-tuner's record keeps; the "
+           "selector scales the cost model by their median ratio.")
+    explore_ratio: float = _param(
+        2.0, "The selector tries an algorithm never measured at a size once when the model "
+             "puts it within this factor of the chosen one: the model extrapolates from a "
+             "short calibration, and one measured call settles what it cannot.")
+    explore_min_bytes: int = _param(
+        1 << 20, "Smallest size the selector explores at: below 1 MiB a wrong try costs little "
+                 "and latency, which the calibration measured, decides.")
+    sample_min_bytes: int = _param(
+        64 << 10, "Smallest library call worth a timing agreement, and the smallest size whose "
+                  "measured ratios the selector reads: smaller calls are latency noise for a "
+                  "bandwidth decision.")
     reprobe_target_s: float = _param(
         0.025, "Aimed duration of one timed transfer of a re-probe: a handful of pairs costs "
                "a fraction of a second on a 1 gbps network.")
@@ -103,14 +121,19 @@ class AdaptParams:
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 1:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold!r}")
-        for name in ("consecutive", "warmup", "max_backoff"):
+        for name in ("consecutive", "warmup", "max_backoff", "choice_window"):
             value = getattr(self, name)
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if int(self.trial_calls) != self.trial_calls or self.trial_calls < 0:
             raise ValueError(f"trial_calls must be a count of calls >= 0, got "
                              f"{self.trial_calls!r}")
-        for name in ("min_seconds", "min_slow_s", "runtime_min_slow_s"):
+        if not 0 <= self.choice_margin < 1:
+            raise ValueError(f"choice_margin must be in [0, 1), got {self.choice_margin!r}")
+        if not self.explore_ratio >= 1:
+            raise ValueError(f"explore_ratio must be >= 1, got {self.explore_ratio!r}")
+        for name in ("min_seconds", "min_slow_s", "runtime_min_slow_s", "explore_min_bytes",
+                     "sample_min_bytes"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("reprobe_target_s", "reprobe_timeout_s", "reprobe_budget_s"):

@@ -1,9 +1,10 @@
 """The pure half of adaptivity: detect a lasting slowdown, pick the suspect links, refresh the
 model and re-plan. No MPI here; :mod:`horotopo.adapt.runtime` feeds these the figures.
 
-- :class:`Detector`: an allreduce's *efficiency* is the plan's predicted time over the measured
-  time (slowest rank). After each plan switch the detector learns a baseline (median of the
-  first ``warmup`` efficiencies); a call whose efficiency is below ``(1 - threshold)`` of the
+- :class:`Detector`: an allreduce's *efficiency* is its algorithm's predicted time over the
+  measured time (slowest rank), read from the self-tuner's record
+  (:class:`~horotopo.algorithms.cost.CallRecord`). After each plan switch the detector learns
+  a baseline per size and algorithm (median of the first ``warmup`` efficiencies); a call whose efficiency is below ``(1 - threshold)`` of the
   baseline is *slow*, and ``consecutive`` slow calls in a row trigger a re-plan. Comparing with
   a baseline, not with the model itself, lets a machine that never reaches the modelled rate
   (Python overhead, a busy CPU) run without re-planning all the time, while the model still
@@ -30,10 +31,11 @@ import copy
 import math
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..algorithms.cost import Sample, size_bucket
 from ..params import ADAPT
 from ..topology import GBPS_TO_BPS, Topology, from_dict
 
@@ -53,8 +55,10 @@ class Detector:
 
     - ``consecutive`` slow calls in a row (a normal call breaks the run);
     - those calls lasting ``min_slow_s`` seconds together (a burst of noise is short);
-    - each call compared with the baseline of its own size (``key``, e.g. the power-of-two
-      bucket): a small call is less efficient than a large one without anything being wrong.
+    - each call compared with the baseline of its own size and algorithm (``key``: the
+      power-of-two bucket and the algorithm's name, :meth:`observe`): a small call is less
+      efficient than a large one without anything being wrong, and each algorithm reaches its
+      own share of its prediction.
 
     A re-plan that found nothing to change (:meth:`backoff`) doubles the run needed next time,
     up to ``max_backoff`` times, so a noisy machine pays for fewer and fewer fruitless
@@ -89,9 +93,9 @@ class Detector:
     slow_run: int = 0
     slow_seconds: float = 0.0
     factor: int = 1
-    baselines: Dict[int, float] = field(default_factory=dict)
-    _warm: Dict[int, List[float]] = field(default_factory=dict)
-    _last_key: int = 0
+    baselines: Dict[Hashable, float] = field(default_factory=dict)
+    _warm: Dict[Hashable, List[float]] = field(default_factory=dict)
+    _last_key: Hashable = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 1:
@@ -130,7 +134,16 @@ class Detector:
         self.reset()
         self.factor = factor
 
-    def update(self, predicted_s: float, measured_s: float, key: int = 0) -> bool:
+    def observe(self, sample: Optional[Sample], algorithm: str) -> bool:
+        """Feed one sample of the record (:meth:`horotopo.algorithms.cost.CallRecord.observe`)
+        of a call of ``algorithm``: :meth:`update` with its prediction, keyed by its size
+        bucket and algorithm. A call without a prediction (the library's) says nothing."""
+        if sample is None or sample.predicted_s is None:
+            return False
+        return self.update(sample.predicted_s, sample.observed_s,
+                           (size_bucket(sample.nbytes), algorithm))
+
+    def update(self, predicted_s: float, measured_s: float, key: Hashable = 0) -> bool:
         """Feed one call; True when this call completes a slow run long enough to trigger.
 
         Deterministic: ranks that feed the same numbers take the same decisions.

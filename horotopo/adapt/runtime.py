@@ -7,8 +7,9 @@
 2. reads the in-band figures: per destination, the bytes this rank's sends carried and the
    seconds a send was outstanding (no extra traffic);
 3. agrees the call's time with the other ranks (one 8-byte max-allreduce; the slowest rank's
-   time is the collective's time), so every rank feeds its :class:`~horotopo.adapt.policy.
-   Detector` the same numbers and takes the same decision at the same call;
+   time is the collective's time) and records it in the self-tuner
+   (:class:`~horotopo.adapt.tuner.SelfTuner`), whose selector and detector read the same
+   record, so every rank takes the same decisions at the same call;
 4. on a detection, re-plans collectively (:meth:`AdaptiveEngine.replan`): rank 0 gathers the
    ranks' in-band rates and picks the suspect pairs, at host level (one rank pair per pair of
    machines, :func:`~horotopo.adapt.policy.host_pairs`), all ranks re-probe just those pairs,
@@ -43,7 +44,7 @@ import numpy as np
 
 from .. import config
 from ..params import ADAPT, AdaptParams
-from ..algorithms.cost import Selector, agree_max, size_bucket
+from ..algorithms.cost import TREE, Selector, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
 from ..plan import Plan, make_plan
@@ -56,6 +57,7 @@ from .policy import (Detector, host_pairs, plan_arcs, refresh_capacities, split_
                      suspects, topology_with_capacities)
 from .reprobe import probe_pairs, true_size
 from .trial import Trial
+from .tuner import SelfTuner
 
 __all__ = ["AdaptiveEngine", "ReplanEvent", "ReplanError", "retune", "RUNTIME_DEFAULTS",
            "slowdown_notice"]
@@ -146,11 +148,13 @@ class AdaptiveEngine:
         (:func:`~horotopo.reliability.liveness.verdict`), so that it blames those and not the
         ranks this one happened to wait for; without it, the message says whom it waited for.
 
-    Calls that leave ``algorithm`` to the engine get it from a
-    :class:`~horotopo.algorithms.cost.Selector`: the calibrated model, refined per size from the
-    agreed times of the job's own calls. Every input of the Selector is agreed (the call's size
-    by the engine's metadata check, its time by a max-allreduce), so every rank chooses the
-    same algorithm at the same call without sending the choice.
+    Calls that leave ``algorithm`` to the engine get it from the self-tuner
+    (:class:`~horotopo.adapt.tuner.SelfTuner`): the calibrated model, refined per size from the
+    agreed times of the job's own calls, which the contention detector reads too. Every input
+    is agreed (the call's size by the engine's metadata check, its time by a max-allreduce),
+    so every rank chooses the same algorithm at the same call without sending the choice.
+    Where the plan records a peer algorithm (``plan.planner["algorithm"]``), that peer is
+    what calibration times, what runs for "tree", and what the record and the detector watch.
     """
 
     def __init__(self, comm: Any, plan: Plan, topology: Optional[Topology] = None, *,
@@ -179,9 +183,6 @@ class AdaptiveEngine:
         self.tracked = TrackedTransport(transport, owns=owns, clock=transport.now)
         self.rank, self.size = self.tracked.rank, self.tracked.size
         self.topology = topology
-        self.detector = Detector(threshold=p.threshold, consecutive=p.consecutive,
-                                 warmup=p.warmup, min_seconds=p.min_seconds,
-                                 min_slow_s=p.min_slow_s, max_backoff=p.max_backoff)
         self.max_suspects = int(max_suspects or (len(set(machines(topology)))
                                                  if topology is not None else self.size))
         self.planner = planner
@@ -208,19 +209,30 @@ class AdaptiveEngine:
             def describe() -> str:
                 return verdict(liveness, self.tracked.describe_wait())
         self.watchdog = Watchdog(timeout, describe=describe) if timeout > 0 else None
-        self._reset_windows()
         self.engine = self._guarded("the adaptive engine's start",
-                                    lambda: Engine(self.tracked, plan, **engine_kwargs))
+                                    lambda: Engine(self.tracked, plan, topology=topology,
+                                                   **engine_kwargs))
         if calibrate_s > 0 and self.size > 1:
             self._guarded("the engine's calibration",
                           lambda: self.engine.calibrate(budget_s=float(calibrate_s)))
-        self.selector = Selector(model=self.engine.cost_model)
+        self.tuner = SelfTuner(self.engine.cost_model, p)
+        self._reset_windows()
         self.algorithms: Dict[str, int] = {}  # calls per algorithm run
 
     @property
     def cost_model(self) -> Any:
         """The model the selector starts from (calibrated when ``calibrate_s`` was given)."""
-        return self.selector.model
+        return self.tuner.model
+
+    @property
+    def selector(self) -> Selector:
+        """The self-tuner's tree-or-library choice."""
+        return self.tuner.selector
+
+    @property
+    def detector(self) -> Detector:
+        """The self-tuner's contention detector."""
+        return self.tuner.detector
 
     # -------------------------------------------------------------------------------------
     @property
@@ -235,8 +247,7 @@ class AdaptiveEngine:
             kwargs["algorithm"] = self.forced_allreduce
         elif kwargs.get("algorithm") is None and self.size > 1:
             saved = self.selector.snapshot()
-            kwargs["algorithm"] = self.selector.choose(self.plan, nbytes,
-                                                       self.engine.chunk_bytes)
+            kwargs["algorithm"] = self.tuner.choose(self.plan, nbytes, self.engine.chunk_bytes)
         t0 = self.tracked.now()
         try:
             out = self._guarded(f"allreduce #{self.step} ({nbytes} bytes, plan "
@@ -297,20 +308,23 @@ class AdaptiveEngine:
         self.algorithms[alg] = self.algorithms.get(alg, 0) + 1
         if self.size == 1:
             return
-        # Tree and ring calls feed the detector; MPI calls only the selector, and only when
-        # large enough to say something about bandwidth (the decision is agreed, so every rank
-        # makes the same number of these allreduces).
-        if alg not in ("tree", "ring") and not (alg == "mpi" and self.selector.wants(nbytes)):
+        # Calls the record predicts (the topology side, whichever algorithm the plan records,
+        # the plan's trees or ring when forced) feed the selector and the detector; MPI calls
+        # only the selector, and only when large enough to say something about bandwidth (the
+        # decision is agreed, so every rank makes the same number of these allreduces).
+        if not self.tuner.times(alg, nbytes):
             return
         self.last_seconds = agree_max(
             [elapsed], lambda v: self._guarded(
                 f"the time agreement after allreduce #{self.step - 1}",
                 lambda: self.tracked.inner.allreduce(v, v, "max")))[0]
-        self.selector.update(self.plan, nbytes, alg, self.last_seconds,
-                             self.engine.chunk_bytes)
-        if alg == "mpi":
-            return  # MPI's own algorithm: the plan predicts nothing about it
-        if alg == "tree" and self.last_seconds >= self.detector.min_seconds:
+        sample = self.tuner.observe(self.plan, alg, nbytes, self.last_seconds,
+                                    self.engine.chunk_bytes)
+        if sample is None or sample.predicted_s is None:
+            return  # MPI's own algorithm: no topology model predicts it
+        # A plan's trial times the plan on its topology side (forced trees count as well).
+        if (alg in (TREE, self.tuner.topology_algorithm)
+                and self.last_seconds >= self.detector.min_seconds):
             if self.trial is not None:
                 if self.trial.add(nbytes, self.last_seconds) and not self._guarded(
                         f"the re-plan's trial after call {self.step - 1}", self._verdict):
@@ -321,12 +335,8 @@ class AdaptiveEngine:
             self._base_bytes += row[0]
             self._base_busy += row[1]
         self._recent.append(row)
-        if alg == "tree":
-            predicted = self.plan.predict_time(nbytes, self.engine.chunk_bytes)
-        else:
-            predicted = nbytes / self.plan.ring_Bps if self.plan.ring_Bps else 0.0
-        self._last_call = (nbytes, predicted, self.last_seconds)
-        if not self.detector.update(predicted, self.last_seconds, size_bucket(nbytes)):
+        self._last_call = (nbytes, sample.predicted_s, self.last_seconds)
+        if not self.tuner.slowed(sample, alg):
             return
         if not self.adapt:
             self._tell_slowdown(None, "re-planning is off (HOROTOPO_ADAPT)")
@@ -373,12 +383,13 @@ class AdaptiveEngine:
 
     def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
         """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""
-        new = Engine(self.tracked, plan, **self._engine_kwargs)
+        new = Engine(self.tracked, plan, topology=topology, **self._engine_kwargs)
         old, self.engine = self.engine, new
         old.close()
         self.topology = topology
-        self.detector.reset()
-        self.selector.forget("tree")  # another plan: its tree timings are still to be made
+        # Another plan (perhaps recording another algorithm): the calibrated figures carry
+        # over, its topology side's timings are still to be made.
+        self.tuner.switched(self.tuner.model.with_(side=new.topology_side))
         self._reset_windows()
 
     def _share_plan(self, topo: Optional[Topology]) -> Tuple[Plan, Optional[Topology]]:

@@ -8,6 +8,13 @@ both algorithms on the job's own ranks at init (:func:`calibrated_model`), and a
 :class:`Selector` refines the choice per size from the timings of real calls, Horovod-autotune
 style, with hysteresis so that scheduling noise does not flip it back and forth.
 
+"Tree" is the cost model's name for the topology side of the choice: whatever the plan records
+as the topology's fastest algorithm (``plan.planner["algorithm"]``, the plan's own trees or a
+peer such as NCCL's double binary tree), which the engine runs where the model says "tree".
+:class:`TopologySide` predicts that algorithm's time, calibration fits against it, and the
+:class:`CallRecord` keeps its timed calls under its own name; the selector and the contention
+detector (:class:`horotopo.adapt.policy.Detector`) both read that one record.
+
 Every input to these functions must be the same on all ranks (times agreed by a max-allreduce,
 :func:`agree_max`), so that every rank takes the same decision at the same call: the engine's
 per-call metadata check would raise otherwise, on every rank, instead of mixing algorithms.
@@ -22,15 +29,94 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..packing.alphabeta import ENGINE_COSTS, SoftwareCosts, rank_degrees
+from ..packing.alphabeta import ENGINE_COSTS, NetworkModel, SoftwareCosts, rank_degrees
+from ..params import ADAPT, AdaptParams
 from ..plan import Plan
+from ..topology import Topology
+from .flows import TCP_NETWORK
 
-__all__ = ["CostModel", "DEFAULT_COST_MODEL", "MODELLED", "fit_line", "fit_affine",
-           "messages_per_rank", "calibrated_model", "Selector", "agree_max", "size_bucket"]
+__all__ = ["CostModel", "DEFAULT_COST_MODEL", "MODELLED", "TREE", "fit_line", "fit_affine",
+           "messages_per_rank", "calibrated_model", "Selector", "agree_max", "size_bucket",
+           "TopologySide", "CallRecord", "Sample"]
 
 #: The algorithms the cost model and the Selector time and choose between (the registry,
 #: :mod:`horotopo.algorithms.registry`, asks them only when all of these are enabled).
 MODELLED: Tuple[str, ...] = ("tree", "mpi")
+#: The cost model's name for the topology side (see the module docstring).
+TREE = "tree"
+#: ``predict(topology, plan, nbytes, chunk_bytes, costs, network) -> seconds``: an algorithm's
+#: topology model (:attr:`horotopo.algorithms.registry.Candidate.predict`).
+Predict = Callable[[Topology, Plan, int, int, SoftwareCosts, NetworkModel], float]
+
+
+@dataclass(frozen=True)
+class TopologySide:
+    """The algorithm an engine runs where the cost model says "tree", and its predicted time.
+
+    Attributes
+    ----------
+    algorithm : str
+        The plan's recorded algorithm when the engine can run it, else ``"tree"`` (the plan's
+        own trees).
+    predict : callable, optional
+        That algorithm's topology model (:data:`Predict`); None for the plan's own trees,
+        which :meth:`horotopo.plan.Plan.predict_time` predicts.
+    topology : Topology, optional
+        The network the plan was made for; a peer's model needs it.
+    network : NetworkModel
+        What the transport makes of the declared links, for a peer's model: the chooser's
+        (:func:`horotopo.algorithms.choice.predictions`), so that a peer is predicted as the
+        plan recorded it.
+
+    A peer's time (:meth:`seconds`) comes from its own model on ``topology``. Without one it is
+    the figure the plan records for its target size (``planner["predicted_s"]``), scaled to
+    other sizes as the plan's trees scale: the two predictions run side by side in the
+    chooser's table, and the trees' pipeline model is the shape the plan carries. A peer
+    without either has no prediction (None).
+    """
+
+    algorithm: str = TREE
+    predict: Optional[Predict] = None
+    topology: Optional[Topology] = None
+    network: NetworkModel = TCP_NETWORK
+    _memo: Dict[Tuple[Any, ...], Optional[float]] = field(default_factory=dict, compare=False,
+                                                          repr=False)
+
+    def seconds(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None,
+                costs: SoftwareCosts = ENGINE_COSTS) -> Optional[float]:
+        """Predicted seconds of one allreduce of ``nbytes`` by :attr:`algorithm` (None: no
+        model). Kept per size and plan: a peer's model re-lays its flows on each call."""
+        if self.algorithm == TREE or nbytes <= 0 or plan.n == 1:
+            return plan.predict_time(nbytes, chunk_bytes, costs=costs)
+        chunk = int(chunk_bytes or plan.chunk_bytes)
+        figures = plan.planner.get("predicted_s")
+        recorded = figures.get(self.algorithm) if isinstance(figures, dict) else None
+        key = (plan.digest, int(nbytes), chunk, costs.per_message_s, costs.per_byte_s,
+               recorded, plan.planner.get("algorithm_size"))
+        if key not in self._memo:
+            if len(self._memo) >= _MEMO_SIZES:
+                self._memo.clear()
+            self._memo[key] = self._predict(plan, int(nbytes), chunk, costs)
+        return self._memo[key]
+
+    def _predict(self, plan: Plan, nbytes: int, chunk: int,
+                 costs: SoftwareCosts) -> Optional[float]:
+        if self.predict is not None and self.topology is not None:
+            return float(self.predict(self.topology, plan, nbytes, chunk, costs, self.network))
+        figures = plan.planner.get("predicted_s")
+        size = plan.planner.get("algorithm_size")
+        if not isinstance(figures, dict) or self.algorithm not in figures or not size:
+            return None
+        at_size = plan.predict_time(int(size), chunk, costs=costs)
+        if not at_size > 0:
+            return None
+        return float(figures[self.algorithm]) * plan.predict_time(nbytes, chunk,
+                                                                 costs=costs) / at_size
+
+
+#: Sizes a :class:`TopologySide` keeps predictions for (a job's gradients come in a few
+#: sizes; the bound only stops a job of ever-new sizes from growing it without end).
+_MEMO_SIZES = 1024
 
 
 def messages_per_rank(plan: Plan, nbytes: int, chunk_bytes: int) -> float:
@@ -103,6 +189,9 @@ class CostModel:
     tree_scale
         Measured tree time over the plan's predicted time (1: the plan's rate is reached). A
         factor, not a rate, so that it carries over to the next plan after a re-plan.
+    side
+        What runs where this model says "tree" and its prediction (:class:`TopologySide`;
+        default the plan's own trees). Not a figure: models that differ only in it are equal.
     """
 
     mpi_latency_s: float
@@ -112,12 +201,21 @@ class CostModel:
     tree_Bps: Optional[float] = None
     source: str = "default"
     tree_scale: float = 1.0
+    side: TopologySide = field(default=TopologySide(), compare=False, repr=False)
+
+    @property
+    def costs(self) -> SoftwareCosts:
+        """The software costs the topology side's prediction charges."""
+        return (SoftwareCosts(self.per_message_s, ENGINE_COSTS.per_byte_s)
+                if self.per_message_s else ENGINE_COSTS)
 
     def plan_time(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
-        """The plan's predicted time with this model's per-message software cost."""
-        costs = (SoftwareCosts(self.per_message_s, ENGINE_COSTS.per_byte_s)
-                 if self.per_message_s else ENGINE_COSTS)
-        return plan.predict_time(nbytes, chunk_bytes, costs=costs)
+        """The topology side's predicted time with this model's per-message software cost: the
+        recorded algorithm's (:class:`TopologySide`), or the plan's trees' where the recorded
+        one has no prediction (a plan made by hand names a peer without its figures)."""
+        got = self.side.seconds(plan, nbytes, chunk_bytes, self.costs)
+        return got if got is not None else plan.predict_time(nbytes, chunk_bytes,
+                                                             costs=self.costs)
 
     def tree_time(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
         if nbytes <= 0:
@@ -185,10 +283,11 @@ def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
                      prior: CostModel = DEFAULT_COST_MODEL) -> CostModel:
     """The cost model fitted to agreed calibration timings (pure; every rank gets the same).
 
-    MPI_Allreduce: ``latency + bytes / bandwidth`` (:func:`fit_line`). The tree:
-    ``latency + tree_scale * plan.predict_time(bytes)`` (:func:`fit_affine` against the plan's
-    prediction), so its extrapolation to larger sizes keeps the plan's pipeline shape, and the
-    scale carries over to a new plan. With a single size, the latencies stay the prior's and
+    MPI_Allreduce: ``latency + bytes / bandwidth`` (:func:`fit_line`). The topology side
+    (``tree_s`` are its times: the plan's recorded algorithm, ``prior.side``):
+    ``latency + tree_scale * prediction(bytes)`` (:func:`fit_affine` against that algorithm's
+    own prediction, :meth:`CostModel.plan_time`), so its extrapolation to larger sizes keeps
+    the algorithm's modelled shape, and the scale carries over to a new plan. With a single size, the latencies stay the prior's and
     only the rates are fitted.
     """
     if not (len(sizes) == len(tree_s) == len(mpi_s)) or not sizes:
@@ -231,13 +330,142 @@ def agree_max(values: Sequence[float], allreduce_max: Callable[[np.ndarray], Non
     return [float(v) for v in vec]
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One timed call as the record keeps it.
+
+    Attributes
+    ----------
+    nbytes : int
+    observed_s : float
+        The call's agreed time (the slowest rank's).
+    modelled_s : float
+        The cost model's time for the call (:meth:`CostModel.time`): what the selector
+        scales by the measured ratios.
+    predicted_s : float or None
+        The algorithm's topology model (:class:`TopologySide`; for a forced plan's trees or
+        ring, the plan's own figures): what the contention detector compares the call with.
+        None for the library's allreduce, which no topology model describes.
+    """
+
+    nbytes: int
+    observed_s: float
+    modelled_s: float
+    predicted_s: Optional[float]
+
+    @property
+    def ratio(self) -> Optional[float]:
+        """Observed over modelled time (the selector's measure; None without a model time)."""
+        return self.observed_s / self.modelled_s if self.modelled_s > 0 else None
+
+    @property
+    def efficiency(self) -> Optional[float]:
+        """Predicted over observed time (the detector's measure; None without a prediction)."""
+        return None if not self.predicted_s else self.predicted_s / self.observed_s
+
+
+@dataclass
+class CallRecord:
+    """The self-tuner's one measurement record: per size bucket and algorithm run, the last
+    ``window`` timed calls, each with its observed time and its predictions.
+
+    :meth:`observe` is the one place a timed call enters. The selector reads the record for
+    which algorithm a size should take, and the contention detector reads each sample against
+    its plan's prediction, so the two never disagree about what was measured. Keys are the
+    names of the algorithms that ran: a call of the plan's recorded peer is kept as that peer,
+    which the selector reads as its topology side.
+    """
+
+    window: int = ADAPT.choice_window
+    _samples: Dict[Tuple[int, str], Deque[Sample]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if int(self.window) != self.window or self.window < 1:
+            raise ValueError(f"window must be a positive integer, got {self.window!r}")
+
+    @staticmethod
+    def predicts(model: CostModel, algorithm: str) -> bool:
+        """Whether :meth:`predicted` has a model for calls of ``algorithm``."""
+        return algorithm in (model.side.algorithm, TREE, "ring")
+
+    def predicted(self, model: CostModel, plan: Plan, algorithm: str, nbytes: int,
+                  chunk_bytes: Optional[int] = None) -> Optional[float]:
+        """The topology model's time for one call of ``algorithm`` (None: it has none): the
+        topology side's (:class:`TopologySide`), the plan's own trees' (a forced ``tree``), or
+        the plan's ring rate for a forced ring."""
+        if algorithm == model.side.algorithm:
+            return model.side.seconds(plan, nbytes, chunk_bytes, model.costs)
+        if algorithm == TREE:
+            return plan.predict_time(nbytes, chunk_bytes, costs=model.costs)
+        if algorithm == "ring" and plan.ring_Bps:
+            return nbytes / plan.ring_Bps
+        return None
+
+    def modelled(self, model: CostModel, plan: Plan, algorithm: str, nbytes: int,
+                 chunk_bytes: Optional[int] = None) -> Optional[float]:
+        """The cost model's time for one call of ``algorithm``, for the two sides it times
+        (the library and the topology side); None for any other."""
+        if algorithm == "mpi":
+            return model.mpi_time(plan, nbytes)
+        if algorithm == model.side.algorithm:
+            return model.tree_time(plan, nbytes, chunk_bytes)
+        return None
+
+    def observe(self, model: CostModel, plan: Plan, algorithm: str, nbytes: int,
+                seconds: float, chunk_bytes: Optional[int] = None) -> Optional[Sample]:
+        """Record one call's agreed time; returns the sample kept (None when the call has
+        neither a cost model time nor a prediction, or no positive size and time)."""
+        if not (nbytes > 0 and seconds > 0):
+            return None
+        predicted = self.predicted(model, plan, algorithm, nbytes, chunk_bytes)
+        modelled = self.modelled(model, plan, algorithm, nbytes, chunk_bytes)
+        if not (predicted and predicted > 0) and not (modelled and modelled > 0):
+            return None
+        sample = Sample(int(nbytes), float(seconds),
+                        float(modelled) if modelled and modelled > 0 else 0.0,
+                        float(predicted) if predicted and predicted > 0 else None)
+        key = (size_bucket(nbytes), algorithm)
+        got = self._samples.get(key)
+        if got is None:
+            got = self._samples[key] = deque(maxlen=int(self.window))
+        got.append(sample)
+        return sample
+
+    def samples(self, algorithm: str, nbytes: int) -> Tuple[Sample, ...]:
+        """The kept calls of ``algorithm`` in the bucket of ``nbytes``, oldest first."""
+        return tuple(self._samples.get((size_bucket(nbytes), algorithm), ()))
+
+    def forget(self, algorithm: Optional[str] = None, keep: Sequence[str] = ()) -> None:
+        """Drop ``algorithm``'s calls, or without one every algorithm's but those named in
+        ``keep`` (after a re-plan every topology algorithm runs on another plan or model; the
+        library's figures stay)."""
+        for key in [k for k in self._samples
+                    if (k[1] == algorithm if algorithm is not None else k[1] not in keep)]:
+            del self._samples[key]
+
+    def summary(self) -> Dict[str, Dict[str, Any]]:
+        """Per bucket and algorithm: calls kept, median ratio to the cost model and median
+        efficiency against the prediction (for logs and tests)."""
+        out: Dict[str, Dict[str, Any]] = {}
+        for (b, alg), got in sorted(self._samples.items()):
+            ratios = [s.ratio for s in got if s.ratio is not None]
+            effs = [s.efficiency for s in got if s.efficiency is not None]
+            out.setdefault(str(b), {})[alg] = {
+                "calls": len(got),
+                "ratio": round(median(ratios), 4) if ratios else None,
+                "efficiency": round(median(effs), 4) if effs else None}
+        return out
+
+
 @dataclass
 class Selector:
-    """Tree or MPI_Allreduce per call, from the cost model refined by agreed call timings.
+    """Tree or MPI_Allreduce per call, from the cost model refined by the record's timings.
 
-    For each power-of-two size bucket and algorithm it keeps the last ``window`` ratios of
-    measured over modelled time; an algorithm's estimate for a call is the model's time scaled
-    by the median of those ratios (the model alone when the bucket has none). Then:
+    It reads the :class:`CallRecord`: for each power-of-two size bucket, the last calls of the
+    library and of the topology side (``model.side.algorithm``: the plan's trees or its
+    recorded peer), each as measured over modelled time. An algorithm's estimate for a call is
+    the model's time scaled by the median of those ratios (the model alone when the bucket has
+    none, or for calls under ``sample_min_bytes``, which latency decides). Then:
 
     - the first call of a bucket takes the algorithm with the lower estimate;
     - afterwards the bucket keeps its algorithm until the other's estimate is lower by more
@@ -249,16 +477,17 @@ class Selector:
       one measured call settles what it cannot (Horovod's autotuner samples the same way).
 
     Deterministic: fed the same agreed timings (:func:`agree_max`) in the same order, every
-    rank holds the same state and returns the same choice at the same call.
+    rank holds the same record and returns the same choice at the same call. The defaults are
+    :data:`horotopo.params.ADAPT`'s (``choice_*``, ``explore_*``, ``sample_min_bytes``).
     """
 
     model: CostModel = DEFAULT_COST_MODEL
-    margin: float = 0.1
-    window: int = 5
-    explore_ratio: float = 2.0
-    explore_min_bytes: int = 1 << 20
-    sample_min_bytes: int = 64 << 10
-    _ratios: Dict[Tuple[int, str], Deque[float]] = field(default_factory=dict)
+    margin: float = ADAPT.choice_margin
+    window: int = ADAPT.choice_window
+    explore_ratio: float = ADAPT.explore_ratio
+    explore_min_bytes: int = ADAPT.explore_min_bytes
+    sample_min_bytes: int = ADAPT.sample_min_bytes
+    record: Optional[CallRecord] = None
     _current: Dict[int, str] = field(default_factory=dict)
     _explored: Dict[int, str] = field(default_factory=dict)
 
@@ -269,18 +498,41 @@ class Selector:
             raise ValueError(f"window must be a positive integer, got {self.window!r}")
         if self.explore_ratio < 1:
             raise ValueError(f"explore_ratio must be >= 1, got {self.explore_ratio!r}")
+        if self.record is None:
+            self.record = CallRecord(window=int(self.window))
+
+    @classmethod
+    def from_params(cls, model: CostModel, params: AdaptParams = ADAPT,
+                    record: Optional[CallRecord] = None) -> "Selector":
+        """A selector with ``params``' choice fields, reading ``record``."""
+        return cls(model=model, margin=params.choice_margin, window=params.choice_window,
+                   explore_ratio=params.explore_ratio,
+                   explore_min_bytes=params.explore_min_bytes,
+                   sample_min_bytes=params.sample_min_bytes, record=record)
 
     # -------------------------------------------------------------------------------------
+    def recorded_as(self, algorithm: str) -> str:
+        """The record's name for one of the two sides: the topology side's algorithm for
+        ``"tree"``."""
+        return self.model.side.algorithm if algorithm == TREE else algorithm
+
+    def _ratios(self, algorithm: str, nbytes: int) -> List[float]:
+        assert self.record is not None
+        if nbytes < self.sample_min_bytes:
+            return []
+        got = [s.ratio for s in self.record.samples(self.recorded_as(algorithm), nbytes)]
+        return [r for r in got if r is not None][-int(self.window):]
+
     def estimate(self, algorithm: str, plan: Plan, nbytes: int,
                  chunk_bytes: Optional[int] = None) -> float:
-        """Seconds the selector expects ``algorithm`` to take for ``nbytes``."""
+        """Seconds the selector expects ``algorithm`` (``"tree"`` or ``"mpi"``) to take."""
         base = self.model.time(algorithm, plan, nbytes, chunk_bytes)
-        got = self._ratios.get((size_bucket(nbytes), algorithm))
+        got = self._ratios(algorithm, nbytes)
         return base * median(got) if got else base
 
     def samples(self, algorithm: str, nbytes: int) -> int:
         """How many measurements of ``algorithm`` the bucket of ``nbytes`` holds."""
-        return len(self._ratios.get((size_bucket(nbytes), algorithm), ()))
+        return len(self._ratios(algorithm, nbytes))
 
     def current(self, nbytes: int) -> Optional[str]:
         """The bucket's settled algorithm (None before its first call)."""
@@ -291,16 +543,16 @@ class Selector:
         if plan.n == 1 or nbytes <= 0:
             return "mpi"
         b = size_bucket(nbytes)
-        est = {a: self.estimate(a, plan, nbytes, chunk_bytes) for a in ("tree", "mpi")}
+        est = {a: self.estimate(a, plan, nbytes, chunk_bytes) for a in (TREE, "mpi")}
         cur = self._current.get(b)
         if cur is None:
-            cur = "tree" if est["tree"] < est["mpi"] else "mpi"
+            cur = TREE if est[TREE] < est["mpi"] else "mpi"
         else:
-            other = "mpi" if cur == "tree" else "tree"
+            other = "mpi" if cur == TREE else TREE
             if est[other] < (1.0 - self.margin) * est[cur]:
                 cur = other
         self._current[b] = cur
-        other = "mpi" if cur == "tree" else "tree"
+        other = "mpi" if cur == TREE else TREE
         if (nbytes >= self.explore_min_bytes and b not in self._explored
                 and self.samples(cur, nbytes) > 0 and self.samples(other, nbytes) == 0
                 and est[other] < self.explore_ratio * est[cur]):
@@ -309,30 +561,33 @@ class Selector:
         return cur
 
     def wants(self, nbytes: int) -> bool:
-        """Whether a call of ``nbytes`` is worth a timing agreement (smaller calls are latency
-        noise for a bandwidth decision, and the calibrated latencies decide them)."""
+        """Whether a library call of ``nbytes`` is worth a timing agreement (smaller calls are
+        latency noise for a bandwidth decision, and the calibrated latencies decide them)."""
         return nbytes >= self.sample_min_bytes
 
     def update(self, plan: Plan, nbytes: int, algorithm: str, seconds: float,
-               chunk_bytes: Optional[int] = None) -> None:
-        """Feed one call's agreed (slowest rank's) time; calls too small or of another
-        algorithm (ring, an explicit choice) are ignored."""
-        if algorithm not in ("tree", "mpi") or not self.wants(nbytes) or not seconds > 0:
-            return
-        base = self.model.time(algorithm, plan, nbytes, chunk_bytes)
-        if not base > 0:
-            return
-        key = (size_bucket(nbytes), algorithm)
-        got = self._ratios.get(key)
-        if got is None:
-            got = self._ratios[key] = deque(maxlen=int(self.window))
-        got.append(seconds / base)
+               chunk_bytes: Optional[int] = None) -> Optional[Sample]:
+        """Feed one call's agreed (slowest rank's) time into the record
+        (:meth:`CallRecord.observe`); ``algorithm`` is the name that ran (the topology side's
+        peer, not ``"tree"``, when the plan records one)."""
+        assert self.record is not None
+        return self.record.observe(self.model, plan, algorithm, nbytes, seconds, chunk_bytes)
+
+    def replace_model(self, model: CostModel) -> None:
+        """Another plan's model (after a re-plan): every bucket's choice is made again, and
+        the record keeps only the library's calls (every topology algorithm now runs on
+        another plan)."""
+        assert self.record is not None
+        self.model = model
+        self.record.forget(keep=("mpi",))
+        self._current.clear()
+        self._explored.clear()
 
     def forget(self, algorithm: str) -> None:
-        """Drop ``algorithm``'s measurements and every bucket's settled choice (after a
-        re-plan the tree is another tree; MPI_Allreduce's figures stay valid)."""
-        for key in [k for k in self._ratios if k[1] == algorithm]:
-            del self._ratios[key]
+        """Drop ``algorithm``'s measurements (``"tree"``: the topology side's) and every
+        bucket's settled choice."""
+        assert self.record is not None
+        self.record.forget(self.recorded_as(algorithm))
         self._current.clear()
         self._explored.clear()
 
@@ -344,10 +599,15 @@ class Selector:
         self._current, self._explored = dict(saved[0]), dict(saved[1])
 
     def state(self) -> Dict[str, Any]:
-        """A plain summary (for logs and tests): per bucket, the choice and the median ratios."""
+        """A plain summary (for logs and tests): per bucket, the choice and the median ratios
+        of the two sides (``tree``: the topology side's)."""
         out: Dict[str, Any] = {}
-        for (b, alg), got in sorted(self._ratios.items()):
-            out.setdefault(str(b), {})[alg] = round(median(got), 4)
+        assert self.record is not None
+        for b, algs in self.record.summary().items():
+            for alg, got in algs.items():
+                side = TREE if alg == self.model.side.algorithm else alg
+                if side in MODELLED and got["ratio"] is not None:
+                    out.setdefault(b, {})[side] = got["ratio"]
         for b, alg in sorted(self._current.items()):
             out.setdefault(str(b), {})["choice"] = alg
         return out
