@@ -44,6 +44,20 @@ class EngineParams:
     timing_repeats: int = _param(
         3, "Timed runs per size and algorithm of Engine.time_algorithms() after one warm-up; "
            "the slowest rank's best of them counts.")
+    prior_mpi_latency_s: float = _param(
+        100e-6, "MPI_Allreduce's fixed cost in the cost model of an engine nobody calibrated "
+                "(the hvd runtime calibrates at init and then learns from its own calls): the "
+                "engine's 8-byte library path on the development box (2 shared cores, MPICH "
+                "over shared memory, 4 ranks; mpiexec -n 4 python "
+                "benchmarks/engine_overhead.py). It describes that machine, not a job's "
+                "network.")
+    prior_tree_latency_s: float = _param(
+        6.6e-3, "The topology side's fixed cost in that uncalibrated model: an 8-byte tree "
+                "allreduce on the same box and run (six hops, each waiting for a descheduled "
+                "rank).")
+    prior_per_message_s: float = _param(
+        34e-6, "Wall time per chunk message in that uncalibrated model, from the same run; "
+               "a calibration replaces it by the fitted scale.")
     in_flight_extra: int = _param(
         2, "Chunks of one tree in flight at a rank beyond the scratch window and a chunk per "
            "hop each way (what keeps every link of the tree busy): a small margin over that.")
@@ -57,6 +71,9 @@ class EngineParams:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
         if self.in_flight_extra < 0:
             raise ValueError(f"in_flight_extra: must be >= 0, got {self.in_flight_extra!r}")
+        for name in ("prior_mpi_latency_s", "prior_tree_latency_s", "prior_per_message_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..packing.alphabeta import ENGINE_COSTS, NetworkModel, SoftwareCosts, rank_degrees
-from ..params import ADAPT, AdaptParams
+from ..params import ADAPT, ENGINE, AdaptParams
 from ..plan import Plan
 from ..topology import Topology
 from .flows import TCP_NETWORK
@@ -267,15 +267,13 @@ class CostModel:
                 f"{mpi}; tree {self.tree_latency_s * 1e6:.0f} us + {tree}")
 
 
-# Only the prior of an Engine that nobody calibrated (a library user's; the hvd runtime always
-# calibrates at init and then learns from its own calls, see Selector). Measured on the
-# development box (2 cores shared with other jobs, MPICH 5 over shared memory, 4 ranks) with
-# `mpiexec -n 4 python benchmarks/engine_overhead.py`: the engine's 8-byte MPI path (100 us),
-# 8-byte tree allreduce (6.6 ms: six hops, each waiting for a descheduled rank) and the wall
-# time per chunk message (34 us). These constants describe that machine, not a job's network:
-# nothing the runtime decides rests on them alone.
-DEFAULT_COST_MODEL = CostModel(mpi_latency_s=100e-6, mpi_Bps=None, tree_latency_s=6.6e-3,
-                               per_message_s=34e-6)
+#: Only the prior of an Engine that nobody calibrated (a library user's; the hvd runtime
+#: always calibrates at init and then learns from its own calls): the ``prior_*`` fields of
+#: :data:`horotopo.params.ENGINE`, which say where they were measured. Nothing the runtime
+#: decides rests on them alone.
+DEFAULT_COST_MODEL = CostModel(mpi_latency_s=ENGINE.prior_mpi_latency_s, mpi_Bps=None,
+                               tree_latency_s=ENGINE.prior_tree_latency_s,
+                               per_message_s=ENGINE.prior_per_message_s)
 
 
 def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
