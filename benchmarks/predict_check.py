@@ -13,6 +13,12 @@ caps a message at its TCP window and holds a stream's messages back; those figur
 measured first from single messages (:func:`horotopo.algorithms.simcheck.measure_network`).
 
     python benchmarks/predict_check.py --ranks 64 --ranks-are cpu,gpu [--json] [--markdown]
+    python benchmarks/predict_check.py --ranks 256,1024 --cache SCALE_CACHE.json [--markdown PATH]
+
+With ``--cache``, nothing is simulated: the simulated times are the cells that
+``benchmarks/scale_sim.py --cache`` kept (each row's plan with them), and every cell is
+predicted again with today's model at the chunk it ran at, beside the choice init would make
+on that plan at that chunk.
 
 Prints a Markdown table (or ``--json``); progress on stderr; ``--markdown [PATH]`` also writes
 it to docs/results/predict_check.md. A simulation past ``--timeout`` is a row with its limit.
@@ -36,7 +42,7 @@ from horotopo.algorithms.simcheck import (measure_network, simulate_allreduce,  
                                           simulated_costs)
 from horotopo.generate import GENERATORS, SCALE_TABLE_SPECS, generate  # noqa: E402
 from horotopo.packing.alphabeta import NetworkModel  # noqa: E402
-from horotopo.plan import format_size, make_plan, parse_size  # noqa: E402
+from horotopo.plan import Plan, format_size, make_plan, parse_size  # noqa: E402
 from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
@@ -53,7 +59,8 @@ def _topology(spec: str, ranks: int) -> Topology:
 def check(spec: str, ranks: int, size: int, ranks_are: str, network: NetworkModel,
           algorithms: Sequence[str], timeout_s: float) -> List[Dict[str, Any]]:
     """Rows for one cluster and kind of rank: each algorithm's prediction on the simulator's
-    network against its simulated time, with the choice init makes (on the declared network)
+    network against its simulated time, with the choice init makes (on TCP's network,
+    :data:`~horotopo.algorithms.flows.TCP_NETWORK`)
     and the one the simulator's network would give."""
     topology = _topology(spec, ranks)
     profile, _ = cost_profiles.from_settings()
@@ -76,7 +83,7 @@ def check(spec: str, ranks: int, size: int, ranks_are: str, network: NetworkMode
                    "chosen_on_simulator": on_simulator == alg,
                    "chunk_bytes": plan.chunk_bytes, "trees": len(plan.trees),
                    "predicted_s": predicted[alg],
-                   "predicted_declared_s": plan.planner["predicted_s"][alg],
+                   "predicted_init_s": plan.planner["predicted_s"][alg],
                    "planner_s": planner_s, **sim}
             if sim["time_s"]:
                 row["error_frac"] = predicted[alg] / sim["time_s"] - 1
@@ -85,6 +92,49 @@ def check(spec: str, ranks: int, size: int, ranks_are: str, network: NetworkMode
             _say(f"{topology.name} {ranks_are} {alg}{' (chosen)' if row['chosen'] else ''}: "
                  f"predicted {predicted[alg] * 1e3:.2f} ms, simulated {_ms(sim['time_s'])} ms"
                  + ("" if wall is None else f" ({wall:.0f} s of wall time)"))
+    return rows
+
+
+def cached_rows(path: Path, counts: Sequence[int], kinds: Sequence[str],
+                algorithms: Sequence[str], network: NetworkModel) -> List[Dict[str, Any]]:
+    """Rows for the cells of a ``scale_sim.py --cache`` file: each simulated cell of the
+    rank counts and kinds of rank asked for, predicted now on the simulator's ``network`` at
+    the chunk it ran at, on its row's plan."""
+    try:
+        doc = json.loads(path.read_text())
+        recs, cells = doc["rows"], doc["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"predict_check: --cache {path}: not a scale_sim cache ({exc})")
+    profile, _ = cost_profiles.from_settings()
+    rows = []
+    for key, rec in recs.items():
+        if rec["ranks"] not in counts or rec["ranks_are"] not in kinds:
+            continue
+        done = {k.split("|")[5]: c for k, c in cells.items()
+                if k.startswith(key + "|") and c.get("time_s")}
+        if not any(a in done for a in algorithms):
+            continue
+        topology = _topology(rec["generator"], rec["ranks"])
+        plan = Plan.from_json(rec["plan"])
+        with cost_profiles.charging(profile, rec["ranks_are"], rec.get("cuda_aware", True)):
+            costs = simulated_costs()
+            for alg in algorithms:
+                cell = done.get(alg)
+                if cell is None:
+                    continue
+                chunk = int(cell["chunk_bytes"])
+                predicted = predictions(topology, plan, rec["size"], chunk, costs=costs,
+                                        network=network)
+                chosen, _ = choose(topology, plan, rec["size"], chunk, costs=costs)
+                rows.append({"topology": rec["topology"], "ranks": rec["ranks"],
+                             "size": rec["size"], "ranks_are": rec["ranks_are"],
+                             "algorithm": alg, "chosen": chosen == alg,
+                             "chunk_bytes": chunk, "trees": len(plan.trees),
+                             "predicted_s": predicted[alg], "time_s": cell["time_s"],
+                             "error_frac": predicted[alg] / cell["time_s"] - 1,
+                             "simulated_at": cell.get("commit")})
+                _say(f"{rec['topology']} {rec['ranks_are']} {alg}: predicted "
+                     f"{predicted[alg] * 1e3:.2f} ms, simulated {_ms(cell['time_s'])} ms")
     return rows
 
 
@@ -133,6 +183,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.10)
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="wall seconds per simulation before it is reported as a limit")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="a benchmarks/scale_sim.py --cache file: predict its simulated cells "
+                         "again instead of simulating")
     ap.add_argument("--json", action="store_true")
     results_doc.add_markdown_option(ap, "predict_check")
     args = ap.parse_args(argv)
@@ -152,7 +205,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     network = measure_network()
     _say(f"simulator's network: {network}")
     rows: List[Dict[str, Any]] = []
-    for spec in args.clusters.split(";"):
+    if args.cache is not None:
+        rows = cached_rows(args.cache, counts, kinds, algorithms, network)
+    for spec in (args.clusters.split(";") if args.cache is None else []):
         for n in (counts if spec.partition(":")[0] in GENERATORS else [0]):
             for kind in kinds:
                 rows += check(spec, n, size, kind, network, algorithms, args.timeout)
@@ -180,9 +235,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results_doc.write(
             args.markdown, "predict_check: every algorithm's predicted against simulated "
             "allreduce time", [("", table), ("Verdict", verdict)],
-            summary=f"The {measured}. Each algorithm at the plan's chunk; **chosen**: the "
-                    "algorithm init records (predicted fastest on the declared network); "
-                    "predictions on the simulator's network as measured.")
+            summary=f"The {measured}. " + (
+                "Each algorithm at the plan's chunk; **chosen**: the algorithm init records "
+                "(predicted fastest on TCP's network, flows.TCP_NETWORK)"
+                if args.cache is None else
+                f"Simulated times: the cells of {args.cache.name} (benchmarks/scale_sim.py "
+                "--cache, simulated at commits "
+                f"{', '.join(sorted({str(r['simulated_at']) for r in rows}))}), each at the "
+                "chunk it ran at, on its row's plan; **chosen**: the algorithm the chooser "
+                "picks for that plan at that chunk (on flows.TCP_NETWORK)")
+            + "; predictions on the simulator's network as measured.")
     return 1 if misses else 0
 
 
