@@ -219,3 +219,35 @@ def test_the_adaptive_engine_records_and_watches_the_recorded_peer():
         assert ran == ["dbtree"] * 6
         assert kept == 5     # the record's window: the last five calls
         assert slowdown is not None and "re-planning is off" in slowdown
+
+
+def test_a_slowdown_of_the_recorded_peer_re_plans_and_the_new_plan_is_watched():
+    """The re-plan that the peer's slowdown triggers installs a plan with its own recorded
+    choice; the record starts again with that plan's topology side."""
+    n, count = 3, 1 << 18
+    topo = from_dict(uniform_document(n, 1000.0))  # the re-probe finds less: the model changes
+    plan = _recording(make_plan(topo, chunk_bytes=64 << 10), topo, "dbtree", size=MiB)
+
+    def body(t):
+        eng = AdaptiveEngine(t, plan, topo, timeout_s=0, min_seconds=0.0, warmup=3,
+                             consecutive=3, trial=0,
+                             cost_model=CostModel(mpi_latency_s=1.0, mpi_Bps=1.0,
+                                                  tree_latency_s=0.0, per_message_s=0.0))
+        try:
+            for step in range(7):
+                if 3 <= step < 6 and t.rank == n - 1:
+                    time.sleep(0.15)
+                eng.allreduce(np.full(count, t.rank + 1.0, np.float32))
+            side = eng.tuner.topology_algorithm
+            return ([e.step for e in eng.events], eng.plan.digest, side,
+                    eng.engine.last_algorithm,
+                    sorted({alg for b in eng.tuner.record.summary().values() for alg in b}))
+        finally:
+            eng.close()
+
+    got = run_ranks(n, body)
+    assert len({g[1] for g in got}) == 1
+    for steps, _, side, last, recorded in got:
+        assert steps == [6]            # the third slow call
+        assert last == side            # the new plan's topology side runs ...
+        assert recorded == [side]      # ... and is all the record holds since the switch
