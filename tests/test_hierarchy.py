@@ -147,6 +147,15 @@ def test_flat_bound_tree_prices_are_lower_bounds_of_edmonds():
         assert best_root_arborescence(w, only, False)[2] >= out_of[r] - 1e-12
 
 
+def test_a_seeded_pool_its_lp_certifies_skips_the_multiplicative_weights():
+    # 64 machines of a fat tree: the aware ring's chains and the bottleneck seeds are optimal,
+    # and the pool's first LP dual (with the filled-resource bound) certifies it at once
+    packing = hierarchy.pack_hierarchical(_topo("fattree:hosts_per_leaf=8,spines=4,gpus=8", 512),
+                                          target_gap=0.01)
+    assert packing.iterations == 1
+    assert packing.gap <= 0.005
+
+
 def test_setting_and_auto_rule():
     small, big = _topo(RACKS, 12), _topo(RACKS, 66)
     assert not hierarchy.use_hierarchy(small, "auto") and hierarchy.use_hierarchy(big, "auto")

@@ -299,10 +299,26 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     history: List[Tuple[float, float]] = []
     iterations = 0
     gk_count = gk_iterations if gk_iterations is not None else min(2 * n, 32)
-    if seeds and np.isfinite(best_bound):
-        rates, _, _ = pool.solve()
+    # A seeded pool (the hierarchical planner's) is often at the optimum already: its LP's
+    # duals, priced once, certify it, and then the multiplicative weights (three Edmonds runs
+    # per tree, most of the packing's time at hundreds of machines) would add nothing. That
+    # LP and pricing are column generation's first round, kept for it.
+    seeded: Optional[Tuple[Tuple[np.ndarray, np.ndarray, np.ndarray], tuple]] = None
+    if seeds:
+        rates, y, pi = pool.solve()
+        found = (price(model, y, pi, True, columns_per_round),
+                 price(model, y, -pi, False, columns_per_round))
+        d1, d2 = found[0][0][0], found[1][0][0]
+        if d1 + d2 > 0:
+            point = (dual_bound(cap, y, d1, d2), PHASE_COLUMNS,
+                     (y / (d1 + d2), (pi + d2) / (d1 + d2)))
+            if point[0] < best_bound:
+                best_bound, phase, dual = point
+        if filled_dual:
+            best_bound, phase, dual = _filled_bound(model, pool, rates, (best_bound, phase, dual))
         if float(rates[[h[0] for h in pool.halves]].sum()) >= (1 - target_gap / 2) * best_bound:
-            gk_count = 0  # the seeds already meet the target: no trees needed to seed the pool
+            gk_count = 0
+            seeded = (rates, y, pi), found
 
     # Phase 1: Garg-Konemann multiplicative weights, seeding the pool.
     y = 1.0 / cap
@@ -329,7 +345,8 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     # Phase 2: column generation on the LP duals, stabilized (Wentges smoothing): pricing at a
     # mix of the LP duals and the best certified dual point so far keeps the degenerate LP's
     # jumping duals from producing columns that never enter and bounds that never tighten.
-    rates, y, pi = pool.solve()
+    reused = seeded is not None  # its LP, pricing and filled bound: round 0's
+    rates, y, pi = seeded[0] if seeded else pool.solve()
     rounds = 0
     center: Optional[Tuple[np.ndarray, np.ndarray]] = None
     mix = 0.5
@@ -339,15 +356,18 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
             ys, pis = y, pi
         else:
             ys, pis = mix * center[0] + (1 - mix) * y, mix * center[1] + (1 - mix) * pi
-        found_a = price(model, ys, pis, True, columns_per_round)
-        found_b = price(model, ys, -pis, False, columns_per_round)
+        if seeded:  # the first round, at the seeded pool's duals: priced above
+            (found_a, found_b), seeded = seeded[1], None
+        else:
+            found_a = price(model, ys, pis, True, columns_per_round)
+            found_b = price(model, ys, -pis, False, columns_per_round)
         iterations += 1
         d1, d2 = found_a[0][0], found_b[0][0]
         bound = dual_bound(cap, ys, d1, d2) if d1 + d2 > 0 else np.inf  # no claim
         if bound < best_bound:
             best_bound, phase = bound, PHASE_COLUMNS
             center = dual = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
-        if filled_dual and rounds % 5 == 0:
+        if filled_dual and rounds % 5 == 0 and not (rounds == 0 and reused):
             best_bound, phase, dual = _filled_bound(model, pool, rates,
                                                     (best_bound, phase, dual))
         # The pool's LP rate is feasible, so it can never exceed a true bound.
