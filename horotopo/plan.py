@@ -154,11 +154,15 @@ class Plan:
     def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None, *,
                      costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS,
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
-        """Modelled seconds for an allreduce of ``nbytes``: the slowest tree's pipeline (its
-        first chunk over its critical paths at the hops' link rates shared among the flows
-        that reach them with it, :class:`~horotopo.packing.profiles.Crowding`; the rest at
-        the tree's rate), or the busiest rank's software time plus the shortest tree's fill
-        (:func:`horotopo.packing.alphabeta.plan_time`).
+        """The planner's idealized seconds for an allreduce of ``nbytes``, each tree at its
+        planned rate: the slowest tree's pipeline (its first chunk over its critical paths at
+        the hops' link rates shared among the flows that reach them with it,
+        :class:`~horotopo.packing.profiles.Crowding`; the rest at the tree's rate), or the
+        busiest rank's software time plus the shortest tree's fill
+        (:func:`horotopo.packing.alphabeta.plan_time`). The planner weighs forests and chunks
+        by it. The time the chooser compares with the other algorithms is the one time model's,
+        :func:`horotopo.algorithms.flows.plan_time`: the trees sharing the links (as the
+        transport shares them) and the ranks' CPUs, not held at their planned rates.
 
         Parameters
         ----------
