@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
                                  fill_time, on_network, rank_degrees, window_for)
 from ..packing.alphabeta import _window_rate as window_rate
-from ..packing.sharing import usage_of
+from ..packing.sharing import progressive_filling, usage_of
 from ..plan import Plan
 from ..topology import Topology
 
@@ -146,28 +146,12 @@ def _fluid(matrix: np.ndarray, cap: np.ndarray, weight: np.ndarray, bound: np.nd
     return finish
 
 
-def _max_min(matrix: np.ndarray, cap: np.ndarray, weight: np.ndarray, bound: np.ndarray,
+def _max_min(matrix: Any, cap: np.ndarray, weight: np.ndarray, bound: np.ndarray,
              active: np.ndarray) -> np.ndarray:
-    """Weighted max-min rates of the ``active`` flows: every unfrozen flow's rate grows as its
-    weight until a link it loads (with its coefficient in ``matrix``) is full or it reaches
-    its ``bound``; then it is frozen."""
-    rate = np.zeros(len(weight))
-    free = active.copy()
-    left = cap.copy()
-    while free.any():
-        demand = matrix @ np.where(free, weight, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            by_link = np.where(demand > 0, left / demand, math.inf)
-            by_bound = np.where(free, (bound - rate) / weight, math.inf)
-        grow = min(float(by_link.min()), float(by_bound.min()))
-        if not math.isfinite(grow):
-            break
-        rate[free] += grow * weight[free]
-        left -= grow * demand
-        full = ((demand > 0) & (left <= cap * 1e-9)).astype(float)
-        frozen = (matrix.T @ full > 0) | (by_bound <= grow * (1 + 1e-9))
-        free &= ~frozen
-    return rate
+    """Weighted max-min rates of the ``active`` flows (the columns of ``matrix``, a resource's
+    load per unit of each flow's rate): :func:`~horotopo.packing.sharing.progressive_filling`."""
+    return progressive_filling(lambda x: matrix @ x, lambda r: matrix.T @ r, cap, weight, bound,
+                               active)
 
 
 def _in_flight(network: NetworkModel, latency_s: float, s_per_byte: float,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,7 +33,8 @@ from ..topology import HostRoutes, Topology
 from .certificate import plural
 from .model import TreeRate
 
-__all__ = ["Usage", "usage_of", "tree_usage", "fair_rates", "fair_subset", "share_fairly",
+__all__ = ["Usage", "usage_of", "tree_usage", "fair_rates", "progressive_filling",
+           "fair_subset", "share_fairly",
            "sharing_note", "SATURATED_RTOL"]
 
 #: A resource whose load is within this fraction of its capacity counts as saturated (the
@@ -218,22 +219,46 @@ def fair_rates(topology: Topology, trees: Sequence[Any],
     usage = usage_of(topology, trees) if usage is None else usage
     cap = np.asarray(topology.capacity_Bps, dtype=float)
     k = usage.arcs.shape[0]
-    rate = np.zeros(k)
     free = usage.crossing(np.ones(len(cap))) == 0
+    rate = progressive_filling(usage.load, usage.crossing, cap, np.ones(k), np.full(k, np.inf),
+                               ~free)
     rate[free] = np.inf
-    active = ~free
-    while active.any():  # at most k rounds: each stops at least one tree
-        load = usage.load(active.astype(float))
-        used = usage.load(np.where(free, 0.0, rate))
-        live = np.flatnonzero(load > 0)
-        room = (cap[live] - used[live]) / load[live]
-        step = max(float(room.min()), 0.0)
-        rate[active] += step
-        used = used + step * load
+    return rate
+
+
+def progressive_filling(load: Callable[[np.ndarray], np.ndarray],
+                        crossing: Callable[[np.ndarray], np.ndarray], cap: np.ndarray,
+                        weight: np.ndarray, bound: np.ndarray,
+                        active: np.ndarray) -> np.ndarray:
+    """Weighted max-min fair rates by progressive filling (:func:`fair_rates`), of flows or
+    trees over resources: the ``active`` ones' rates rise together, each as its ``weight``;
+    one stops when a resource it loads is full or its rate reaches its ``bound``.
+
+    ``load(x)`` gives each resource's load when flow ``f`` runs at ``x[f]`` (its coefficient
+    there times its rate), ``crossing(r)`` how much of each flow crosses the resources marked
+    in the 0/1 vector ``r``; ``cap`` holds the resources' capacities. Inactive flows get 0, and
+    so does an active flow that loads nothing and has no finite bound.
+    """
+    rate = np.zeros(len(weight))
+    active = active.copy()
+    while active.any():  # every round stops at least one flow
+        demand = load(np.where(active, weight, 0.0))
+        used = load(rate)
+        live = np.flatnonzero(demand > 0)
+        room = (cap[live] - used[live]) / demand[live]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_bound = np.where(active, (bound - rate) / weight, np.inf)
+        to_link = float(room.min()) if len(live) else np.inf
+        step = max(min(to_link, float(by_bound.min())), 0.0)
+        if not np.isfinite(step):
+            break
+        rate[active] += step * weight[active]
+        used = used + step * demand
         full = np.zeros(len(cap))
         full[live] = cap[live] - used[live] <= SATURATED_RTOL * cap[live]
-        full[live[int(np.argmin(room))]] = 1.0  # the resource the step filled, rounding aside
-        active &= ~(usage.crossing(full) > 0)
+        if to_link <= step:
+            full[live[int(np.argmin(room))]] = 1.0  # the resource the step filled, rounding aside
+        active &= ~(crossing(full) > 0) & ~(by_bound <= step * (1 + 1e-9))
     return rate
 
 
