@@ -98,9 +98,8 @@ def main(argv=None) -> int:
     # the tree's receive scratch: window chunks per reduce child, per tree this rank is in
     children = max(sum(1 for p in t.reduce_parent if p == v) for t in plan.trees
                    for v in range(n)) if n > 1 else 0
-    # chunks of scratch per reduce child and tree (automatic window, or the fixed default)
-    per_child = (_tree.window_for(chunk, len(plan.trees)) if hasattr(_tree, "window_for")
-                 else _tree.DEFAULT_WINDOW)
+    # chunks of scratch per reduce child and tree (the automatic window)
+    per_child = _tree.window_for(chunk, len(plan.trees))
     window = per_child * chunk * children * len(plan.trees)
     rows = []
     sizes = [parse_size(s) for s in args.sizes.split(",")]

@@ -32,7 +32,8 @@ from . import params as _params
 __all__ = ["ConfigError", "Setting", "Effective", "SETTINGS", "get", "lookup", "parse",
            "declared", "effective", "markdown_table", "launcher_size", "LAUNCHER_SIZE_VARIABLES",
            "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS", "PARAMETER_SETTINGS", "parameters",
-           "engine_params", "adapt_params", "probe_params", "parameters_markdown"]
+           "engine_params", "adapt_params", "probe_params", "planner_params",
+           "parameters_markdown"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -219,6 +220,19 @@ SETTINGS: Dict[str, Setting] = _registry(
     _S("HOROTOPO_ADAPT_TRIAL", "int", _params.ADAPT.trial_calls, "Tree allreduces a re-plan's "
        "new plan is timed for before it is kept or reverted; 0 keeps every re-plan "
        "(AdaptParams.trial_calls).", lo=0),
+    _S("HOROTOPO_PLANNER_MIN_CHUNK", "int", _params.PLANNER.min_chunk, "Smallest chunk the "
+       "planner gives a tree (PlannerParams.min_chunk).", lo=1, unit="bytes"),
+    _S("HOROTOPO_PLANNER_MAX_CHUNK", "int", _params.PLANNER.max_chunk, "Largest chunk the "
+       "planner gives a tree (PlannerParams.max_chunk).", lo=1, unit="bytes"),
+    _S("HOROTOPO_PLANNER_WINDOW_BYTES", "int", _params.PLANNER.window_bytes, "Scratch per "
+       "reduce child and tree of the automatic window; the plan records it and the engine runs "
+       "its windows (PlannerParams.window_bytes).", lo=1, unit="bytes"),
+    _S("HOROTOPO_PLANNER_RANK_WINDOW_BYTES", "int", _params.PLANNER.rank_window_bytes,
+       "Scratch per reduce child over all of a plan's trees, past which the automatic window "
+       "shrinks (PlannerParams.rank_window_bytes).", lo=1, unit="bytes"),
+    _S("HOROTOPO_PLANNER_TREE_TIE", "float", _params.PLANNER.tree_tie, "Fraction of the best "
+       "fair sum within which fewer trees win the fair-subset search (PlannerParams.tree_tie).",
+       lo=0.0, hi=1.0, hi_open=True),
     _S("HOROTOPO_CALIBRATE_S", "float", 1.5, "Seconds init() may spend timing the tree and "
        "MPI_Allreduce on this job's ranks (the tree-or-MPI choice starts from these timings and "
        "learns from real calls); 0 skips it (the choice then starts from the plan's model).",
@@ -402,7 +416,13 @@ PARAMETER_SETTINGS: Dict[Type[Any], Dict[str, str]] = {
                           "consecutive": "HOROTOPO_ADAPT_CONSECUTIVE",
                           "trial_calls": "HOROTOPO_ADAPT_TRIAL"},
     _params.ProbeParams: {},
-    _params.PlannerParams: {},
+    _params.PlannerParams: {"min_chunk": "HOROTOPO_PLANNER_MIN_CHUNK",
+                            "max_chunk": "HOROTOPO_PLANNER_MAX_CHUNK",
+                            "window_bytes": "HOROTOPO_PLANNER_WINDOW_BYTES",
+                            "rank_window_bytes": "HOROTOPO_PLANNER_RANK_WINDOW_BYTES",
+                            "tree_tie": "HOROTOPO_PLANNER_TREE_TIE"},
+    _params.RuntimeParams: {},
+    _params.ReliabilityParams: {},
 }
 
 _P = TypeVar("_P")
@@ -415,19 +435,21 @@ def parameters(cls: Type[_P], env: Optional[Mapping[str, str]] = None) -> _P:
     Raises
     ------
     ConfigError
-        A variable holds a value the object refuses, naming the variable.
+        A variable holds a value the object refuses, or variables hold values that do not fit
+        together (a smallest chunk above the largest), naming the variables.
     """
     where = _environ(env)
     values: Dict[str, Any] = {}
+    given: List[str] = []
     for field_name, variable in PARAMETER_SETTINGS[cls].items():
         value, source, raw = _read(lookup(variable), where)
         if raw is not None:
             values[field_name] = value
-            try:
-                cls(**{field_name: value})
-            except ValueError as exc:
-                raise ConfigError(f"{source}={raw!r}: {exc}") from None
-    return cls(**values)
+            given.append(f"{source}={raw!r}")
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise ConfigError(f"{' and '.join(given)}: {exc}") from None
 
 
 def engine_params(env: Optional[Mapping[str, str]] = None) -> _params.EngineParams:
@@ -443,6 +465,11 @@ def adapt_params(env: Optional[Mapping[str, str]] = None) -> _params.AdaptParams
 def probe_params(env: Optional[Mapping[str, str]] = None) -> _params.ProbeParams:
     """The probe's parameters as this environment sets them (see :func:`parameters`)."""
     return parameters(_params.ProbeParams, env)
+
+
+def planner_params(env: Optional[Mapping[str, str]] = None) -> _params.PlannerParams:
+    """The planner's parameters as this environment sets them (see :func:`parameters`)."""
+    return parameters(_params.PlannerParams, env)
 
 
 def _show_parameter(value: Any) -> str:

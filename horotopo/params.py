@@ -15,16 +15,30 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple, Type
+from typing import Any, Dict, List, Mapping, Tuple, Type
 
-__all__ = ["EngineParams", "AdaptParams", "ProbeParams", "PlannerParams", "ENGINE", "ADAPT",
-           "PROBE", "PLANNER",
+__all__ = ["EngineParams", "AdaptParams", "ProbeParams", "PlannerParams", "RuntimeParams",
+           "ReliabilityParams", "ENGINE", "ADAPT", "PROBE", "PLANNER", "RUNTIME", "RELIABILITY",
            "PARAMETER_OBJECTS", "why", "describe"]
 
 
 def _param(default: Any, why: str) -> Any:
     """A field with its default and the reason for that value."""
     return dataclasses.field(default=default, metadata={"why": why})
+
+
+def _require_at_least(obj: Any, least: float, names: Tuple[str, ...]) -> None:
+    """Raise ValueError naming the first field of ``names`` below ``least``."""
+    for name in names:
+        if not getattr(obj, name) >= least:
+            raise ValueError(f"{name}: must be >= {least:g}, got {getattr(obj, name)!r}")
+
+
+def _require_positive(obj: Any, names: Tuple[str, ...]) -> None:
+    """Raise ValueError naming the first field of ``names`` that is not above 0."""
+    for name in names:
+        if not getattr(obj, name) > 0:
+            raise ValueError(f"{name}: must be positive, got {getattr(obj, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,22 @@ class EngineParams:
     in_flight_extra: int = _param(
         2, "Chunks of one tree in flight at a rank beyond the scratch window and a chunk per "
            "hop each way (what keeps every link of the tree busy): a small margin over that.")
+    check_first_bytes: int = _param(
+        256 << 10, "From this many bytes up, the library allreduce's float min and max first "
+                   "ask the ranks whether any holds a NaN or -0.0 (two passes and a latency) "
+                   "instead of converting to order keys (about six passes): a pass over 256 "
+                   "KiB costs about what a small allreduce does.")
+    gpu_block_threads: int = _param(
+        256, "Threads per block of the device reduce kernels: a multiple of the 32-thread "
+             "warp, the common choice for memory-bound elementwise kernels (not measured "
+             "against others here).")
+    cost_chunks: Tuple[int, ...] = _param(
+        (256, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20),
+        "Chunk sizes of horotopo calibrate's measured rows, in bytes: small chunks expose the "
+        "per-message cost, large ones the per-byte cost; the fit needs both.")
+    cost_row_messages: int = _param(
+        512, "Messages each row of horotopo calibrate aims at (its buffer is sized for it, "
+             "between 64 KiB and 16 MiB), so that every row's time is mostly its messages'.")
 
     def __post_init__(self) -> None:
         if not self.calibration_sizes or any(int(s) < 1 for s in self.calibration_sizes):
@@ -74,6 +104,11 @@ class EngineParams:
         for name in ("prior_mpi_latency_s", "prior_tree_latency_s", "prior_per_message_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
+        _require_at_least(self, 1, ("check_first_bytes", "cost_row_messages",
+                                    "gpu_block_threads"))
+        if not self.cost_chunks or any(int(c) < 1 for c in self.cost_chunks):
+            raise ValueError(f"cost_chunks: need at least one size, each >= 1 byte, got "
+                             f"{self.cost_chunks!r}")
 
 
 @dataclass(frozen=True)
@@ -186,6 +221,50 @@ class ProbeParams:
     listed_links: int = _param(
         10, "Slow host pairs the doctor's text names one by one before it counts the rest "
             "(its JSON has all).")
+    pair_cost: float = _param(
+        5.0, "A test costs about this many times its target transfer (growing the message, "
+             "then the samples): what the time bound's shortening of the targets assumes.")
+    subset_factor: float = _param(
+        2.0, "A concurrent test aims this many times longer than a pair's: its flows share "
+             "links, and each must still move enough bytes to time.")
+    test_overhead_s: float = _param(
+        0.01, "Fixed seconds a test costs beside its transfers (the allreduces that agree on "
+              "its figures), until the tests so far show more.")
+    min_target_s: float = _param(
+        0.004, "The shortest a transfer's target gets when the budget runs short: below a "
+               "few ms a timed transfer is mostly its latency.")
+    group_overlap: float = _param(
+        0.5, "Two hosts are in one group when the sets of hosts they kept their rate with "
+             "overlap at least this much (Jaccard): one round that happened to load an uplink "
+             "lightly does not join racks.")
+    group_density: float = _param(
+        0.75, "A host group found with fewer of its own pairs keeping their rate is split "
+              "further, with a stricter overlap (nothing inside a rack is shared).")
+    universal_ratio: float = _param(
+        2.0, "A host that kept its rate with more than this many times the median host's count "
+             "is placed by nothing: it stays a group of its own.")
+    intra_share: float = _param(
+        0.15, "Share of the hosts scheme's time budget for the measurements inside the hosts "
+              "(fast local links).")
+    local_max_bytes: int = _param(
+        1 << 20, "The largest transfer inside a host. Every rank transfers at once in that "
+                 "phase, and a simulation holds every rank's messages in one process (4 MiB "
+                 "each at 1024 ranks: 12 GB).")
+    round_pings: int = _param(
+        2, "Ping-pongs per pair in a leaders' round (the first opens the connection and does "
+           "not count).")
+    long_rtt_s: float = _param(
+        0.002, "A leaders' pair whose first round trip took this long (a WAN's) is pinged once "
+               "more, not round_pings times: what a descheduled rank adds is small beside such "
+               "a round trip, and each sample costs it again (10 ms a round over a 5 ms WAN, "
+               "1.3 s of the 127 rounds of 1024 ranks on two sites).")
+    fan_headroom: float = _param(
+        1.25, "A fan test's partners add up to this much more than the fastest NIC seen, so "
+              "that a NIC as fast as that one still caps the fan.")
+    wait_budgets: float = _param(
+        20.0, "How long ranks wait for the leaders' (or the pairs') phase, in time budgets "
+              "beyond the timeouts: far above what the phase takes, so only a lost rank hits "
+              "it.")
 
     def __post_init__(self) -> None:
         if not self.gap > 1:
@@ -195,9 +274,14 @@ class ProbeParams:
             raise ValueError(f"margin: must be in (0, 1), got {self.margin!r}")
         if not self.slow_ratio > 1:
             raise ValueError(f"slow_ratio: must be above 1, got {self.slow_ratio!r}")
-        for name in ("pairs_up_to", "scan_max_ranks", "listed_links"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)!r}")
+        _require_at_least(self, 1, ("pairs_up_to", "scan_max_ranks", "listed_links",
+                                    "local_max_bytes", "round_pings"))
+        _require_positive(self, ("pair_cost", "subset_factor", "min_target_s", "universal_ratio",
+                                 "fan_headroom", "wait_budgets", "long_rtt_s"))
+        _require_at_least(self, 0, ("test_overhead_s",))
+        for name in ("group_overlap", "group_density", "intra_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be in (0, 1], got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -219,13 +303,16 @@ class PlannerParams:
                   "automatic window shrinks (to min_window at least). Every chunk of the "
                   "window costs its posts up front: in the simulator at 64 MiB, 32 trees of "
                   "128 KiB chunks (window 16) ran sites-64 202.4 ms and fattree-64 142.1, with "
-                  "3 chunks 177.2 and 123.2. The bundled and emulated plans (1-4 trees) stay "
-                  "under it.")
+                  "3 chunks 177.2 and 123.2 (16 trees of 512 KiB, window 4 -> 3: sites-16 "
+                  "95.1 -> 88.5 ms). The bundled and emulated plans (1-4 trees) stay under "
+                  "it.")
     min_window: int = _param(
         3, "The smallest window the rank budget leaves, in chunks. 2 ran the host forests of "
            "16 ranks 4% faster, but a deep forest (racks-256 with a slowed uplink, 8 trees 32 "
-           "hops deep, 1 MiB chunks) ran 426.2 ms at 2, 403.8 at 3 and 397.9 at 4: a parent "
-           "that holds fewer chunks holds back every child's next send.")
+           "hops deep, 1 MiB chunks) ran 426.2 ms at 2, 403.8 at 3 and 397.9 at 4, and "
+           "fattree-256 at 256 KiB chunks (128 trees) 167.6 at 2 and 160.3 at 3: a parent "
+           "that holds fewer chunks holds back every child's next send, and a deep tree or a "
+           "crowded link varies the more.")
     min_chunk: int = _param(
         64 << 10, "The smallest chunk the planner considers for a tree, in bytes: the low end of "
                   "the range the alpha-beta model's chunk choice searches.")
@@ -254,12 +341,13 @@ class PlannerParams:
               "percent of the network's (92.7-96.7% on racks-2x3 in the simulator).")
 
     def __post_init__(self) -> None:
-        for name in ("window_bytes", "default_window", "max_window", "rank_window_bytes",
-                     "min_window", "min_chunk", "max_chunk", "exhaustive_max",
-                     "greedy_all_max", "candidates", "greedy_rounds"):
-            value = getattr(self, name)
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name}: must be a positive whole number, got {value!r}")
+        counts = ("window_bytes", "default_window", "max_window", "rank_window_bytes",
+                  "min_window", "min_chunk", "max_chunk", "exhaustive_max", "greedy_all_max",
+                  "candidates", "greedy_rounds")
+        _require_at_least(self, 1, counts)
+        for name in counts:
+            if int(getattr(self, name)) != getattr(self, name):
+                raise ValueError(f"{name}: must be a whole number, got {getattr(self, name)!r}")
         if self.default_window > self.max_window:
             raise ValueError(f"default_window ({self.default_window}) must not exceed "
                              f"max_window ({self.max_window})")
@@ -272,6 +360,22 @@ class PlannerParams:
         if not 0 <= self.tree_tie < 1:
             raise ValueError(f"tree_tie: must be in [0, 1), got {self.tree_tie!r}")
 
+    @classmethod
+    def recorded(cls, record: Mapping[str, Any]) -> "PlannerParams":
+        """The parameters a plan records (``plan.planner["params"]``: the fields that differ
+        from the defaults, as :meth:`differing` writes them).
+
+        Raises
+        ------
+        ValueError
+            A field this version does not know, or a value it refuses.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(record) - known)
+        if unknown:
+            raise ValueError(f"planner parameters: unknown field(s) {', '.join(unknown)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items()})
+
     def differing(self) -> Dict[str, Any]:
         """The fields whose value is not the default, by name (JSON-ready)."""
         out: Dict[str, Any] = {}
@@ -282,15 +386,104 @@ class PlannerParams:
         return out
 
 
+def _check_nap(name: str, nap: Tuple[float, float]) -> None:
+    if not (len(nap) == 2 and 0 < nap[0] <= nap[1]):
+        raise ValueError(f"{name}: (first, longest) pause in seconds with 0 < first <= "
+                         f"longest, got {nap!r}")
+
+
+@dataclass(frozen=True)
+class RuntimeParams:
+    """How the runtime's control plane and transports wait, and where they switch scheme."""
+
+    control_spin_polls: int = _param(
+        50, "Polls the control wait spins on its test before it pauses: the wait is "
+            "latency-bound (it is all a cached step waits for).")
+    control_nap_s: Tuple[float, float] = _param(
+        (2e-5, 1e-3), "The control wait's pauses after spinning, in seconds: from 20 us, "
+                      "doubling up to 1 ms, so an idle job costs about nothing.")
+    idle_nap_s: Tuple[float, float] = _param(
+        (5e-5, 1e-3), "Idle polls of a deadline-bounded transport wait sleep from 50 us, "
+                      "doubling up to 1 ms: short waits stay short, and a rank that waits for "
+                      "seconds (a peer still planning) costs about nothing.")
+    named_max_ranks: int = _param(
+        64, "Up to this many ranks the MPI transport's small collective steps with deadlines "
+            "run point to point, so that a timeout names the missing peers; above, MPI's "
+            "nonblocking collectives (log-depth, but unable to say which rank they wait for).")
+    control_p2p_max_ranks: int = _param(
+        64, "The same bound for the control allreduce under failure tracking: point to point "
+            "up to it, so that a rank stuck in the engine is named; above, the library's.")
+    timeline_flush_events: int = _param(
+        2048, "Timeline events held in memory before they are written when no end-of-cycle "
+              "flush comes (a program that drives the engine directly).")
+    simulation_progress_s: float = _param(
+        60.0, "Wall seconds between two progress lines of a long simulation.")
+    simulation_progress_messages: int = _param(
+        4096, "Messages a simulation moves between two looks at the wall clock for its "
+              "progress line: a look per message would cost more than the message.")
+    simulation_start_margin_s: float = _param(
+        1.0, "Simulated seconds between the ranks' agreement on a common start and the start: "
+             "far more than the agreement's log2(n) rounds take (a few WAN round trips), and "
+             "free, since idle simulated time costs no wall time.")
+
+    def __post_init__(self) -> None:
+        _check_nap("control_nap_s", self.control_nap_s)
+        _check_nap("idle_nap_s", self.idle_nap_s)
+        _require_at_least(self, 0, ("control_spin_polls", "named_max_ranks",
+                                    "control_p2p_max_ranks"))
+        _require_at_least(self, 1, ("timeline_flush_events", "simulation_progress_messages"))
+        _require_positive(self, ("simulation_progress_s", "simulation_start_margin_s"))
+
+
+@dataclass(frozen=True)
+class ReliabilityParams:
+    """How long the runtime waits on its peers before it names a failure, and how it ends."""
+
+    abort_grace_s: float = _param(
+        10.0, "Seconds an abort waits for MPI_Abort to end the process before it exits by "
+              "itself: a runtime may never return from MPI_Abort while another thread holds "
+              "its lock.")
+    abort_flush_s: float = _param(
+        0.5, "Seconds an aborting rank pauses between writing its reason and MPI_Abort: the "
+             "launcher's proxy forwards a rank's output through a pipe, and the abort's "
+             "clean-up can end the proxy before it has drained the one line that says what "
+             "happened.")
+    settings_error_grace_s: float = _param(
+        10.0, "Seconds a rank other than 0 that failed init() on a setting waits for rank 0 "
+              "(failing on the same setting) to end the job with the one line, before it "
+              "names itself and aborts the job: ranks reach init() seconds apart on a loaded "
+              "machine (importing torch).")
+    ping_timeout_s: float = _param(
+        2.0, "Seconds a liveness ping waits for the peers' answers, by default, before a "
+             "silent peer is blamed for a stuck wait.")
+    exchange_timeout_s: float = _param(
+        60.0, "Seconds init()'s exchanges (settings, cost profile, the plan's digest) wait: "
+              "every rank should be there at once.")
+    plan_timeout_s: float = _param(
+        600.0, "Seconds the ranks wait for rank 0's plan: the planner may take a while at "
+               "thousands of ranks.")
+    doctor_arguments_timeout_s: float = _param(
+        60.0, "Seconds the ranks of horotopo doctor wait for rank 0's verdict on the "
+              "arguments: rank 0 only reads its disk.")
+    probe_arguments_timeout_s: float = _param(
+        120.0, "Seconds the ranks of horotopo probe wait for rank 0's verdict on the "
+               "arguments: they start together, give or take the launcher's spread.")
+
+    def __post_init__(self) -> None:
+        _require_positive(self, tuple(f.name for f in dataclasses.fields(self)))
+
+
 #: The defaults, read where a caller gives no object of its own.
 ENGINE = EngineParams()
 ADAPT = AdaptParams()
 PROBE = ProbeParams()
 PLANNER = PlannerParams()
+RUNTIME = RuntimeParams()
+RELIABILITY = ReliabilityParams()
 
 #: Every parameter object, in the order docs/settings.md lists them.
 PARAMETER_OBJECTS: Tuple[Type[Any], ...] = (EngineParams, AdaptParams, ProbeParams,
-                                             PlannerParams)
+                                             PlannerParams, RuntimeParams, ReliabilityParams)
 
 
 def why(cls: Type[Any], name: str) -> str:

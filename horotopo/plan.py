@@ -32,14 +32,14 @@ from .packing.alphabeta import target_size
 from .packing.forests import Candidates, check_forest, choose_forest, describe_choice
 from .packing.hostforest import host_tree_counts
 from .packing.gk import PHASE_START
+from . import config
+from .params import PLANNER, PlannerParams
 from .topology import Topology
 
 __all__ = ["Tree", "Plan", "PlanError", "make_plan", "plan_from_trees", "ring_plan",
            "ring_time", "modelled_rate_on", "parse_size", "format_size", "children", "depth"]
 
 PLAN_VERSION = 1
-MIN_CHUNK = 64 << 10
-MAX_CHUNK = 4 << 20
 
 
 class PlanError(ValueError):
@@ -395,17 +395,21 @@ def modelled_rate_on(plan: Plan, topology: Topology) -> float:
 
 
 def _from_packing(topology: Topology, packing: Packing, ring: Packing,
-                  chunk_bytes: Optional[int], size: int, same_shape: bool = False) -> Plan:
+                  chunk_bytes: Optional[int], size: int, same_shape: bool = False,
+                  params: PlannerParams = PLANNER) -> Plan:
     """The Plan of the trees of ``packing`` whose fair rates sum highest, at those rates, shares
     in proportion (:func:`~.packing.sharing.share_fairly`), with profiles and chunks for
-    ``size``. ``same_shape``: ring's chains (rates kept), whose first tree's profile all take."""
+    ``size``. ``same_shape``: ring's chains (rates kept), whose first tree's profile all take.
+    ``params`` bound the fair-subset search and the chunks; ``planner["params"]`` records
+    those that differ from the defaults."""
     packed = sum(t.rate for t in packing.trees)
     if packing.upper_bound is not None:
         # pack() checked its own total; the plan re-sums the tree rates, and a bound handed in
         # from elsewhere (ring_plan) is checked here for the first time.
         check_certificate(packing.upper_bound, packed, topology=topology.name,
                           phase=packing.bound_phase or "packing", achieved_by="the plan's trees")
-    kept, sharing = share_fairly(topology, packing.trees, packed, keep_rates=same_shape)
+    kept, sharing = share_fairly(topology, packing.trees, packed, keep_rates=same_shape,
+                                 params=params)
     total = sum(t.rate for t in kept)
     shares = [t.rate / total for t in kept]
     # Force an exact sum of 1 so that every rank splits buffers identically.
@@ -414,8 +418,8 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
     k = 1 if same_shape else len(cols)
     # every tree counts: a first chunk shares each link with the flows that reach it with it
     crowding = fill_crowding(topology, [(t.reduce_parent, t.bcast_parent) for t in kept])
-    profiles, chunks = _ab.plan_chunks(topology, cols[:k], shares[:k], size, MIN_CHUNK,
-                                       MAX_CHUNK, crowding=crowding)
+    profiles, chunks = _ab.plan_chunks(topology, cols[:k], shares[:k], size,
+                                       crowding=crowding, params=params)
     profiles, chunks = profiles * (len(cols) // k), chunks * (len(cols) // k)
     top = int(chunk_bytes) if chunk_bytes else max(chunks)
     trees = tuple(Tree(root=t.root, reduce_parent=tuple(t.reduce_parent),
@@ -428,7 +432,8 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
                 upper_bound_Bps=packing.upper_bound, latency_s=latency,
                 topology_name=topology.name, topology_digest=topology.digest,
                 pruning_loss=packing.pruning_loss,
-                planner=dict(packing.stats(), packed_Bps=packed, sharing=sharing))
+                planner=dict(packing.stats(), packed_Bps=packed, sharing=sharing,
+                             params=params.differing()))
     plan.validate()
     return plan
 
@@ -438,7 +443,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               progress: Optional[Any] = None, size: Optional[int] = None,
               forest: str = "auto", network: Optional[_ab.NetworkModel] = None,
               hierarchy: Optional[str] = None,
-              max_host_trees: Optional[int] = None) -> Plan:
+              max_host_trees: Optional[int] = None,
+              params: Optional[PlannerParams] = None) -> Plan:
     """Plan ``topology``: the certified packing, pruned, and the forest predicted fastest.
 
     ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
@@ -457,7 +463,13 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     :data:`~horotopo.packing.hostforest.MAX_HOST_TREES`; each is as many rank-level trees as a
     host has ranks): fewer trees, fewer messages. A bound given is recorded in
     ``plan.planner["forest"]`` and kept by the adaptive engine's re-plans.
+
+    ``params`` (default :func:`horotopo.config.planner_params`: the defaults of
+    :class:`~horotopo.params.PlannerParams` with the environment's ``HOROTOPO_PLANNER_*``
+    overrides) bound the chunks, windows and fair-subset search; ``plan.planner["params"]``
+    records the fields that differ from the defaults (empty: all defaults).
     """
+    params = config.planner_params() if params is None else params
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
     # before the packing: a forced forest is never replaced, nor refused after the work
@@ -478,13 +490,13 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
                        progress=progress)
     plan, record = choose_forest(
         Candidates(topology, packing, hierarchical, max_host_trees, host_model),
-        lambda p: _from_packing(topology, p, ring, chunk_bytes, size), size,
+        lambda p: _from_packing(topology, p, ring, chunk_bytes, size, params=params), size,
         forest=forest, network=network, progress=progress)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 
 def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None,
-              size: Optional[int] = None) -> Plan:
+              size: Optional[int] = None, params: Optional[PlannerParams] = None) -> Plan:
     """Ring allreduce in rank order, expressed as a Plan of ``n`` chains.
 
     Its certificate is the cheap dual bound at lengths ``1 / c``
@@ -496,7 +508,8 @@ def ring_plan(topology: Topology, chunk_bytes: Optional[int] = None,
     certified = replace(ring, upper_bound=bound if bound is not None and math.isfinite(bound)
                         else None, bound_phase=PHASE_START)
     return _from_packing(topology, certified, ring, chunk_bytes, target_size(size),
-                         same_shape=True)
+                         same_shape=True,
+                         params=config.planner_params() if params is None else params)
 
 
 def plan_from_trees(n: int, trees: Sequence[Tuple[int, Sequence[int], Sequence[int], float]],

@@ -63,7 +63,7 @@ def test_window_for_keeps_scratch_near_two_mib_within_bounds():
     assert window_for(256 << 10) == 8
     assert window_for(1 << 20) == 4
     assert window_for(8) == 32
-    # ... and about RANK_WINDOW_BYTES (12 MiB) over all of a plan's trees, at least 3 chunks
+    # ... and about rank_window_bytes (12 MiB) over all of a plan's trees, at least 3 chunks
     assert window_for(4 << 20) == 3
     assert window_for(64 << 20) == 3
     assert window_for(64 << 10, trees=4) == 32     # the bundled and emulated plans: unchanged

@@ -124,3 +124,38 @@ def test_each_override_is_declared_with_the_fields_default():
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for name, variable in fields.items():
             assert config.lookup(variable).default == defaults[name], variable
+
+
+def test_the_planner_reads_its_parameters_and_the_plan_records_them():
+    from horotopo.plan import Plan, make_plan
+    from horotopo.schedule import compile_allreduce
+    from horotopo.topology import load
+
+    topology = load("racks-2x3")
+    default = make_plan(topology, size=64 << 20, params=params.PLANNER)
+    assert default.planner["params"] == {}
+    narrow = params.PlannerParams(min_chunk=128 << 10, max_chunk=128 << 10, window_bytes=1 << 20)
+    plan = make_plan(topology, size=64 << 20, params=narrow)
+    assert {t.chunk_bytes for t in plan.trees} == {128 << 10} != {
+        t.chunk_bytes for t in default.trees}
+    assert plan.planner["params"] == {"window_bytes": 1 << 20, "min_chunk": 128 << 10,
+                                      "max_chunk": 128 << 10}
+    again = Plan.from_json(plan.to_json())
+    assert params.PlannerParams.recorded(again.planner["params"]) == narrow
+    # the engine's tables run the window the plan was made with: 1 MiB of 128 KiB chunks
+    count = (64 << 20) // 4
+    table = compile_allreduce(again, 0, count, "float32", (128 << 10) // 4)
+    assert table.window == 8
+    assert compile_allreduce(default, 0, count, "float32", (128 << 10) // 4).window == 16
+
+
+def test_the_environment_overrides_the_planner_and_names_what_does_not_fit():
+    got = config.planner_params({"HOROTOPO_PLANNER_MIN_CHUNK": "8388608",
+                                 "HOROTOPO_PLANNER_MAX_CHUNK": "16777216"})
+    assert (got.min_chunk, got.max_chunk) == (8 << 20, 16 << 20)
+    assert config.planner_params({}) == params.PLANNER
+    with pytest.raises(config.ConfigError,
+                       match="HOROTOPO_PLANNER_MIN_CHUNK='8388608': min_chunk"):
+        config.planner_params({"HOROTOPO_PLANNER_MIN_CHUNK": "8388608"})
+    with pytest.raises(ValueError, match="unknown field"):
+        params.PlannerParams.recorded({"window": 3})

@@ -8,6 +8,7 @@ import pytest
 
 from horotopo.generate import generate
 from horotopo.packing import alphabeta as ab
+from horotopo.params import PlannerParams
 from horotopo.plan import Plan, make_plan, plan_from_trees
 from horotopo.schedule import compile_allreduce
 from horotopo.topology import bundled, from_dict, load
@@ -209,7 +210,7 @@ def test_every_algorithm_within_10_percent_of_the_simulation(network, spec, n, a
     assert pred == pytest.approx(sim["time_s"], rel=0.10)
 
 
-def test_plan_level_chunk_scale_counts_every_tree_on_a_rank(monkeypatch):
+def test_plan_level_chunk_scale_counts_every_tree_on_a_rank():
     """fattree at 16 ranks, host forest (two hosts: 16 rank-level trees),
     16 MiB: tree by tree each picks 64 KiB chunks, but every rank serves all the trees'
     messages; scaling all chunks alike to the plan's best prediction (with the fill's
@@ -219,8 +220,8 @@ def test_plan_level_chunk_scale_counts_every_tree_on_a_rank(monkeypatch):
     topo = from_dict(generate("fattree:hosts_per_leaf=8,spines=4,gpus=8", 16))
     size = 16 * MiB
     scaled = make_plan(topo, size=size, forest="hosts")
-    monkeypatch.setattr(ab, "PLAN_SCALES", (1.0,))
-    alone = make_plan(topo, size=size, forest="hosts")
+    alone = make_plan(topo, size=size, forest="hosts",
+                      params=PlannerParams(chunk_scales=(1.0,)))
     assert [t.reduce_parent for t in alone.trees] == [t.reduce_parent for t in scaled.trees]
     assert max(alone.tree_chunks()) == 64 << 10 < max(scaled.tree_chunks())
     assert scaled.predict_time(size) < 0.9 * alone.predict_time(size)

@@ -31,12 +31,11 @@ from typing import Any, Callable, List, Optional, Union
 from .. import timeline as _timeline
 from ..buffers import ScratchPool, combine_into, reduce_into, synchronize
 from ..plan import Plan
-from ..schedule import DEFAULT_WINDOW, WINDOW_BYTES, ScheduleCache, TreeTable, window_for
+from ..schedule import ScheduleCache, TreeTable, window_for
 from ..transport.base import Transport
 from .progress import Progress
 
-__all__ = ["TreeAllreduce", "TreeBroadcast", "Window", "window_for", "WINDOW_BYTES",
-           "DEFAULT_WINDOW"]
+__all__ = ["TreeAllreduce", "TreeBroadcast", "Window", "window_for"]
 
 
 class _TreeRun:

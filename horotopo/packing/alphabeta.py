@@ -33,40 +33,15 @@ import numpy as np
 
 from .. import config
 from .. import costs as _costs
+from ..params import PLANNER, PlannerParams
 from ..topology import Topology
 from .profiles import Crowding, Profile, TreeProfiler, declared_arc
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
-           "Profile", "window_for", "WINDOW_BYTES", "DEFAULT_WINDOW", "MAX_WINDOW",
-           "RANK_WINDOW_BYTES", "MIN_WINDOW",
+           "Profile", "window_for",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
            "choose_chunk", "chunk_candidates", "plan_chunks", "rank_degrees", "busiest_cpu_time",
-           "plan_time", "PLAN_SCALES", "target_size"]
-
-
-# Scratch per reduce child and tree when the window is automatic: 2 MiB, between 4 and 32
-# chunks. Small chunks need many in flight to ride out a peer that is slow to be scheduled
-# (on racks-2x3, emulated, 64 KiB chunks: 16 chunks ran 1.2-1.5x faster than 4); big chunks
-# need few (4 x 1 MiB is as fast as MPI allows over shared memory). Defined here, with the
-# model that predicts what the window allows; horotopo.schedule applies it.
-WINDOW_BYTES = 2 << 20
-#: The smallest automatic window (what 1 MiB and larger chunks get).
-DEFAULT_WINDOW = 4
-#: The largest automatic window.
-MAX_WINDOW = 32
-# Scratch per reduce child over all of a plan's trees: past it, the automatic window shrinks
-# (to MIN_WINDOW at least). Every chunk in the window costs its posts up front, and a rank of
-# a plan of many trees posted the whole buffer before its first chunk went on: in the
-# simulator at 64 MiB, 32 trees of 128 KiB chunks (window 16) ran sites-64 202.4 ms and
-# fattree-64 142.1, and with 3 chunks 177.2 and 123.2 (16 trees of 512 KiB, window 4 -> 3:
-# sites-16 95.1 -> 88.5 ms). The bundled and emulated plans (1-4 trees) stay under it.
-RANK_WINDOW_BYTES = 12 << 20
-# The smallest window the budget leaves. 2 ran the host forests of 16 ranks 4% faster still,
-# but a deep forest (racks-256 with an uplink slowed, 8 trees 32 hops deep, 1 MiB chunks) ran
-# 426.2 ms at 2, 403.8 at 3 and 397.9 at 4, and fattree-256 at 256 KiB chunks (128 trees)
-# 167.6 at 2 and 160.3 at 3: a parent that holds fewer chunks holds back every child's next
-# send, and a deep tree or a crowded link varies the more.
-MIN_WINDOW = 3
+           "plan_time", "target_size"]
 
 
 def target_size(size: Optional[int] = None) -> int:
@@ -81,16 +56,19 @@ def target_size(size: Optional[int] = None) -> int:
     return threshold if threshold > 0 else int(config.lookup("HOROVOD_FUSION_THRESHOLD").default)
 
 
-def window_for(chunk_bytes: int, trees: int = 1) -> int:
+def window_for(chunk_bytes: int, trees: int = 1, params: PlannerParams = PLANNER) -> int:
     """The automatic window (chunks of scratch per reduce child and tree) for ``chunk_bytes``
-    in a plan of ``trees`` trees: about :data:`WINDOW_BYTES` per tree, between
-    :data:`DEFAULT_WINDOW` and :data:`MAX_WINDOW` chunks, and at most
-    :data:`RANK_WINDOW_BYTES` over all the trees, but never below :data:`MIN_WINDOW`."""
+    in a plan of ``trees`` trees: about ``params.window_bytes`` per tree, between
+    ``params.default_window`` and ``params.max_window`` chunks, and at most
+    ``params.rank_window_bytes`` over all the trees, but never below ``params.min_window``
+    (:class:`~horotopo.params.PlannerParams`). Defined with the model that predicts what the
+    window allows; :mod:`horotopo.schedule` applies it."""
     if trees < 1:
         raise ValueError(f"trees must be at least 1, got {trees}")
     chunk = max(1, int(chunk_bytes))
-    per_tree = max(DEFAULT_WINDOW, min(MAX_WINDOW, WINDOW_BYTES // chunk))
-    return min(per_tree, max(MIN_WINDOW, RANK_WINDOW_BYTES // (int(trees) * chunk)))
+    per_tree = max(params.default_window, min(params.max_window, params.window_bytes // chunk))
+    return min(per_tree,
+               max(params.min_window, params.rank_window_bytes // (int(trees) * chunk)))
 
 
 @dataclass(frozen=True)
@@ -261,7 +239,8 @@ def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCos
 
 def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
               costs: SoftwareCosts = ENGINE_COSTS, window: Optional[int] = None,
-              network: NetworkModel = IDEAL_NETWORK) -> float:
+              network: NetworkModel = IDEAL_NETWORK,
+              params: PlannerParams = PLANNER) -> float:
     """Seconds for one tree to allreduce its ``part`` bytes (see the module docstring).
 
     Parameters
@@ -277,7 +256,7 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
     costs : SoftwareCosts
         The engine's software costs.
     window : int, optional
-        Chunks in flight per arc; None is :func:`window_for` the chunk.
+        Chunks in flight per arc; None is :func:`window_for` the chunk under ``params``.
     network : NetworkModel
         What the transport makes of the profile's hops (:func:`on_network`); where it shares
         a link among the messages in flight, the pipeline's unit is a window of chunks.
@@ -285,7 +264,7 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
     if part <= 0:
         return 0.0
     c = min(float(chunk), float(part))
-    win = window if window is not None else window_for(int(c))
+    win = window if window is not None else window_for(int(c), params=params)
     hops = on_network(profile, network)
     rate = min(rate_Bps * network.bandwidth_factor,
                _window_rate(hops, c, win, costs, network.streams, profile))
@@ -324,7 +303,7 @@ def chunk_candidates(part: float, lo: int, hi: int) -> List[int]:
 
 def choose_chunk(part: float, rate_Bps: float, profile: Profile, busiest: Tuple[float, float],
                  lo: int, hi: int, costs: SoftwareCosts = ENGINE_COSTS,
-                 window: Optional[int] = None) -> int:
+                 window: Optional[int] = None, params: PlannerParams = PLANNER) -> int:
     """The chunk size that minimises one tree's predicted time for a ``part`` of bytes.
 
     Small chunks fill the pipeline fast but pay the software cost per message on the tree's
@@ -334,13 +313,13 @@ def choose_chunk(part: float, rate_Bps: float, profile: Profile, busiest: Tuple[
     :func:`chunk_candidates` on the full model (window and CPU bound included), the smaller
     on ties. Every candidate is at least ``lo`` (or the whole part), at most ``hi``.
     ``window`` is the engine's chunks in flight per arc (None: :func:`window_for` each
-    candidate).
+    candidate under ``params``).
     """
     best_c, best_t = lo, math.inf
     for c in chunk_candidates(part, lo, hi):
         # the chunk count taken as part / c, not rounded up: the rounding's steps would make
         # the choice jump back and forth as the size grows
-        t = max(tree_time(part, c, rate_Bps, profile, costs, window),
+        t = max(tree_time(part, c, rate_Bps, profile, costs, window, params=params),
                 cpu_time(busiest[0], busiest[1], part / c, c, costs))
         if t < best_t * (1 - 1e-9):
             best_c, best_t = c, t
@@ -384,7 +363,7 @@ def busiest_cpu_time(degrees: Tuple[np.ndarray, np.ndarray], parts: Sequence[flo
 def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[float],
               profiles: Sequence[Profile], degrees: Tuple[np.ndarray, np.ndarray],
               costs: SoftwareCosts = ENGINE_COSTS, network: NetworkModel = IDEAL_NETWORK,
-              window: Optional[int] = None) -> float:
+              window: Optional[int] = None, params: PlannerParams = PLANNER) -> float:
     """Modelled seconds of one allreduce over several trees (a plan's prediction).
 
     Parameters
@@ -399,7 +378,7 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
         What the transport makes of the profiles' hops.
     window : int, optional
         Chunks in flight per arc; None: :func:`window_for` the largest chunk and the number
-        of trees with a part, as the engine's table takes it.
+        of trees with a part under ``params``, as the engine's table takes it.
 
     Returns
     -------
@@ -415,7 +394,7 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
     if not live:
         return 0.0
     win = window if window is not None else window_for(int(max(c for _, c, _, _ in live)),
-                                                       len(live))
+                                                       len(live), params)
     worst = max(tree_time(p, c, x, prof, costs, win, network) for p, c, x, prof in live)
     cpu = busiest_cpu_time(degrees, parts, chunks, costs)
     if cpu <= 0:
@@ -425,22 +404,18 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
     return max(worst, cpu + first)
 
 
-#: Scales of every tree's chunk that :func:`plan_chunks` tries after the tree-by-tree choice.
-PLAN_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-
-
 def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Sequence[int],
                                                           float]],
-                shares: Sequence[float], size: int, lo: int, hi: int,
-                costs: SoftwareCosts = ENGINE_COSTS,
-                crowding: Optional[Crowding] = None) -> Tuple[List[Profile], List[int]]:
+                shares: Sequence[float], size: int, costs: SoftwareCosts = ENGINE_COSTS,
+                crowding: Optional[Crowding] = None,
+                params: PlannerParams = PLANNER) -> Tuple[List[Profile], List[int]]:
     """Each tree's critical-path profile and chunk size for an allreduce of ``size`` bytes.
 
     ``trees`` holds ``(root, reduce_parent, bcast_parent, rate_Bps)``. Chunks are first chosen
     tree by tree (:func:`choose_chunk`) and the profiles taken at those chunks; the engine then
     runs every tree with the window of the largest chunk (one window per call), so each chunk
     is chosen again under that window, at most the largest. Last, every chunk is scaled alike
-    by the factor of :data:`PLAN_SCALES` that minimises the whole plan's :func:`plan_time`:
+    by the factor of ``params.chunk_scales`` that minimises the whole plan's :func:`plan_time`:
     the tree-by-tree choice sees only its own tree's messages, while a rank's CPU serves every
     tree (a plan of many trees whose chunks each tree chose small keeps its busiest rank's CPU
     longer than larger chunks would).
@@ -448,7 +423,11 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     ``crowding`` (:func:`~horotopo.packing.profiles.fill_crowding` of every tree of the plan)
     charges each hop at its links' rates shared among the flows that cross them at the same
     depth, at least at the tree's rate; None charges the bottleneck link's rate.
+
+    Every chunk lies between ``params.min_chunk`` and ``params.max_chunk``, and the windows
+    are :func:`window_for` under ``params`` (:class:`~horotopo.params.PlannerParams`).
     """
+    lo, hi = params.min_chunk, params.max_chunk
     msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
     busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
     # profiles of the whole batch at once
@@ -458,11 +437,11 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     profiles_at = TreeProfiler(topology, pairs, costs, rates, crowding).at
 
     profiles = profiles_at([lo] * len(pairs))
-    first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs)
+    first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs, params=params)
              for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
     profiles = profiles_at(first)
     top = max(first)
-    window = window_for(top, len(pairs))
+    window = window_for(top, len(pairs), params)
     chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)
               for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
     parts = [s * size for s in shares]
@@ -473,8 +452,9 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
         return [c if f == 1.0 else int(min(max(lo, c * f), hi, max(c, math.ceil(p))))
                 for c, p in zip(chunks, parts)]
 
-    best = min(PLAN_SCALES, key=lambda f: (plan_time(parts, scaled(f), rates, profiles,
-                                                     (msgs, recvs), costs), abs(math.log(f))))
+    best = min(params.chunk_scales,
+               key=lambda f: (plan_time(parts, scaled(f), rates, profiles, (msgs, recvs), costs,
+                                        params=params), abs(math.log(f))))
     if best != 1.0:
         chunks = scaled(best)
         profiles = profiles_at(chunks)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from ..params import PLANNER, PlannerParams
 from ..topology import HostRoutes, Topology
 from .certificate import plural
 from .model import TreeRate
@@ -40,17 +41,6 @@ __all__ = ["Usage", "usage_of", "tree_usage", "fair_rates", "progressive_filling
 #: A resource whose load is within this fraction of its capacity counts as saturated (the
 #: step that fills it leaves a few ulps of rounding).
 SATURATED_RTOL = 1e-9
-#: :func:`fair_subset` tries every subset up to this many trees (2**6 fair allocations).
-EXHAUSTIVE_MAX = 6
-#: Up to this many trees each greedy round of :func:`fair_subset` tries every removal; above,
-#: only :data:`CANDIDATES` of them, the trees most over-represented at their bottleneck first.
-GREEDY_ALL_MAX = 32
-CANDIDATES = 8
-GREEDY_ROUNDS = 8
-#: In the exhaustive search, fair sums within this fraction of the best are a tie, which the
-#: fewest trees win (the measured model's rates are within a few percent of the network's:
-#: 92.7-96.7% on racks-2x3 in the simulator).
-TREE_TIE = 0.02
 
 
 def route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -278,18 +268,20 @@ def _score(usage: Usage, rates: np.ndarray, cap: np.ndarray) -> np.ndarray:
     return np.where(mine, flows / np.where(mean > 0, mean, 1.0), 0.0).max(axis=1)
 
 
-def fair_subset(topology: Topology, trees: Sequence[Any], ceiling: float = np.inf
+def fair_subset(topology: Topology, trees: Sequence[Any], ceiling: float = np.inf,
+                params: PlannerParams = PLANNER
                 ) -> Tuple[np.ndarray, np.ndarray, Dict[str, Any]]:
     """The subset of ``trees`` whose max-min fair rates (:func:`fair_rates`) sum highest.
 
     A tree that crosses a full resource with many flows takes several trees' worth of its
     capacity: removing it can raise the others by more than it carried. Up to
-    :data:`EXHAUSTIVE_MAX` trees every non-empty subset is tried; beyond, trees are removed
+    ``params.exhaustive_max`` trees every non-empty subset is tried; beyond, trees are removed
     one at a time, each round the removal that raises the fair sum most (of every tree up to
-    :data:`GREEDY_ALL_MAX` trees, else, for at most :data:`GREEDY_ROUNDS` rounds, of the
-    :data:`CANDIDATES` trees most over-represented at their bottleneck), while the sum rises.
-    Among the subsets of the exhaustive search, those within :data:`TREE_TIE` of the best sum
-    tie, and the fewest trees win: each tree costs its own pipeline fill and messages, and a
+    ``params.greedy_all_max`` trees, else, for at most ``params.greedy_rounds`` rounds, of the
+    ``params.candidates`` trees most over-represented at their bottleneck), while the sum
+    rises (:class:`~horotopo.params.PlannerParams`). Among the subsets of the exhaustive
+    search, those within ``params.tree_tie`` of the best sum tie, and the fewest trees win:
+    each tree costs its own pipeline fill and messages, and a
     fair sum within the model's error is no gain (two trees predicted a fraction of a percent
     ahead of one can run slower than it).
 
@@ -325,26 +317,26 @@ def fair_subset(topology: Topology, trees: Sequence[Any], ceiling: float = np.in
     keep = np.arange(k)
     rates = rates_of(keep)
     first = float(rates.sum())
-    method = "exhaustive" if k <= EXHAUSTIVE_MAX else "greedy"
+    method = "exhaustive" if k <= params.exhaustive_max else "greedy"
     if not np.isfinite(rates).all() or k == 1 or first >= ceiling * (1 - SATURATED_RTOL):
         pass  # nothing shares anything, nothing to choose, or no subset can do better
-    elif k <= EXHAUSTIVE_MAX:
+    elif k <= params.exhaustive_max:
         found = [(rates_of(np.asarray(sub)), np.asarray(sub)) for size in range(k - 1, 0, -1)
                  for sub in itertools.combinations(range(k), size)] + [(rates, keep)]
         top = max(float(got.sum()) for got, _ in found)
         # the fewest trees within the tie of the best, then the highest sum among those
-        rates, keep = min((x for x in found if x[0].sum() >= top * (1 - TREE_TIE)),
+        rates, keep = min((x for x in found if x[0].sum() >= top * (1 - params.tree_tie)),
                           key=lambda x: (len(x[1]), -x[0].sum()))
     else:
-        small = k <= GREEDY_ALL_MAX
+        small = k <= params.greedy_all_max
         # only removals that raise the sum (accepting ties here, a chain of them went to 8 of
         # sites-64's 13 trees, which ran 16 MiB in 88.3 ms simulated against 82.9), and with
         # many trees for a few rounds (a fair allocation of 2048 trees takes about 0.1 s)
-        for _ in range(k if small else GREEDY_ROUNDS):
+        for _ in range(k if small else params.greedy_rounds):
             if len(keep) == 1:
                 break
             tries = (range(len(keep)) if small else np.argsort(
-                -_score(usage.rows(keep), rates, cap), kind="stable")[:CANDIDATES])
+                -_score(usage.rows(keep), rates, cap), kind="stable")[:params.candidates])
             subs = [np.delete(keep, i) for i in tries]
             got, sub = max(((rates_of(x), x) for x in subs), key=lambda x: x[0].sum())
             if got.sum() <= rates.sum() * (1 + SATURATED_RTOL):
@@ -355,17 +347,18 @@ def fair_subset(topology: Topology, trees: Sequence[Any], ceiling: float = np.in
 
 
 def share_fairly(topology: Topology, trees: Sequence[TreeRate], ceiling: float = np.inf,
-                 keep_rates: bool = False) -> Tuple[Tuple[TreeRate, ...], Dict[str, Any]]:
+                 keep_rates: bool = False, params: PlannerParams = PLANNER
+                 ) -> Tuple[Tuple[TreeRate, ...], Dict[str, Any]]:
     """The trees of :func:`fair_subset`, each at its fair rate, and the search's record.
 
     Trees that cross no resource (one node) keep their rates: the network limits them in
     nothing, so the packing's figure stands (``record["sharing"]`` says so). ``keep_rates``
     returns ``trees`` as they are with an empty record (ring's chains, which the ring plan
-    runs at one common rate).
+    runs at one common rate). ``params`` bounds the search (:func:`fair_subset`).
     """
     if keep_rates:
         return tuple(trees), {}
-    keep, rates, record = fair_subset(topology, trees, ceiling)
+    keep, rates, record = fair_subset(topology, trees, ceiling, params)
     if not np.isfinite(rates).all():
         return tuple(trees), dict(record, fair_Bps=None, all_fair_Bps=None,
                                   sharing="none: the trees cross no resource")
