@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from horotopo import costs
-from horotopo.cli.calibrate_cmd import CHUNKS, MirrorPeer, fit_costs, measure
+from horotopo.cli.calibrate_cmd import MirrorPeer, fit_costs, measure
+from horotopo.params import ENGINE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
 
-CHEAP_CHUNKS = (CHUNKS[0], CHUNKS[-1])
+CHEAP_CHUNKS = (ENGINE.cost_chunks[0], ENGINE.cost_chunks[-1])
 
 
 def timed_fit(chunks, repeats: int) -> Dict[str, Any]:
@@ -59,7 +60,8 @@ def markdown(path: str, doc: Dict[str, Any]) -> None:
         [("Runs", run_table), ("Rows of the last full run", row_table),
          ("The built-in profile (charged without a calibration file)", built_in)],
         summary=(f"`horotopo calibrate`'s in-process measurement, {len(doc['full'])} runs: "
-                 f"full ({len(CHUNKS)} chunk sizes, {doc['repeats']} calls each) and cheap "
+                 f"full ({len(ENGINE.cost_chunks)} chunk sizes, {doc['repeats']} calls each) "
+                 f"and cheap "
                  f"({len(CHEAP_CHUNKS)} chunk sizes, 1 call each). Wall time is the "
                  "measurement's alone (not the interpreter's start)."),
         command=results_doc.command_line())
@@ -73,7 +75,7 @@ def main() -> int:
     args = ap.parse_args()
     doc: Dict[str, Any] = {"repeats": args.repeats, "full": [], "cheap": []}
     for k in range(args.runs):
-        doc["full"].append(timed_fit(CHUNKS, args.repeats))
+        doc["full"].append(timed_fit(ENGINE.cost_chunks, args.repeats))
         doc["cheap"].append(timed_fit(CHEAP_CHUNKS, 1))
         full, cheap = doc["full"][-1], doc["cheap"][-1]
         print(f"run {k + 1}: full {full['wall_s'] * 1e3:.0f} ms "

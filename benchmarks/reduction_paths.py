@@ -20,8 +20,8 @@ from mpi4py import MPI
 
 import results as results_doc
 from engine_overhead import _best
-from horotopo.algorithms.library import CHECK_FIRST_BYTES
 from horotopo.engine import Engine
+from horotopo.params import ENGINE
 from horotopo.packing import ring_parents
 from horotopo.plan import parse_size, plan_from_trees
 
@@ -57,7 +57,8 @@ def markdown(path: str, rows: List[Dict[str, Any]], ranks: int) -> None:
         path, "reduction_paths: IEEE min/max on the library path",
         [("float32 allreduce through the engine's MPI path", results_doc.md_table(rows, columns))],
         summary=(f"{ranks} ranks, best of the repeats, slowest rank. Max checks for NaN and -0.0 "
-                 f"first from {CHECK_FIRST_BYTES} bytes up; with one on any rank (or below that "
+                 f"first from {ENGINE.check_first_bytes} bytes up; with one on any rank (or "
+                 f"below that "
                  f"size) it reduces order keys (docs/reductions.md)."),
         command=results_doc.command_line(ranks=ranks))
 

@@ -31,8 +31,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from . import config
 from . import costs as cost_profiles
 from .algorithms.choice import recorded_algorithm
+from .params import RELIABILITY
 from .plan import Plan, make_plan, ring_plan
-from .planning_protocol import EXCHANGE_TIMEOUT_S, PLAN_TIMEOUT_S, share_plan
+from .planning_protocol import share_plan
 from .probe import ProbeError, probe
 from .topology import Topology, TopologyError, from_dict, load_for_job, measured_document
 from .transport.base import Transport, TransportTimeout
@@ -141,7 +142,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     except (BootstrapError, cost_profiles.CostsError) as exc:
         mine = {"error": str(exc)}
     try:
-        everyone = transport.allgather_object(mine, EXCHANGE_TIMEOUT_S, "init: comparing settings")
+        everyone = transport.allgather_object(mine, RELIABILITY.exchange_timeout_s,
+                                              "init: comparing settings")
     except TransportTimeout as exc:
         raise BootstrapError(str(exc)) from exc
     for r, theirs in enumerate(everyone):
@@ -155,7 +157,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     mode, path = everyone[0]["mode"], everyone[0]["path"]
     # Every rank's selector charges the costs rank 0 plans with: its own file may differ.
     cost_profiles.activate(cost_profiles.CostProfile.from_json(transport.broadcast_object(
-        profile.to_json() if rank == 0 else None, 0, EXCHANGE_TIMEOUT_S, "init: cost profile")))
+        profile.to_json() if rank == 0 else None, 0, RELIABILITY.exchange_timeout_s,
+        "init: cost profile")))
     say(f"horotopo: software costs from {profile_from}")
 
     # 2. a probe is collective (every rank measures); the rest is rank 0's alone: loading the
@@ -200,8 +203,9 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
 
     plan, planned_on = share_plan(transport, build, what="init", error=BootstrapError,
                                   settings_error=SettingsError,
-                                  failure="rank 0 failed in init", timeout_s=PLAN_TIMEOUT_S,
-                                  check_timeout_s=EXCHANGE_TIMEOUT_S)
+                                  failure="rank 0 failed in init",
+                                  timeout_s=RELIABILITY.plan_timeout_s,
+                                  check_timeout_s=RELIABILITY.exchange_timeout_s)
     assert planned_on is not None  # build always returns the model it planned on
     say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
         f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "

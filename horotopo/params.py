@@ -1,13 +1,15 @@
-"""The tuning parameters of the engine, the adaptivity, the probe and the planner, each
-documented once.
+"""The tuning parameters of the package, each documented once.
 
 Each concern has one frozen dataclass: :class:`EngineParams`, :class:`AdaptParams`,
-:class:`ProbeParams`, :class:`PlannerParams`. A field holds its default and, in its metadata,
-why that value (the evidence behind it); :func:`why` reads it. The modules of a concern take
-their numbers from the object they are given, and from the defaults (``ENGINE``, ``ADAPT``,
-``PROBE``, ``PLANNER``) when given none, so no tuning number lives anywhere else. :mod:`horotopo.config` declares the
-fields a user may override through the environment and builds the objects with those
-overrides (:func:`horotopo.config.adapt_params`).
+:class:`ProbeParams`, :class:`PlannerParams`, :class:`RuntimeParams` (the control plane's and
+transports' waits) and :class:`ReliabilityParams` (timeouts on peers, and how a job ends). A
+field holds its default and, in its metadata, why that value (the evidence behind it);
+:func:`why` reads it. The modules of a concern take their numbers from the object they are
+given, and from the defaults (``ENGINE``, ``ADAPT``, ``PROBE``, ``PLANNER``, ``RUNTIME``,
+``RELIABILITY``) when given none, so no tuning number lives anywhere else
+(tests/test_params.py scans the package for module-level numbers). :mod:`horotopo.config`
+declares the fields a user may override through the environment and builds the objects with
+those overrides (:func:`horotopo.config.planner_params`, :func:`~horotopo.config.adapt_params`).
 
 This module stands below everything else and imports nothing of the package.
 """

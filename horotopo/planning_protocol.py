@@ -22,14 +22,12 @@ import re
 from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 from .algorithms.choice import with_choice
+from .params import RELIABILITY
 from .plan import Plan
 from .topology import Topology, from_dict
 from .transport.base import Transport, TransportTimeout
 
-__all__ = ["share_plan", "Build", "EXCHANGE_TIMEOUT_S", "PLAN_TIMEOUT_S"]
-
-EXCHANGE_TIMEOUT_S = 60.0   # the digest check: every rank should be there at once
-PLAN_TIMEOUT_S = 600.0      # the root may spend a while in the planner
+__all__ = ["share_plan", "Build"]
 
 #: What the root runs: the Plan and the model it was planned on (None when there is none).
 Build = Callable[[], Tuple[Plan, Optional[Topology]]]
@@ -38,8 +36,9 @@ Build = Callable[[], Tuple[Plan, Optional[Topology]]]
 def share_plan(transport: Transport, build: Build, *, root: int = 0, what: str = "plan",
                error: Type[Exception] = RuntimeError, failure: str = "planning failed",
                settings_error: Optional[Type[Exception]] = None,
-               timeout_s: float = PLAN_TIMEOUT_S,
-               check_timeout_s: float = EXCHANGE_TIMEOUT_S) -> Tuple[Plan, Optional[Topology]]:
+               timeout_s: float = RELIABILITY.plan_timeout_s,
+               check_timeout_s: float = RELIABILITY.exchange_timeout_s
+               ) -> Tuple[Plan, Optional[Topology]]:
     """Plan on ``root``, broadcast, check digests; collective over ``transport``.
 
     Parameters

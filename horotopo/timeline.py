@@ -38,6 +38,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .params import RUNTIME
+
 __all__ = ["Timeline", "TreePhases", "active", "start", "stop", "tree_phases", "clock",
            "ENGINE_ROW", "CYCLE_START"]
 
@@ -51,9 +53,6 @@ ENGINE_ROW = "horotopo engine"
 CYCLE_START = "CYCLE_START"
 
 _TAIL = b"\n]}\n"
-# Events wait in memory until the runtime's end-of-cycle flush; a program that drives the
-# engine directly never flushes, so a long batch is written when it gets this long.
-_AUTO_FLUSH = 2048
 
 Rows = Union[str, Sequence[str]]
 
@@ -219,7 +218,8 @@ class Timeline:
         # default=str: an argument the caller did not make JSON-able (a NumPy scalar, a
         # dtype) is written as text rather than losing the whole batch.
         self._pending.append(json.dumps(event, default=str))
-        if len(self._pending) >= _AUTO_FLUSH:
+        # a program that drives the engine directly never flushes at the end of a cycle
+        if len(self._pending) >= RUNTIME.timeline_flush_events:
             self._flush_locked()
 
     def _meta(self, pid: int, tid: int, what: str, args: Dict[str, Any]) -> None:

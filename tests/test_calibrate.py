@@ -13,6 +13,7 @@ import pytest
 from horotopo import costs
 from horotopo.cli import calibrate_cmd, main
 from horotopo.cli.simulate_cmd import resolve, simulate
+from horotopo.params import ENGINE
 from horotopo.simulation.support import SimulatorMissing, load_simgrid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def test_the_engine_runner_is_what_is_measured():
     small, large = rows
     # ring chains of two ranks: a rank receives each chunk of its half to reduce and each of
     # the other half as the result, and sends as many
-    assert small["messages"] == calibrate_cmd.ROW_MESSAGES > large["messages"] > 0
+    assert small["messages"] == ENGINE.cost_row_messages > large["messages"] > 0
     assert small["received_bytes"] == small["messages"] // 2 * 1024
     assert all(r["cpu_s"] > 0 for r in rows)
 

@@ -78,7 +78,7 @@ def test_a_round_over_the_wan_ends_with_one_control_allreduce(monkeypatch) -> No
     assert sum(per_round) <= 2 * rounds, per_round
     assert sum(c == 1 for c in per_round) >= rounds // 2, per_round
     # Pings: 16 WAN pairs (4 x 4 hosts) take the connection's round trip and one more, the 12
-    # pairs inside a site the connection's and ROUND_PINGS = 2 more: 2 x 16 + 3 x 12 = 68.
+    # pairs inside a site the connection's and round_pings = 2 more: 2 x 16 + 3 x 12 = 68.
     assert len(ping_waits) == 68, len(ping_waits)
     # As accurate: the WAN link is still found, both ways (2 gbps), and every host pair reads
     # within 15% of its route's tightest link (2 gbps over the WAN, 10 inside a site).

@@ -214,9 +214,9 @@ def test_a_half_precision_step_computes_in_float32_and_rounds_once(dtype):
 
 @pytest.mark.parametrize("special", [None, "-0.0", "nan"])
 def test_the_library_checks_large_buffers_first_and_still_gives_the_oracle(special):
-    from horotopo.algorithms.library import CHECK_FIRST_BYTES
+    from horotopo.params import ENGINE
 
-    count = CHECK_FIRST_BYTES // 4 + 17
+    count = ENGINE.check_first_bytes // 4 + 17
     rng = np.random.default_rng(11)
     inputs = [rng.standard_normal(count).astype(np.float32) for _ in range(2)]
     inputs[0][5] = inputs[1][5] = 0.0

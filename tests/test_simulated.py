@@ -407,7 +407,7 @@ def test_a_long_simulation_reports_its_progress(capfd):
     time) every ``progress_every_s`` of wall time; without it, nothing is printed."""
     import sys
 
-    rounds, batch = 65, 64  # the wall clock is looked at every PROGRESS_CHECK = 4096 messages
+    rounds, batch = 65, 64  # the wall clock is looked at every simulation_progress_messages = 4096
     count = rounds * batch
 
     def body(t):

@@ -43,12 +43,12 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import config
-from ..params import ADAPT, AdaptParams
+from ..params import ADAPT, RELIABILITY, AdaptParams
 from ..algorithms.cost import TREE, Selector, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
 from ..plan import Plan, make_plan
-from ..planning_protocol import EXCHANGE_TIMEOUT_S, share_plan
+from ..planning_protocol import share_plan
 from ..reliability import TrackedTransport, Watchdog, timeout_from_env
 from ..reliability.liveness import verdict
 from ..topology import Topology, from_dict
@@ -203,7 +203,7 @@ class AdaptiveEngine:
         self.slowdown: Optional[str] = None
         self.events: List[ReplanEvent] = []
         timeout = timeout_from_env() if timeout_s is None else float(timeout_s)
-        self.exchange_timeout_s = timeout if timeout > 0 else EXCHANGE_TIMEOUT_S
+        self.exchange_timeout_s = timeout if timeout > 0 else RELIABILITY.exchange_timeout_s
         describe = self.tracked.describe_wait
         if liveness is not None:
             def describe() -> str:

@@ -7,13 +7,10 @@ import numpy as np
 
 from ..buffers import ScratchPool, from_order_keys, has_nan_or_negative_zero, order_keys
 from ..ops import EXTREMES, is_float_dtype
+from ..params import ENGINE, EngineParams
 from ..transport.base import Transport
 
-__all__ = ["MPIAllreduce", "CHECK_FIRST_BYTES"]
-
-#: From this many bytes up, float min and max ask the ranks whether any holds a NaN or -0.0
-#: before converting to keys (a pass over 256 KiB costs about what a small allreduce does).
-CHECK_FIRST_BYTES = 256 << 10
+__all__ = ["MPIAllreduce"]
 
 
 class MPIAllreduce:
@@ -31,15 +28,18 @@ class MPIAllreduce:
     NaN the canonical one, on every path).
 
     Only NaN and -0.0 make the library's float answer depend on the operand order; without
-    them (on every rank) MAX and MIN are exact. From :data:`CHECK_FIRST_BYTES` up, one
+    them (on every rank) MAX and MIN are exact. From ``params.check_first_bytes`` up
+    (:class:`~horotopo.params.EngineParams`), one
     one-integer allreduce first asks whether any rank holds either, and the floats go to the
     library as they are when none does: that costs two passes over the buffer and a latency,
     where the keys cost about six passes (16 MiB of float32 at 2 ranks: see
     docs/reductions.md). Below it the keys are cheaper than the extra round trip.
     """
 
-    def __init__(self, transport: Transport, pool: Optional[ScratchPool] = None) -> None:
+    def __init__(self, transport: Transport, pool: Optional[ScratchPool] = None,
+                 params: EngineParams = ENGINE) -> None:
         self.transport = transport
+        self.check_first_bytes = params.check_first_bytes
         self.pool = pool or ScratchPool()  # the keys of float min and max
         self.last_messages = 0  # the library's messages are its own; none counted here
 
@@ -50,7 +50,7 @@ class MPIAllreduce:
         every allreduce runner of the registry is called alike.
         """
         if op in EXTREMES and is_float_dtype(out.dtype):
-            if src.nbytes >= CHECK_FIRST_BYTES:
+            if src.nbytes >= self.check_first_bytes:
                 flag = np.array([1 if has_nan_or_negative_zero(src) else 0], dtype=np.int32)
                 self.transport.allreduce(flag, flag, "max")
                 if not flag[0]:

@@ -13,6 +13,7 @@ from typing import Any, Dict, Sequence, Union
 
 from .. import config
 from .. import timeline
+from ..params import RELIABILITY
 from . import state
 from .objects import allgather_object
 from .process_sets import (ProcessSet, add_process_set, allow_dynamic, check_duplicates,
@@ -56,8 +57,8 @@ def init(comm: Any = None, process_sets: Union[None, str, Sequence[Any]] = None)
         exception. Left uncaught, it does not print a traceback on every rank: the job prints
         the one line ``horotopo: HOROVOD_CYCLE_TIME='abc': must be a number >= 0`` once
         (rank 0's; a rank other than 0 whose setting alone is bad prints its own, naming
-        itself, after :data:`SETTINGS_ERROR_GRACE_S`) and exits with status 2, upon which the
-        launcher ends the job.
+        itself, after ``ReliabilityParams.settings_error_grace_s``) and exits with status 2,
+        upon which the launcher ends the job.
     """
     global _atexit_done
     if isinstance(process_sets, str):
@@ -118,11 +119,6 @@ def _check_settings() -> None:
         raise config.ConfigError("; ".join(problems))
 
 
-#: How long a rank other than 0 that failed init() on a setting waits, when nothing catches
-#: the error, for rank 0 (failing on the same setting) to end the job with the one line,
-#: before it prints its own line and aborts the job (its setting alone was bad). Ranks reach
-#: init() seconds apart on a loaded machine (importing torch), hence not less.
-SETTINGS_ERROR_GRACE_S = 10.0
 SETTINGS_ERROR_EXIT = 2
 
 
@@ -138,7 +134,7 @@ def _exit_on_settings_error(exc: BaseException) -> None:
     door = _mpi_door() if config.launcher_size() > 1 else None
     place = door.world_rank_size() if door is not None else None
     if place is not None and place[0] != 0 and place[1] > 1:
-        time.sleep(SETTINGS_ERROR_GRACE_S)
+        time.sleep(RELIABILITY.settings_error_grace_s)
         _say(f"horotopo: rank {place[0]}: {exc}")
         door.abort_world(SETTINGS_ERROR_EXIT)
     else:

@@ -35,6 +35,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 import numpy as np
 
 from .. import timeline
+from ..params import RUNTIME
 from ..reliability.liveness import faulty
 from ..transport.base import TransportTimeout
 from .checks import first_mismatch
@@ -63,10 +64,6 @@ JOIN_ERRORS: Dict[str, str] = {
     REDUCESCATTER: "Reducescatter is not supported with Join at this time.",
 }
 
-# The control wait is latency-bound (it is all a cached step waits for): spin on the test a
-# little before pausing, then pause from 20 us up to 1 ms, so an idle job costs about nothing.
-_SPIN_POLLS = 50
-_NAP_S = (2e-5, 1e-3)
 
 
 class ResponseCache:
@@ -457,7 +454,8 @@ class Controller:
         with self.guard(what):
             request = self.transport.iallreduce_control(vec, "band")
             self.transport.wait([request], self._deadline(), what=f"control {what}",
-                                spin_polls=_SPIN_POLLS, nap_s=_NAP_S)
+                                spin_polls=RUNTIME.control_spin_polls,
+                                nap_s=RUNTIME.control_nap_s)
         self.stats["cycles"] += 1
         flags = int(vec[0])
         if not flags & _FLAG_RUNNING:

@@ -28,17 +28,13 @@ import numpy as np
 from .. import costs as cost_profiles
 from ..algorithms.tree import TreeAllreduce
 from ..packing import ring_parents
+from ..params import ENGINE
 from ..plan import plan_from_trees
 from ..transport.base import TagAllocator, Transport
 from . import CommandError
 
-__all__ = ["add_parser", "run", "measure", "fit_costs", "MirrorPeer", "CHUNKS"]
+__all__ = ["add_parser", "run", "measure", "fit_costs", "MirrorPeer"]
 
-#: Chunk sizes of the measured rows: small chunks expose the per-message cost, large ones the
-#: per-byte cost; the fit needs both.
-CHUNKS = (256, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20)
-#: Messages each row aims at (its buffer is sized for it, between 64 KiB and 16 MiB).
-ROW_MESSAGES = 512
 
 
 def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -149,7 +145,7 @@ class _TimedTransport(Transport):
         return self.inner.alloc_tags(count)
 
 
-def measure(transport: Transport, repeats: int = 5, chunks: Sequence[int] = CHUNKS,
+def measure(transport: Transport, repeats: int = 5, chunks: Sequence[int] = ENGINE.cost_chunks,
             progress: Any = None) -> List[Dict[str, float]]:
     """One row per chunk size: ``chunk_bytes``, ``messages`` and ``received_bytes`` of one
     allreduce on this rank, and ``cpu_s``, the least over ``repeats`` calls of the rank's
@@ -161,7 +157,7 @@ def measure(transport: Transport, repeats: int = 5, chunks: Sequence[int] = CHUN
     rows: List[Dict[str, float]] = []
     for chunk in chunks:
         # ring chains: a rank receives 2 (n - 1) / n of the buffer and sends as much
-        nbytes = ROW_MESSAGES * chunk * n // (4 * (n - 1))
+        nbytes = ENGINE.cost_row_messages * chunk * n // (4 * (n - 1))
         elems = max(64 << 10, min(16 << 20, nbytes)) // 4
         plan = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
                                chunk_bytes=chunk)
@@ -225,7 +221,8 @@ def run(args: argparse.Namespace) -> int:
             world.close()
     rank = transport.rank if not isinstance(transport, MirrorPeer) else 0
     say = _say if rank == 0 else (lambda msg: None)
-    say(f"measuring the tree engine's software costs ({where}), {len(CHUNKS)} chunk sizes")
+    say(f"measuring the tree engine's software costs ({where}), "
+        f"{len(ENGINE.cost_chunks)} chunk sizes")
     t0 = time.perf_counter()
     rows = measure(transport, args.repeats, progress=say)
     per_message, per_byte = fit_costs(rows)

@@ -15,14 +15,13 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import CommandError, writable_path, write_text
+from ..params import RELIABILITY
 from ..probe.diagnose import Diagnosis, PlanSummary, diagnose, format_ranks, report_lines
 from ..topology import plural
 
 __all__ = ["add_parser", "run", "summarize_plan", "draw_network"]
 
 PROG = "horotopo doctor"
-#: Seconds a rank waits for rank 0's verdict on the arguments (rank 0 only reads its disk).
-ARGUMENT_TIMEOUT_S = 60.0
 #: Slow host pairs drawn at most (the JSON has them all).
 DRAWN_LINKS = 40
 SLOW_COLOUR = "#d62728"
@@ -118,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     rank = transport.rank
     verdict = _check(args, transport.size) if rank == 0 else None
     # Only rank 0 writes, so only its disk counts; every rank stops together on a problem.
-    problem, settings = transport.broadcast_object(verdict, 0, ARGUMENT_TIMEOUT_S,
+    problem, settings = transport.broadcast_object(verdict, 0,
+                                                   RELIABILITY.doctor_arguments_timeout_s,
                                                    "doctor: arguments")
     if problem:
         if rank == 0:

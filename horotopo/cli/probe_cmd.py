@@ -11,12 +11,10 @@ import sys
 from typing import Any, Dict, Optional
 
 from . import CommandError, writable_path, write_text
+from ..params import RELIABILITY
 
 __all__ = ["add_parser", "run", "measure"]
 
-#: How long the ranks wait for rank 0's verdict on the arguments: they start together, give or
-#: take the launcher's spread.
-ARGUMENTS_TIMEOUT_S = 120.0
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -97,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     # Rank 0 alone writes the output: its verdict on the arguments is every rank's, so that
     # all stop together and the job says it once.
     verdict = transport.broadcast_bytes((problem or "").encode() if rank == 0 else None, 0,
-                                        ARGUMENTS_TIMEOUT_S, "probe: checking the arguments")
+                                        RELIABILITY.probe_arguments_timeout_s,
+                                        "probe: checking the arguments")
     if verdict:
         transport.close()
         if rank == 0:

@@ -30,11 +30,6 @@ from . import CommandError, positive_size
 
 __all__ = ["add_parser", "simulate", "resolve", "ALGORITHMS", "PROBES"]
 
-# Each rank holds at most this many float32 elements, and all ranks together at most
-# TOTAL_ELEMS (so that thousands of ranks fit in memory); the rest of --size is scale.
-SMALL_ELEMS = 1 << 16
-TOTAL_ELEMS = 1 << 24
-
 #: The rows, in order: horotopo's plan, then the peers as the libraries run them.
 ALGORITHMS = ("tree", "ring", "dbtree", "hierarchical")
 #: --probe: run the probe (quick, full), plan the topology given (declared), or ring (off).
@@ -248,7 +243,10 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
                          "make (not --plan)")
     if window is not None and window < 1:
         raise ValueError(f"--window {window}: needs at least 1 chunk")
+    from ..algorithms.simcheck import SMALL_ELEMS, TOTAL_ELEMS
+
     n = topology.n
+    # thousands of ranks must fit in memory; the rest of --size is scale
     elems = max(1, min(size // 4, SMALL_ELEMS, max(n, TOTAL_ELEMS // n)))
     scale = size / (elems * 4)
     planner: Dict[str, Optional[float]] = {}

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import config
 from ..ops import ReduceOp
+from ..params import ENGINE
 from .env import (OPS, canonical_dtype_name, check_op, cupy_module, is_cupy_array,
                    is_gpu_buffer, is_torch_cuda, synchronize, torch_bfloat16_as_int16)
 from .elementwise import bfloat16_dtype, reduce_arrays, scale_array
@@ -41,7 +42,6 @@ DTYPE_SUFFIX: Dict[str, str] = {"float16": "f16", "bfloat16": "bf16", "float32":
 COMPILE_OPTIONS = ("--std=c++14", "--fmad=false")
 #: Bytes per vector load in the *_v16 kernels; all three pointers must be aligned to it.
 VECTOR_BYTES = 16
-BLOCK = 256
 KERNELS_ENV = "HOROTOPO_GPU_KERNELS"
 NATIVE_DIR_ENV = "HOROTOPO_NATIVE_DIR"
 
@@ -189,7 +189,7 @@ def _grid(cp: Any, work: int) -> int:
         sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
         _NativeState.sm_count[dev] = sms
     # Enough blocks to fill every SM several times over; the grid-stride loop covers the rest.
-    return max(1, min(math.ceil(work / BLOCK), sms * 8))
+    return max(1, min(math.ceil(work / ENGINE.gpu_block_threads), sms * 8))
 
 
 def _aligned(*arrays: Any) -> bool:
@@ -211,7 +211,7 @@ def launch_reduce(out: Any, a: Any, b: Any, op: str, dtype: str, sa: float, sb: 
     vector = n >= lanes and _aligned(out, a, b)
     fn = module.get_function(kernel_name(op, dtype, vector))
     work = n // lanes if vector else n
-    fn((_grid(cp, work),), (BLOCK,),
+    fn((_grid(cp, work),), (ENGINE.gpu_block_threads,),
        (a, b, out, np.float64(sa), np.float64(sb), np.float64(post), np.uint64(n)))
 
 
@@ -222,7 +222,7 @@ def launch_scale(out: Any, a: Any, dtype: str, factor: float) -> None:
         return
     cp = cupy_module()
     fn = load_native().get_function(scale_kernel_name(dtype))
-    fn((_grid(cp, n),), (BLOCK,), (a, out, np.float64(factor), np.uint64(n)))
+    fn((_grid(cp, n),), (ENGINE.gpu_block_threads,), (a, out, np.float64(factor), np.uint64(n)))
 
 
 # -- device steps on CuPy arrays and CUDA torch tensors (re-exported by horotopo.gpu) ------

@@ -53,8 +53,8 @@ class ProbeConfig:
     timeout_s : float
         A wait longer than this is an error naming the pair.
     budget_s : float
-        The probe's time bound: transfers shorten (down to ``MIN_TARGET_S``) so that the tests
-        left fit in it, and past it every test takes a single sample.
+        The probe's time bound: transfers shorten (down to ``params.min_target_s``) so that
+        the tests left fit in it, and past it every test takes a single sample.
     concurrent_pairs : bool
         Run the pairs of a circle-method round at once (see :mod:`horotopo.probe.measure`).
     scheme : str

@@ -32,7 +32,7 @@ from ..transport.types import Describe
 from .config import ProbeConfig, ProbeError
 from .pairing import Pair
 
-__all__ = ["Prober", "as_probe_error", "pow2", "SUBSET_FACTOR"]
+__all__ = ["Prober", "as_probe_error", "pow2"]
 
 # Offsets in the block of tags each exchange takes from the transport (alloc_tags): every rank
 # runs the same exchanges in the same order, so the blocks agree without communication.
@@ -44,14 +44,6 @@ TAG_PING, TAG_PONG = 0, 1
 # a train over a WAN at its rate, but it did not read the emulated cluster's pairs more
 # accurately under load, so the tested form stays.
 TAG_WARM, TAG_DATA, TAG_ACK = 0, 1, 2
-
-# The time bound: a test costs about PAIR_COST times its target (growing the message, then
-# the samples) plus TEST_OVERHEAD_S (the allreduces); a concurrent test aims SUBSET_FACTOR
-# times longer. Past the budget, targets shrink down to MIN_TARGET_S.
-PAIR_COST = 5.0
-SUBSET_FACTOR = 2.0
-TEST_OVERHEAD_S = 0.01
-MIN_TARGET_S = 0.004
 
 
 # The transfers' buffers, one set per process: the bytes sent are never looked at and the bytes
@@ -152,7 +144,7 @@ class Prober:
         self.rtt = np.zeros((self.n, self.n))
         self.clock = 0.0  # seconds since the start, the max over ranks (same on every rank)
         self.target = cfg.target_s
-        self.spent = 0.0  # modelled transfer seconds of the tests so far (PAIR_COST * target)
+        self.spent = 0.0  # modelled transfer seconds of the tests so far (pair_cost * target)
         self.tests = 0
         self._last_say = self.t0
         # Where set, a pair whose first round trip (the connection's) took at least this long
@@ -380,8 +372,8 @@ class Prober:
         # An aggregate counts the warm-ups too (it cannot tell where, between the receivers,
         # the link stopped carrying warm-up bytes), so it needs longer transfers for a token
         # bucket's burst to matter little.
-        target = self.target * (SUBSET_FACTOR if subsets else 1)
-        self.spent += PAIR_COST * target
+        target = self.target * (self.cfg.params.subset_factor if subsets else 1)
+        self.spent += self.cfg.params.pair_cost * target
         if paired and subsets:
             raise ValueError(f"{label}: paired attempts cannot measure aggregates")
         for attempt in range(attempts):
@@ -457,15 +449,18 @@ class Prober:
     def budget(self, pair_tests: int, subset_tests: int) -> None:
         """Shorten the transfers so that the tests left fit in what remains of ``budget_s``.
 
-        A test is modelled as ``PAIR_COST`` targets (``SUBSET_FACTOR`` times more for a
-        concurrent one) plus a fixed overhead, learnt from the tests so far. Decided from the
-        common clock, so every rank picks the same target.
+        A test is modelled as ``pair_cost`` targets (``subset_factor`` times more for a
+        concurrent one) plus a fixed overhead (at least ``test_overhead_s``), learnt from the
+        tests so far; targets shrink down to ``min_target_s`` (the config's
+        :class:`~horotopo.params.ProbeParams`). Decided from the common clock, so every rank
+        picks the same target.
         """
         cfg = self.cfg
-        overhead = TEST_OVERHEAD_S
+        knobs = cfg.params
+        overhead = knobs.test_overhead_s
         if self.tests:
             overhead = max(overhead, (self.clock - self.spent) / self.tests)
         left = cfg.budget_s - self.clock - overhead * (pair_tests + subset_tests)
-        per_target = PAIR_COST * (pair_tests + SUBSET_FACTOR * subset_tests)
+        per_target = knobs.pair_cost * (pair_tests + knobs.subset_factor * subset_tests)
         want = left / per_target if per_target else cfg.target_s
-        self.target = min(cfg.target_s, max(MIN_TARGET_S, want))
+        self.target = min(cfg.target_s, max(knobs.min_target_s, want))

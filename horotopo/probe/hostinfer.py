@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..params import PROBE, ProbeParams
 from ..topology import measured_document
 from .cluster import single_linkage_groups
 from .pairing import Pair, round_robin
@@ -35,14 +36,6 @@ __all__ = ["HostLayout", "host_layout", "generated_hosts", "depression", "host_g
 # every transfer from a rank of a source host to a rank of a destination host.
 SharedLink = Tuple[Tuple[int, ...], Tuple[int, ...], float, str]
 
-# Two hosts are in one group when the sets of hosts they kept their rate with overlap at least
-# this much (Jaccard): one round that happened to load an uplink lightly does not join racks.
-PROFILE_OVERLAP = 0.5
-# The pairs of a group kept their rate (nothing inside a rack is shared); a group found with
-# fewer of its pairs kept than this is split further.
-DENSE = 0.75
-# A host kept with more than this many times the median host's count is placed by nothing.
-UNIVERSAL = 2.0
 
 
 @dataclass(frozen=True)
@@ -122,7 +115,8 @@ def depression(concurrent: Any) -> np.ndarray:
         return c / np.minimum(out[:, None], inn[None, :])
 
 
-def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
+def host_groups(concurrent: Any, margin: float,
+                params: ProbeParams = PROBE) -> List[List[int]]:
     """Hosts grouped by the pairs that kept their rate in the concurrent rounds.
 
     A pair kept its rate when, both ways, it reached at least ``1 - margin`` of its best
@@ -152,7 +146,7 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
         reach = np.fmin(out, inn)
         fastest = (reach >= (1.0 - margin) * np.nanmax(reach)) if np.isfinite(reach).any() \
             else np.zeros(n, dtype=bool)
-    groups = _profile_groups(kept, [int(x) for x in np.flatnonzero(fastest)])
+    groups = _profile_groups(kept, [int(x) for x in np.flatnonzero(fastest)], params)
     joined: List[List[int]] = [[] for _ in groups]
     unplaced: List[int] = []
     alone: List[List[int]] = []
@@ -165,16 +159,17 @@ def host_groups(concurrent: Any, margin: float) -> List[List[int]]:
         else:
             unplaced.append(h)
     groups = [g + extra for g, extra in zip(groups, joined)]
-    groups += alone + _profile_groups(kept, unplaced)
+    groups += alone + _profile_groups(kept, unplaced, params)
     return sorted((sorted(g) for g in groups), key=lambda g: g[0])
 
 
-def _profile_groups(kept_all: np.ndarray, nodes: List[int]) -> List[List[int]]:
+def _profile_groups(kept_all: np.ndarray, nodes: List[int],
+                    params: ProbeParams) -> List[List[int]]:
     """``nodes`` grouped by ``kept_all`` (which pairs kept their rate) among them: two hosts
     are linked when their pair kept its rate and the sets of hosts each kept its rate with
-    overlap by at least :data:`PROFILE_OVERLAP` (Jaccard); the groups are the connected
-    components, each split again with a stricter overlap while fewer than :data:`DENSE` of its
-    own pairs kept their rate."""
+    overlap by at least ``params.group_overlap`` (Jaccard); the groups are the connected
+    components, each split again with a stricter overlap while fewer than
+    ``params.group_density`` of its own pairs kept their rate."""
     if not nodes:
         return []
     kept = kept_all[np.ix_(nodes, nodes)].copy()
@@ -182,7 +177,7 @@ def _profile_groups(kept_all: np.ndarray, nodes: List[int]) -> List[List[int]]:
     sizes = kept.sum(axis=1)
     # A host that kept its rate with far more hosts than is usual (below every share the
     # rounds left it) says nothing about where it sits: it stays a group of its own.
-    universal = sizes > UNIVERSAL * np.median(sizes)
+    universal = sizes > params.universal_ratio * np.median(sizes)
     kept[universal, :] = kept[:, universal] = False
     kept[np.arange(n), np.arange(n)] = True
     sizes = kept.sum(axis=1)
@@ -199,13 +194,13 @@ def _profile_groups(kept_all: np.ndarray, nodes: List[int]) -> List[List[int]]:
             dense = (inside.sum() - len(members)) / max(1, len(members) * (len(members) - 1))
             # A group whose own pairs lost their rate is two groups that a host kept with
             # both: ask for more overlap inside it.
-            if dense < DENSE and threshold < 1.0:
+            if dense < params.group_density and threshold < 1.0:
                 found += split(members, min(1.0, threshold + 0.1))
             else:
                 found.append(members)
         return found
 
-    return [[nodes[v] for v in g] for g in split(list(range(n)), PROFILE_OVERLAP)]
+    return [[nodes[v] for v in g] for g in split(list(range(n)), params.group_overlap)]
 
 
 def group_flows(groups: Sequence[Sequence[int]], g: int, outgoing: bool,

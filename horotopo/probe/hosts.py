@@ -43,26 +43,7 @@ from .hostinfer import (HostLayout, SharedLink, alone_estimates, depression, fan
 from .pairing import Pair, circle_rounds
 from .phases import aggregate_and_flow_rates, aggregate_rate
 
-__all__ = ["probe_hosts", "round_rates", "INTRA_SHARE"]
-
-#: Share of the time budget for the measurements inside the hosts (fast local links).
-INTRA_SHARE = 0.15
-#: The largest transfer inside a host. Every rank transfers at once in that phase, and a
-#: simulation holds every rank's messages in one process (4 MiB each at 1024 ranks: 12 GB).
-LOCAL_MAX_BYTES = 1 << 20
-#: Ping-pongs per pair in a round (the first opens the connection and does not count).
-ROUND_PINGS = 2
-#: A leaders' pair whose first round trip took this long (a WAN's) is pinged once more, not
-#: ``ROUND_PINGS`` times: what a descheduled rank adds is small beside such a round trip, and
-#: each sample costs it again (10 ms a round over a 5 ms WAN, 1.3 s of the 127 rounds of 1024
-#: ranks on two sites). Only the leaders' rounds: the emulated cluster's pairwise probe keeps
-#: its samples.
-LONG_RTT_S = 0.002
-#: A fan test's partners add up to this much more than the fastest NIC seen, so that a NIC
-#: as fast as that one still caps the fan.
-FAN_HEADROOM = 1.25
-#: How long ranks wait for the leaders' phase, in time budgets (plus one timeout).
-WAIT_BUDGETS = 20.0
+__all__ = ["probe_hosts", "round_rates"]
 
 
 def round_rates(pr: Prober, label: str, later_tests: int = 0) -> np.ndarray:
@@ -158,7 +139,7 @@ def _leaders(pr: Prober, cfg: ProbeConfig) -> Dict[str, Any]:
     tests: List[Dict[str, Any]] = []
     shared: List[SharedLink] = []
     if not trusted:
-        groups = host_groups(concurrent, margin)
+        groups = host_groups(concurrent, margin, cfg.params)
         pr.note(f"host groups: {len(groups)} ({sum(len(g) > 1 for g in groups)} of several "
                 f"hosts)", force=True)
         out, inn = np.nanmax(concurrent, axis=1), np.nanmax(concurrent, axis=0)
@@ -207,7 +188,8 @@ def _fans(pr: Prober, concurrent: np.ndarray, shared: List[SharedLink], margin: 
     for way, outgoing in ((0, True), (1, False)):
         speed = best[1] if outgoing else best[0]  # the partners' figures the other way
         for host in unproven_hosts(concurrent, shared, margin, outgoing):
-            flows, expected = fan_flows(host, outgoing, speed, shared, FAN_HEADROOM * top)
+            flows, expected = fan_flows(host, outgoing, speed, shared,
+                                        pr.cfg.params.fan_headroom * top)
             if len(flows) >= 2 and sum(expected) > (1 + margin) * best[way][host]:
                 plans.append((way, host, flows, expected))
     pr.budget(0, len(plans))
@@ -284,8 +266,10 @@ def probe_hosts(transport: Transport, cfg: ProbeConfig, say: Callable[[str], Non
     local: Optional[Tuple[np.ndarray, np.ndarray]] = None
     local_clock = 0.0
     if len(layout.members[host]) > 1:
-        inside = replace(cfg, budget_s=cfg.budget_s * INTRA_SHARE,
-                         max_bytes=max(cfg.start_bytes, min(cfg.max_bytes, LOCAL_MAX_BYTES)))
+        knobs = cfg.params
+        inside = replace(cfg, budget_s=cfg.budget_s * knobs.intra_share,
+                         max_bytes=max(cfg.start_bytes,
+                                       min(cfg.max_bytes, knobs.local_max_bytes)))
         pr = Prober(GroupTransport(t, layout.members[host], tag_local), inside,
                      say if me == 0 else quiet)
         pr.hosts = [f"world rank {r} on {layout.names[host]}" for r in layout.members[host]]
@@ -294,15 +278,16 @@ def probe_hosts(transport: Transport, cfg: ProbeConfig, say: Callable[[str], Non
     leaders = None
     if me in layout.leaders and len(layout.members) > 1:
         pr = Prober(GroupTransport(t, layout.leaders, tag_leaders),
-                     replace(cfg, ping_reps=min(cfg.ping_reps, ROUND_PINGS)),
+                     replace(cfg, ping_reps=min(cfg.ping_reps, cfg.params.round_pings)),
                      say if me == 0 else quiet)
         pr.hosts = [f"leader of {layout.names[h]}, world rank {r}"
                     for h, r in enumerate(layout.leaders)]
-        pr.long_rtt_s = LONG_RTT_S
+        # only the leaders' rounds: the emulated cluster's pairwise probe keeps its samples
+        pr.long_rtt_s = cfg.params.long_rtt_s
         leaders = _leaders(pr, cfg)
     with as_probe_error():
         got = t.gather_object((local, local_clock) if me in layout.leaders else None, 0,
-                              cfg.timeout_s + WAIT_BUDGETS * cfg.budget_s,
+                              cfg.timeout_s + cfg.params.wait_budgets * cfg.budget_s,
                               "probe: the hosts' figures")
     if me != 0:
         return None

@@ -37,7 +37,7 @@ from .cluster import cluster_levels, cluster_ranks
 from .config import MODES, ProbeConfig, ProbeError
 from .flows import Prober, as_probe_error
 from .group import TAG_BLOCK, GroupTransport
-from .hosts import WAIT_BUDGETS, probe_hosts
+from .hosts import probe_hosts
 from .infer import build_document, infer_all, infer_shared
 from .pairing import (ExtensionResult, GroupResult, Pair, bipartitions,
                       extension_tests, group_tests)
@@ -209,5 +209,5 @@ def measure_pairs(transport: Transport, pairs: Sequence[Pair], mode: str = "quic
     with as_probe_error():
         # the others wait without a bound of their own making: the pairs' tests end within
         # their timeouts and budget, or raise there (and the broadcast times out here)
-        wait_s = cfg.timeout_s * (2 + len(pairs)) + WAIT_BUDGETS * cfg.budget_s
+        wait_s = cfg.timeout_s * (2 + len(pairs)) + cfg.params.wait_budgets * cfg.budget_s
         return link.broadcast_object(out, members[0], wait_s, "probe: the pairs' rates")

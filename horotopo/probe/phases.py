@@ -16,7 +16,7 @@ from typing import Any, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from .flows import SUBSET_FACTOR, Prober, pow2
+from .flows import Prober, pow2
 from .infer import expected_rates
 from .pairing import ExtensionResult, ExtensionTest, GroupResult, GroupTest, Pair, circle_rounds
 
@@ -88,7 +88,7 @@ def _retry_lopsided(pr: Prober, bw: np.ndarray, tests_after: int) -> None:
         # what a retry costs, from the tests so far; keep the rest of the budget for the
         # concurrent and fan tests
         per_test = pr.clock / max(pr.tests, 1)
-        if pr.clock + per_test * (2 + SUBSET_FACTOR * tests_after) > cfg.budget_s:
+        if pr.clock + per_test * (2 + cfg.params.subset_factor * tests_after) > cfg.budget_s:
             break
         for s, d in ((a, b), (b, a)):
             rates, _, _ = pr.measure([(s, d)], [], f"bandwidth again [{s}, {d}]",
@@ -111,7 +111,8 @@ def aggregate_and_flow_rates(pr: Prober, flows: Sequence[Pair], label: str,
                          expected: Sequence[float]) -> Tuple[np.ndarray, float]:
     """:func:`aggregate_rate`, and the rate each flow got (bytes/s)."""
     # The first scale gives the fastest flow about a concurrent test's target.
-    start = pow2(max(expected) * pr.target * SUBSET_FACTOR, pr.cfg.min_bytes, pr.cfg.max_bytes)
+    start = pow2(max(expected) * pr.target * pr.cfg.params.subset_factor, pr.cfg.min_bytes,
+                 pr.cfg.max_bytes)
     rates, agg, _ = pr.measure(flows, [list(range(len(flows)))], label, start, weights=expected)
     return rates, float(agg[0])
 

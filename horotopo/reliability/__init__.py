@@ -21,13 +21,13 @@ transport. :class:`~horotopo.config.ConfigError` is re-exported for the callers 
 here.
 """
 from ..config import ConfigError
-from .abort import (ABORT_EXIT_CODE, ABORT_GRACE_S, abort, abort_excepthook, install_excepthook,
+from .abort import (ABORT_EXIT_CODE, abort, abort_excepthook, install_excepthook,
                     uninstall_excepthook)
 from .liveness import LivenessResponder
-from .tracking import CONTROL_P2P_MAX_RANKS, PeerFailure, TrackedTransport
+from .tracking import PeerFailure, TrackedTransport
 from .watchdog import DEFAULT_TIMEOUT_S, TIMEOUT_ENV, Watchdog, timeout_from_env
 
 __all__ = ["ConfigError", "timeout_from_env",
            "install_excepthook", "uninstall_excepthook", "abort", "TrackedTransport",
            "Watchdog", "PeerFailure", "LivenessResponder", "DEFAULT_TIMEOUT_S", "TIMEOUT_ENV",
-           "ABORT_EXIT_CODE", "ABORT_GRACE_S", "CONTROL_P2P_MAX_RANKS", "abort_excepthook"]
+           "ABORT_EXIT_CODE", "abort_excepthook"]

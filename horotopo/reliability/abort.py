@@ -23,20 +23,13 @@ import traceback
 from types import ModuleType
 from typing import Any, Callable, Optional, Tuple
 
+from ..params import RELIABILITY
 from ..transport import loaded_mpi
 from .liveness import FAULTY, faulty
 
-__all__ = ["abort", "install_excepthook", "uninstall_excepthook", "who", "ABORT_EXIT_CODE",
-           "ABORT_GRACE_S"]
+__all__ = ["abort", "install_excepthook", "uninstall_excepthook", "who", "ABORT_EXIT_CODE"]
 
 ABORT_EXIT_CODE = 1
-# If MPI_Abort itself does not end the process (a runtime that never returns from it while
-# another thread holds its lock), the process exits on its own after this long.
-ABORT_GRACE_S = 10.0
-# The pause between writing the reason and MPI_Abort: the launcher's proxy forwards a rank's
-# output through a pipe, and the abort's clean-up can end the proxy before it has drained the
-# pipe, losing the one line that says what happened.
-ABORT_FLUSH_S = 0.5
 
 
 def _door() -> Optional[ModuleType]:
@@ -68,11 +61,11 @@ def who() -> str:
 
 def abort(message: str, code: int = ABORT_EXIT_CODE) -> None:
     """Print ``message`` to stderr and end the whole job: ``MPI_Abort`` on ``COMM_WORLD``
-    (:data:`ABORT_FLUSH_S` later, so that the launcher forwards the message first).
+    (``abort_flush_s`` later, so that the launcher forwards the message first).
 
     Without MPI (or after MPI_Finalize) the process alone exits with ``code``. If MPI_Abort has
-    not ended the process after :data:`ABORT_GRACE_S`, ``os._exit(code)`` does; the launcher
-    then sees a failed process and ends the others.
+    not ended the process after ``abort_grace_s`` (:class:`~horotopo.params.ReliabilityParams`),
+    ``os._exit(code)`` does; the launcher then sees a failed process and ends the others.
     """
     try:
         sys.stderr.write(message.rstrip("\n") + "\n")
@@ -82,8 +75,8 @@ def abort(message: str, code: int = ABORT_EXIT_CODE) -> None:
     world = _world()
     if world is None:
         os._exit(code)
-    time.sleep(ABORT_FLUSH_S)
-    grace = threading.Timer(ABORT_GRACE_S, os._exit, args=(code,))
+    time.sleep(RELIABILITY.abort_flush_s)
+    grace = threading.Timer(RELIABILITY.abort_grace_s, os._exit, args=(code,))
     grace.daemon = True
     grace.start()
     world[0].abort_world(code)

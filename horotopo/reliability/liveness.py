@@ -21,12 +21,10 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from ..transport.base import Transport, TransportTimeout
-from ..transport.poll import DONE, IDLE, IDLE_NAP_S, PROGRESS, deadline_after, poll
+from ..params import RELIABILITY, RUNTIME
+from ..transport.poll import DONE, IDLE, PROGRESS, deadline_after, poll
 
-__all__ = ["LivenessResponder", "PING_TIMEOUT_S", "FAULTY", "faulty", "verdict"]
-
-#: How long :meth:`LivenessResponder.silent_ranks` waits for the answers by default.
-PING_TIMEOUT_S = 2.0
+__all__ = ["LivenessResponder", "FAULTY", "faulty", "verdict"]
 
 #: The words that introduce the ranks a fault is blamed on, in every message that blames one:
 #: a reader (or a log filter) finds the culprits by this phrase, and no other rank number
@@ -40,7 +38,7 @@ def faulty(ranks: Iterable[int], evidence: str) -> str:
 
 
 def verdict(liveness: Optional["LivenessResponder"], waiting: str,
-            wait_s: float = PING_TIMEOUT_S) -> str:
+            wait_s: float = RELIABILITY.ping_timeout_s) -> str:
     """Whom a stuck wait should blame, from evidence: the ranks that do not answer a ping.
 
     Who this rank happened to wait for proves nothing (a running rank may itself wait for the
@@ -121,7 +119,7 @@ class LivenessResponder:
         try:
             # Back off from the poll loop's shortest pause to poll_s: a ping is answered within
             # poll_s, and an idle responder costs about nothing.
-            poll(step, nap_s=(min(IDLE_NAP_S[0], self._poll_s), self._poll_s))
+            poll(step, nap_s=(min(RUNTIME.idle_nap_s[0], self._poll_s), self._poll_s))
         finally:
             t.cancel(pending[0])
             try:
@@ -130,7 +128,7 @@ class LivenessResponder:
                 pass  # at teardown after a failure; the transport is closed next anyway
 
     # -- the pinger ----------------------------------------------------------------------------
-    def ping(self, wait_s: float = PING_TIMEOUT_S) -> None:
+    def ping(self, wait_s: float = RELIABILITY.ping_timeout_s) -> None:
         """Ping every other rank; return once each has answered.
 
         Raises
@@ -170,7 +168,7 @@ class LivenessResponder:
             t.wait(requests, deadline_after(wait_s), peers=peers, what=describe,
                    on_done=on_done)
 
-    def silent_ranks(self, wait_s: float = PING_TIMEOUT_S) -> List[int]:
+    def silent_ranks(self, wait_s: float = RELIABILITY.ping_timeout_s) -> List[int]:
         """The other ranks that do not answer a ping within ``wait_s`` seconds."""
         try:
             self.ping(wait_s)
@@ -179,7 +177,7 @@ class LivenessResponder:
         return []
 
     def describe(self, waiting: str = "waiting for the others",
-                 wait_s: float = PING_TIMEOUT_S) -> str:
+                 wait_s: float = RELIABILITY.ping_timeout_s) -> str:
         """The ping's :func:`verdict` in words (for the watchdog's message)."""
         return verdict(self, waiting, wait_s)
 

@@ -13,13 +13,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..transport.base import ReduceOp, Transport, WrappedTransport, allreduce_point_to_point
+from ..params import RUNTIME
 from .liveness import faulty
 
-__all__ = ["TrackedTransport", "PeerFailure", "CONTROL_P2P_MAX_RANKS"]
-
-# Up to this many ranks the engine's metadata check runs point to point (2 (n-1) tiny messages
-# per rank), so a stuck check names its peer; above it, one library allreduce.
-CONTROL_P2P_MAX_RANKS = 64
+__all__ = ["TrackedTransport", "PeerFailure"]
 
 
 class PeerFailure(RuntimeError):
@@ -120,10 +117,11 @@ class TrackedTransport(WrappedTransport):
 
     def allreduce_control(self, buf: Any, op: ReduceOp, timeout_s: Optional[float] = None,
                           what: str = "allreduce") -> None:
-        # Point to point up to CONTROL_P2P_MAX_RANKS, so that a rank stuck in the engine's
-        # metadata check can still name the peer it waits for (a library collective cannot);
-        # with a deadline, a timeout names them too (TransportTimeout.missing).
-        if self.size <= CONTROL_P2P_MAX_RANKS:
+        # Point to point up to control_p2p_max_ranks (2 (n-1) tiny messages a rank), so that
+        # a rank stuck in the engine's metadata check can still name the peer it waits for (a
+        # library collective cannot); with a deadline, a timeout names them too
+        # (TransportTimeout.missing).
+        if self.size <= RUNTIME.control_p2p_max_ranks:
             self._control = True
             try:
                 allreduce_point_to_point(self, buf, op, timeout_s, what)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..params import RUNTIME
 from .support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationConfigError,
                               SimulationError, load_simgrid)
 
@@ -50,10 +51,6 @@ class SimRun:
 
 _USED = False
 
-#: Wall seconds between two progress lines of a long simulation (``Simulation(progress=...)``).
-PROGRESS_EVERY_S = 60.0
-#: Messages between two looks at the wall clock for progress.
-PROGRESS_CHECK = 4096
 
 
 def _engine(sg: ModuleType, extra_config: Sequence[str] = ()) -> Any:
@@ -101,7 +98,7 @@ class Simulation:
     def __init__(self, costs: SimCosts = DEFAULT_COSTS,
                  network_config: Sequence[str] = (),
                  progress: Optional[Callable[[str], None]] = None,
-                 progress_every_s: float = PROGRESS_EVERY_S) -> None:
+                 progress_every_s: float = RUNTIME.simulation_progress_s) -> None:
         self.sg = load_simgrid()
         self.engine = _engine(self.sg, network_config)
         self.costs = costs
@@ -117,7 +114,8 @@ class Simulation:
         # messages (when to check is counted, not timed: the per-message path stays cheap)
         self._progress = progress
         self._progress_every_s = progress_every_s
-        self.next_report = PROGRESS_CHECK if progress is not None else float("inf")
+        self._progress_check = RUNTIME.simulation_progress_messages
+        self.next_report = self._progress_check if progress is not None else float("inf")
         self._reported_at = time.perf_counter()
         self._run_started = self._reported_at
 
@@ -159,7 +157,7 @@ class Simulation:
     def report(self) -> None:
         """Called by the transports when :attr:`messages` reaches :attr:`next_report`: one
         progress line if ``progress_every_s`` of wall time have passed since the last."""
-        self.next_report = self.messages + PROGRESS_CHECK
+        self.next_report = self.messages + self._progress_check
         now = time.perf_counter()
         if self._progress is None or now - self._reported_at < self._progress_every_s:
             return

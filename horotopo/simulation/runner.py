@@ -14,9 +14,10 @@ import traceback
 from typing import Any, Callable, Optional, Sequence
 
 from .. import config
+from ..params import RUNTIME
 from ..topology import Topology
 from ..transport.simulated import SimulatedTransport
-from .actors import PROGRESS_EVERY_S, SimRun, Simulation
+from .actors import SimRun, Simulation
 from .platform import build_platform
 from .support import SimCosts, SimulationConfigError, SimulationError, load_simgrid
 
@@ -27,7 +28,7 @@ def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
              scale: float = 1.0, costs: Optional[SimCosts] = None,
              network_config: Sequence[str] = (),
              progress: Optional[Callable[[str], None]] = None,
-             progress_every_s: float = PROGRESS_EVERY_S) -> SimRun:
+             progress_every_s: float = RUNTIME.simulation_progress_s) -> SimRun:
     """Build ``topology`` and run ``fn(transport)`` on every rank, in this process (which can
     hold only this one simulation; see :func:`run_simulated`). ``costs`` None charges the
     active cost profile's (:meth:`SimCosts.active`)."""
@@ -117,7 +118,7 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
                   timeout_s: Optional[float] = None,
                   network_config: Sequence[str] = (),
                   progress: Optional[Callable[[str], None]] = None,
-                  progress_every_s: float = PROGRESS_EVERY_S) -> SimRun:
+                  progress_every_s: float = RUNTIME.simulation_progress_s) -> SimRun:
     """Run ``fn(transport)`` on every rank of ``topology``, simulated, in a child process.
 
     Parameters

@@ -16,9 +16,10 @@ import socket
 import time
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ..params import RUNTIME
 from . import p2p, wire
 from .p2p import allreduce_point_to_point
-from .poll import IDLE_NAP_S, TransportError, TransportTimeout
+from .poll import TransportError, TransportTimeout
 from .types import ControlOp, Describe, ReduceOp
 
 __all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "ControlOp",
@@ -115,7 +116,7 @@ class Transport:
     def wait(self, requests: List[Any], deadline: Optional[float], *,
              peers: Optional[Sequence[int]] = None, what: Describe = "wait",
              on_done: Any = None, busy: bool = False, spin_polls: int = 0,
-             nap_s: Tuple[float, float] = IDLE_NAP_S) -> None:
+             nap_s: Tuple[float, float] = RUNTIME.idle_nap_s) -> None:
         """Wait for every request, or raise :class:`TransportTimeout` at ``deadline`` (a
         :meth:`now` value; None waits for ever).
 

@@ -9,12 +9,13 @@ from mpi4py import MPI
 
 from .. import config
 from ..ops import ReduceOp as _Op
+from ..params import RUNTIME
 from .base import ControlOp, ReduceOp, TagAllocator, Transport, TransportError
 from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
 
 __all__ = ["MPITransport", "as_transport", "supports_threads", "thread_multiple", "missing_ranks",
-           "NAMED_MAX_RANKS", "ARRIVAL_TAG", "DEPARTURE_TAG", "absent_ranks",
+           "ARRIVAL_TAG", "DEPARTURE_TAG", "absent_ranks",
            "announce_departure", "world_rank_size", "abort_world",
            "checked_thread_level", "world_comm", "as_comm", "group_comm"]
 
@@ -28,13 +29,6 @@ _TYPES: Dict[np.dtype, Any] = {np.dtype(k): v for k, v in (
     ("int64", MPI.INT64_T), ("uint8", MPI.UINT8_T), ("int8", MPI.INT8_T),
     ("uint32", MPI.UINT32_T), ("uint64", MPI.UINT64_T))}
 _HALF = np.dtype(np.float16)
-
-#: Up to this many ranks the small collective steps with deadlines run point to point, so a
-#: timeout names the missing peers; above it, MPI's nonblocking collectives (log-depth, but a
-#: library collective cannot say which rank it waits for). The same bound as the engine's
-#: control allreduce under TrackedTransport.
-NAMED_MAX_RANKS = 64
-
 
 def _wire(buf: Any) -> Any:
     """``buf`` as MPI can take it: mpi4py cannot always export ml_dtypes' bfloat16 through the
@@ -55,7 +49,7 @@ class MPITransport(Transport):
 
     def __init__(self, comm: "MPI.Comm", poll_sleep_s: Optional[float] = None,
                  spin_polls: Optional[int] = None,
-                 named_max_ranks: int = NAMED_MAX_RANKS) -> None:
+                 named_max_ranks: int = RUNTIME.named_max_ranks) -> None:
         # Waiting polls with Testsome and, after `spin_polls` empty polls, sleeps
         # `poll_sleep_s` between polls instead of spinning inside MPI_Waitsome: on a node
         # with more ranks than cores (and on emulated networks, where the kernel moves the

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..ops import UFUNCS
-from .poll import (DONE, IDLE, IDLE_NAP_S, PROGRESS, TransportTimeout, deadline_after,
-                   poll)
+from ..params import RUNTIME
+from .poll import DONE, IDLE, PROGRESS, TransportTimeout, deadline_after, poll
 from .types import ControlOp, Describe, PointToPoint
 
 __all__ = ["CollectiveRequest", "wait_requests", "broadcast_bytes", "gather_bytes",
@@ -90,7 +90,7 @@ class CollectiveRequest:
 def wait_requests(transport: PointToPoint, requests: List[Any], deadline: Optional[float], *,
                   peers: Optional[Sequence[int]] = None, what: Describe = "wait",
                   on_done: Optional[Callable[[int], None]] = None, busy: bool = False,
-                  spin_polls: int = 0, nap_s: Tuple[float, float] = IDLE_NAP_S,
+                  spin_polls: int = 0, nap_s: Tuple[float, float] = RUNTIME.idle_nap_s,
                   clock: Optional[Callable[[], float]] = None) -> None:
     """Wait until every request completes, or raise :class:`TransportTimeout` at ``deadline``.
 

@@ -14,15 +14,14 @@ import os
 import time
 from typing import Callable, Iterable, Optional, Tuple
 
-__all__ = ["IDLE", "PROGRESS", "DONE", "IDLE_NAP_S", "TransportError", "TransportTimeout",
+from ..params import RUNTIME
+
+__all__ = ["IDLE", "PROGRESS", "DONE", "TransportError", "TransportTimeout",
            "poll", "deadline_after"]
 
 #: What one call of a poll step reports (see :func:`poll`).
 IDLE, PROGRESS, DONE = 0, 1, 2
 
-#: Idle polls of a deadline-bounded wait sleep from 50 us, doubling up to 1 ms: short waits stay
-#: short, and a rank that waits for seconds (a peer still planning) costs about nothing.
-IDLE_NAP_S: Tuple[float, float] = (5e-5, 1e-3)
 
 
 class TransportError(RuntimeError):
@@ -60,7 +59,7 @@ def deadline_after(timeout_s: Optional[float],
 
 
 def poll(step: Callable[[], int], deadline: Optional[float] = None, *, spin_polls: int = 0,
-         nap_s: Tuple[float, float] = IDLE_NAP_S, busy: bool = False,
+         nap_s: Tuple[float, float] = RUNTIME.idle_nap_s, busy: bool = False,
          clock: Callable[[], float] = time.perf_counter) -> bool:
     """Call ``step`` until it reports :data:`DONE`; back off while it reports :data:`IDLE`.
 

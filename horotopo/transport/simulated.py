@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..params import RUNTIME
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .types import Describe
 from ..simulation.collectives import RoundsRequest, SimCollectives
@@ -44,12 +45,8 @@ from ..simulation.actors import SimRun, Simulation
 
 __all__ = ["load_simgrid", "SimulatorMissing", "SimCosts", "DEFAULT_COSTS", "Simulation",
            "SimulatedTransport", "SimRun", "SimulationError", "SimulationConfigError",
-           "INSTALL_HINT", "START_MARGIN_S"]
+           "INSTALL_HINT"]
 
-# Simulated seconds between the ranks' agreement on a common start and the start itself
-# (SimulatedTransport.start_together): far more than the agreement's log2(n) rounds take (a
-# few WAN round trips), and free: idle simulated time costs no wall time.
-START_MARGIN_S = 1.0
 
 class SimulatedTransport(SimCollectives, Transport):
     """One rank's transport inside a :class:`Simulation` (made by :meth:`Simulation.run`).
@@ -97,7 +94,7 @@ class SimulatedTransport(SimCollectives, Transport):
     def alloc_tags(self, count: int) -> int:
         return self._tags.alloc(count)
 
-    def start_together(self, margin_s: float = START_MARGIN_S) -> float:
+    def start_together(self, margin_s: float = RUNTIME.simulation_start_margin_s) -> float:
         """A barrier that releases every rank at one simulated instant, which it returns.
 
         A plain barrier releases the ranks at different instants: the last round's messages
