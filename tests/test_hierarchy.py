@@ -8,6 +8,7 @@ from scipy.optimize import linprog
 
 from horotopo import config, generate
 from horotopo.engine import Engine
+from horotopo.params import PlannerParams
 from horotopo.packing import ArcModel, hierarchy, pack
 from horotopo.packing.arborescence import best_root_arborescence
 from horotopo.plan import make_plan
@@ -154,6 +155,18 @@ def test_a_seeded_pool_its_lp_certifies_skips_the_multiplicative_weights():
                                           target_gap=0.01)
     assert packing.iterations == 1
     assert packing.gap <= 0.005
+
+
+def test_past_64_machines_the_packing_keeps_the_trees_of_a_few_roots():
+    # 128 machines of a fat tree: the LP's optimum spreads the ring's chains over 64 roots
+    # (512 rank-level trees, 128 machines deep); 16 roots give all but 1/H of that rate
+    topo = _topo("fattree:hosts_per_leaf=8,spines=4,gpus=8", 1024)
+    capped = hierarchy.pack_hierarchical(topo, params=PlannerParams(hierarchical_max_roots=2))
+    machine = hierarchy.machines(topo)
+    assert len({machine[t.root] for t in capped.trees}) <= 2
+    assert len(capped.trees) <= 2 * 7 * 8
+    assert capped.throughput >= 1.25e9 / 2 * (1 - 1e-9)  # the NICs' c / 2
+    assert capped.gap <= 0.02 and capped.upper_bound >= capped.throughput
 
 
 def test_setting_and_auto_rule():

@@ -22,10 +22,11 @@ Phases:
 2. Column generation: HiGHS solves the LP restricted to the pool; its duals ``(y, pi)`` price new
    trees (smoothed towards the best certified dual point). Ring's ``n`` chains, in rank order
    and along a nearest-neighbour ring that follows the topology, are in the pool from the
-   start, so the result is never below ring.
+   start, so the result is never below ring (unless pruning caps the roots, below).
 3. Pruning: at most ``max_trees_per_root`` reduce trees and as many broadcast trees per root;
    over-quota trees are banned and the LP re-solved, with pricing restricted to roots that have
-   quota left, until the support fits. The kept trees' rates are exact LP rates.
+   quota left, until the support fits; with ``max_roots``, only the trees of the roots that
+   carry the most. The kept trees' rates are exact LP rates.
 4. Pairing: per root, reduce and broadcast rates are matched north-west-corner style into
    (A, B, x) triples, at most ``2k - 1`` per root.
 
@@ -225,8 +226,8 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
          progress: Optional[Callable[[str], None]] = None,
          model: Optional[ArcModel] = None, ring_seeds: bool = True, rank_ring: bool = True,
          lazy_rows: bool = False, filled_dual: bool = False, seeds: Sequence[Half] = (),
-         known_bound: Optional[Tuple[float, str, Tuple[np.ndarray, np.ndarray]]] = None
-         ) -> Packing:
+         known_bound: Optional[Tuple[float, str, Tuple[np.ndarray, np.ndarray]]] = None,
+         max_roots: Optional[int] = None) -> Packing:
     """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
 
     Parameters
@@ -252,6 +253,9 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         and its dual point scaled to feasibility.
     max_trees_per_root : int
         ``k``: pruning keeps at most ``k`` reduce and ``k`` broadcast trees per root.
+    max_roots : int, optional
+        Pruning keeps the trees of at most this many roots, those that carry the most, and
+        re-solves the LP over them; the ring's chains (one per root) are then no floor.
     min_share : float, optional
         Pruning drops trees below this fraction of ``R`` (default ``min(0.01, 0.25 / n)``).
     target_gap : float
@@ -404,12 +408,14 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
     # Phase 3: prune to the quota, re-solving and re-pricing.
     rates = _prune(pool, rates, max_trees_per_root, min_share, start, time_limit_s,
                    target_gap / 4, aware_ring)
+    if max_roots is not None:
+        rates = _keep_roots(pool, rates, max_roots)
     inward = np.array([h[0] for h in pool.halves])
     total = float(rates[inward].sum())
     # A ring's n chains at one common rate (model.ring_rate's figure for the node-order one).
     floor = rings[0] if ring_seeds and rank_ring else rings[1]
     ring = n * model.max_rate(np.sum([model.half_load(h[2], h[0]) for h in floor], axis=0))
-    if total < ring * (1 - 1e-9):
+    if total < ring * (1 - 1e-9) and (max_roots is None or n <= max_roots):
         # Ring's chains, one per root, always fit the quota.
         for half in floor:
             pool.add(half)
@@ -443,6 +449,21 @@ def _filled_bound(model: ArcModel, pool: TreePool, rates: np.ndarray, best: tupl
     if bound >= best[0]:
         return best
     return bound, PHASE_FILLED, (full / (d1 + d2), np.full(model.n, d2 / (d1 + d2)))
+
+
+def _keep_roots(pool: TreePool, rates: np.ndarray, max_roots: int) -> np.ndarray:
+    """``rates`` on the trees of the ``max_roots`` roots whose reduce trees carry the most
+    (the lowest root on a tie), the LP re-solved over those trees alone."""
+    inward = np.array([h[0] for h in pool.halves])
+    roots = np.array([h[1] for h in pool.halves])
+    carried = np.bincount(roots[inward], weights=rates[inward], minlength=pool.model.n)
+    if np.count_nonzero(carried > 0) <= max_roots:
+        return rates
+    top = np.argsort(-carried, kind="stable")[:max_roots]
+    allowed = (rates > 0) & np.isin(roots, top)
+    kept, _, _ = pool.solve(allowed)
+    kept[~allowed] = 0.0
+    return kept
 
 
 def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_root: int,

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import config
+from ..params import PLANNER, PlannerParams
 from ..topology import HostRoutes, Topology
 from .arborescence import best_root_arborescence
 from .bottleneck import seed_pairs
@@ -426,7 +427,8 @@ def use_hierarchy(topology: Topology, setting: Optional[str] = None) -> bool:
 
 def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
                       progress: Optional[Callable[[str], None]] = None,
-                      host_model: Optional["HostModel"] = None, **pack_args: Any) -> Packing:
+                      host_model: Optional["HostModel"] = None,
+                      params: PlannerParams = PLANNER, **pack_args: Any) -> Packing:
     """Pack trees over the machines of ``topology`` and expand them to rank-level trees.
 
     Parameters
@@ -439,6 +441,9 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
         Receives one-line progress messages.
     host_model : HostModel, optional
         ``HostModel(topology)``, where the caller has built it already.
+    params : PlannerParams
+        ``hierarchical_max_roots``: past :data:`AUTO_MIN_RANKS` machines, the most roots whose
+        trees the packing keeps.
     **pack_args
         Passed to :func:`horotopo.packing.gk.pack` (``max_trees_per_root``, ``target_gap``...).
 
@@ -459,6 +464,8 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # rows (local links) never bind: row generation leaves them out.
     large = model.n > AUTO_MIN_RANKS
     pack_args.setdefault("rank_ring", not large)
+    if large:
+        pack_args.setdefault("max_roots", params.hierarchical_max_roots)
     pack_args.setdefault("lazy_rows", True)
     pack_args.setdefault("filled_dual", True)
     # Edmonds is the cost at hundreds of machines (a rack's hosts all prefer one parent, so it
