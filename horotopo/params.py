@@ -288,7 +288,17 @@ class ProbeParams:
 
 @dataclass(frozen=True)
 class PlannerParams:
-    """How the planner sizes chunks and windows and searches for a fair set of trees."""
+    """How far the planner refines its packing, how it sizes chunks and windows, and how it
+    searches for a fair set of trees."""
+
+    max_trees_per_root: int = _param(
+        4, "Pruning keeps at most this many reduce and this many broadcast trees per root: "
+           "each tree costs its own pipeline fill and messages, and the plan reports what "
+           "pruning gave up (pruning_loss).")
+    target_gap: float = _param(
+        0.01, "The certified gap at which the packing stops refining (column generation stops "
+              "at half of it): 1% of the optimum is below what the model's rates tell apart "
+              "(they are 92.7-96.7% of the network's on racks-2x3 in the simulator).")
 
     window_bytes: int = _param(
         2 << 20, "Scratch per reduce child and tree of the automatic window, in bytes. Small "
@@ -342,18 +352,10 @@ class PlannerParams:
               "tie, and the fewest trees win: the measured model's rates are within a few "
               "percent of the network's (92.7-96.7% on racks-2x3 in the simulator).")
 
-    hierarchical_max_roots: int = _param(
-        16, "The certified packing over hosts, past 64 machines, keeps the trees of at most "
-            "this many roots. On racks, a fat tree and two sites at 1024 ranks its LP optimum "
-            "puts the ring's chains on half the machines (64 host trees, 512 rank-level trees "
-            "128 machines deep) for 1/H more rate than 16 roots give (629.9 against 625.0 "
-            "MB/s); building and predicting that forest took more than every other forest "
-            "candidate together, and the host forest was predicted faster on every such row.")
-
     def __post_init__(self) -> None:
-        counts = ("window_bytes", "default_window", "max_window", "rank_window_bytes",
-                  "min_window", "min_chunk", "max_chunk", "exhaustive_max", "greedy_all_max",
-                  "candidates", "greedy_rounds", "hierarchical_max_roots")
+        counts = ("max_trees_per_root", "window_bytes", "default_window", "max_window",
+                  "rank_window_bytes", "min_window", "min_chunk", "max_chunk", "exhaustive_max",
+                  "greedy_all_max", "candidates", "greedy_rounds")
         _require_at_least(self, 1, counts)
         for name in counts:
             if int(getattr(self, name)) != getattr(self, name):
@@ -367,6 +369,8 @@ class PlannerParams:
         if not self.chunk_scales or any(not f > 0 for f in self.chunk_scales):
             raise ValueError(f"chunk_scales: need at least one factor, each > 0, got "
                              f"{self.chunk_scales!r}")
+        if not 0 < self.target_gap < 1:
+            raise ValueError(f"target_gap: must be in (0, 1), got {self.target_gap!r}")
         if not 0 <= self.tree_tie < 1:
             raise ValueError(f"tree_tie: must be in [0, 1), got {self.tree_tie!r}")
 

@@ -439,7 +439,7 @@ def _from_packing(topology: Topology, packing: Packing, ring: Packing,
 
 
 def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
-              max_trees_per_root: int = 4, target_gap: float = 0.01,
+              max_trees_per_root: Optional[int] = None, target_gap: Optional[float] = None,
               progress: Optional[Any] = None, size: Optional[int] = None,
               forest: str = "auto", network: Optional[_ab.NetworkModel] = None,
               hierarchy: Optional[str] = None,
@@ -466,10 +466,15 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
 
     ``params`` (default :func:`horotopo.config.planner_params`: the defaults of
     :class:`~horotopo.params.PlannerParams` with the environment's ``HOROTOPO_PLANNER_*``
-    overrides) bound the chunks, windows and fair-subset search; ``plan.planner["params"]``
+    overrides) set how far the packing refines, and bound the chunks, windows and fair-subset
+    search; ``max_trees_per_root`` and ``target_gap``, where given, replace those fields of
+    ``params`` (:attr:`~horotopo.params.PlannerParams.max_trees_per_root`,
+    :attr:`~horotopo.params.PlannerParams.target_gap`). ``plan.planner["params"]``
     records the fields that differ from the defaults (empty: all defaults).
     """
     params = config.planner_params() if params is None else params
+    given = {"max_trees_per_root": max_trees_per_root, "target_gap": target_gap}
+    params = replace(params, **{k: v for k, v in given.items() if v is not None})
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
     # before the packing: a forced forest is never replaced, nor refused after the work
@@ -481,12 +486,14 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
         ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
         host_model = _hierarchy.HostModel(topology)  # the packing's, and the host forests'
-        packing = _hierarchy.pack_hierarchical(topology, max_trees_per_root=max_trees_per_root,
-                                               target_gap=target_gap, progress=progress,
+        packing = _hierarchy.pack_hierarchical(topology,
+                                               max_trees_per_root=params.max_trees_per_root,
+                                               target_gap=params.target_gap, progress=progress,
                                                host_model=host_model)
     else:
         ring = ring_packing(topology)
-        packing = pack(topology, max_trees_per_root=max_trees_per_root, target_gap=target_gap,
+        packing = pack(topology, max_trees_per_root=params.max_trees_per_root,
+                       target_gap=params.target_gap,
                        progress=progress)
     plan, record = choose_forest(
         Candidates(topology, packing, hierarchical, max_host_trees, host_model),

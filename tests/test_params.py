@@ -259,6 +259,9 @@ def test_the_planner_reads_its_parameters_and_the_plan_records_them():
                                       "max_chunk": 128 << 10}
     again = Plan.from_json(plan.to_json())
     assert params.PlannerParams.recorded(again.planner["params"]) == narrow
+    # the packing's own bounds are parameters too, and a keyword given replaces the field
+    pruned = make_plan(topology, size=64 << 20, max_trees_per_root=1, params=narrow)
+    assert pruned.planner["params"] == dict(plan.planner["params"], max_trees_per_root=1)
     # the engine's tables run the window the plan was made with: 1 MiB of 128 KiB chunks
     count = (64 << 20) // 4
     table = compile_allreduce(again, 0, count, "float32", (128 << 10) // 4)

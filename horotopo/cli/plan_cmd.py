@@ -11,6 +11,7 @@ from ..algorithms.choice import with_choice
 from ..packing import format_percent, plural
 from ..packing.forests import FORESTS, check_forest
 from ..packing.hierarchy import use_hierarchy
+from ..params import PLANNER
 from ..plan import Plan, format_size, make_plan, target_size
 from ..topology import bundled_names, load
 from . import CommandError, positive_size, writable_path, write_text
@@ -55,11 +56,12 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "broadcast arcs down")
     p.add_argument("--chunk", type=positive_size, default=None,
                    help="chunk size of the pipeline (default: chosen from the model)")
-    p.add_argument("--max-trees-per-root", type=int, default=4, metavar="K",
-                   help="pruning keeps at most K reduce and K broadcast trees per root "
-                        "(default 4)")
-    p.add_argument("--target-gap", type=float, default=0.01,
-                   help="stop refining once the certified gap is below this (default 0.01)")
+    p.add_argument("--max-trees-per-root", type=int, default=PLANNER.max_trees_per_root,
+                   metavar="K", help="pruning keeps at most K reduce and K broadcast trees per "
+                                     f"root (default {PLANNER.max_trees_per_root})")
+    p.add_argument("--target-gap", type=float, default=PLANNER.target_gap,
+                   help="stop refining once the certified gap is below this (default "
+                        f"{PLANNER.target_gap:g})")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
