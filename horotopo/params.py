@@ -90,6 +90,9 @@ class EngineParams:
         (256, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20),
         "Chunk sizes of horotopo calibrate's measured rows, in bytes: small chunks expose the "
         "per-message cost, large ones the per-byte cost; the fit needs both.")
+    cost_repeats: int = _param(
+        5, "Calls per row of horotopo calibrate, the least CPU time of them counting: a few "
+           "repeats ride out a descheduled call.")
     cost_row_messages: int = _param(
         512, "Messages each row of horotopo calibrate aims at (its buffer is sized for it, "
              "between 64 KiB and 16 MiB), so that every row's time is mostly its messages'.")
@@ -106,7 +109,7 @@ class EngineParams:
         for name in ("prior_mpi_latency_s", "prior_tree_latency_s", "prior_per_message_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
-        _require_at_least(self, 1, ("check_first_bytes", "cost_row_messages",
+        _require_at_least(self, 1, ("check_first_bytes", "cost_repeats", "cost_row_messages",
                                     "gpu_block_threads"))
         if not self.cost_chunks or any(int(c) < 1 for c in self.cost_chunks):
             raise ValueError(f"cost_chunks: need at least one size, each >= 1 byte, got "
@@ -260,6 +263,10 @@ class ProbeParams:
                "more, not round_pings times: what a descheduled rank adds is small beside such "
                "a round trip, and each sample costs it again (10 ms a round over a 5 ms WAN, "
                "1.3 s of the 127 rounds of 1024 ranks on two sites).")
+    fan_partners: int = _param(
+        8, "Most partners of one NIC's fan test, taken fastest first until their expected "
+           "rates exceed the NIC's: a bound on the test's flows, and its time, where the "
+           "partners are slow.")
     fan_headroom: float = _param(
         1.25, "A fan test's partners add up to this much more than the fastest NIC seen, so "
               "that a NIC as fast as that one still caps the fan.")
@@ -277,7 +284,7 @@ class ProbeParams:
         if not self.slow_ratio > 1:
             raise ValueError(f"slow_ratio: must be above 1, got {self.slow_ratio!r}")
         _require_at_least(self, 1, ("pairs_up_to", "scan_max_ranks", "listed_links",
-                                    "local_max_bytes", "round_pings"))
+                                    "local_max_bytes", "round_pings", "fan_partners"))
         _require_positive(self, ("pair_cost", "subset_factor", "min_target_s", "universal_ratio",
                                  "fan_headroom", "wait_budgets", "long_rtt_s"))
         _require_at_least(self, 0, ("test_overhead_s",))
@@ -467,6 +474,10 @@ class ReliabilityParams:
               "(failing on the same setting) to end the job with the one line, before it "
               "names itself and aborts the job: ranks reach init() seconds apart on a loaded "
               "machine (importing torch).")
+    liveness_poll_s: float = _param(
+        0.01, "How often the liveness responder's thread looks for pings when idle: an answer "
+              "within 10 ms is far inside the ping timeout, and an idle responder costs about "
+              "nothing.")
     ping_timeout_s: float = _param(
         2.0, "Seconds a liveness ping waits for the peers' answers, by default, before a "
              "silent peer is blamed for a stuck wait.")

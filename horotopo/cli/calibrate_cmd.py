@@ -51,8 +51,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", default=None, metavar="PATH",
                    help=f"where to write the profile (default {cost_profiles.default_path()})")
-    p.add_argument("--repeats", type=int, default=5,
-                   help="timed calls per chunk size, the least CPU kept (default 5)")
+    p.add_argument("--repeats", type=int, default=ENGINE.cost_repeats,
+                   help="timed calls per chunk size, the least CPU kept (default "
+                        f"{ENGINE.cost_repeats})")
     p.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
     p.add_argument("--show", action="store_true",
                    help="measure nothing: print the profile init() would use and where it "
@@ -145,7 +146,8 @@ class _TimedTransport(Transport):
         return self.inner.alloc_tags(count)
 
 
-def measure(transport: Transport, repeats: int = 5, chunks: Sequence[int] = ENGINE.cost_chunks,
+def measure(transport: Transport, repeats: int = ENGINE.cost_repeats,
+            chunks: Sequence[int] = ENGINE.cost_chunks,
             progress: Any = None) -> List[Dict[str, float]]:
     """One row per chunk size: ``chunk_bytes``, ``messages`` and ``received_bytes`` of one
     allreduce on this rank, and ``cpu_s``, the least over ``repeats`` calls of the rank's

@@ -260,7 +260,7 @@ def unproven_hosts(concurrent: Any, shared: Sequence[SharedLink], margin: float,
 
 
 def fan_flows(h: int, outgoing: bool, speed: Sequence[float], shared: Sequence[SharedLink],
-              want: float, limit: int = 8) -> Tuple[List[Pair], List[float]]:
+              want: float, limit: int = PROBE.fan_partners) -> Tuple[List[Pair], List[float]]:
     """The flows of a fan test of host ``h``'s NIC out (or in), and each flow's expected rate.
 
     Partners are taken fastest first (``speed``: each host's best figure into it, or out of it

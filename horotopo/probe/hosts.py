@@ -189,7 +189,8 @@ def _fans(pr: Prober, concurrent: np.ndarray, shared: List[SharedLink], margin: 
         speed = best[1] if outgoing else best[0]  # the partners' figures the other way
         for host in unproven_hosts(concurrent, shared, margin, outgoing):
             flows, expected = fan_flows(host, outgoing, speed, shared,
-                                        pr.cfg.params.fan_headroom * top)
+                                        pr.cfg.params.fan_headroom * top,
+                                        pr.cfg.params.fan_partners)
             if len(flows) >= 2 and sum(expected) > (1 + margin) * best[way][host]:
                 plans.append((way, host, flows, expected))
     pr.budget(0, len(plans))

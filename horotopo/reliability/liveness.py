@@ -81,7 +81,7 @@ class LivenessResponder:
         ``link`` is a communicator and MPI is not at ``MPI_THREAD_MULTIPLE``.
     """
 
-    def __init__(self, link: Any, poll_s: float = 0.01) -> None:
+    def __init__(self, link: Any, poll_s: float = RELIABILITY.liveness_poll_s) -> None:
         self.transport, self._owns = _opened(link)
         self.rank, self.size = self.transport.rank, self.transport.size
         base = self.transport.alloc_tags(2)
