@@ -14,12 +14,19 @@ declares it (:func:`horotopo.probe.hostinfer.generated_hosts`). It reports:
   reports carries traffic from (to) a set of hosts behind that link only, at least half of
   them, with its capacity within 15% of the declared one;
 - the plan made from the measured topology against the plan made from the declared one, both
-  planned for ``--size`` and judged on the declared network: their trees' rates in the model
+  planned for ``--size`` and each judged on both networks, the declared one and the measured
+  one (the probe's document, as the planner reads it): their trees' rates in the model
   (:func:`horotopo.plan.modelled_rate_on`, free of the simulator's effects) and, with
-  ``--simulate``, the simulated time of one ``--size`` allreduce over each plan's trees
-  (``--chunk``: a larger chunk, fewer messages, where the plan's own would take the simulator
-  too long). What the probe decides is the trees; which algorithm runs is the chooser's, on
-  either topology. Target: the probed plan within 10% of the declared plan's time.
+  ``--simulate``, the simulated time of one ``--size`` allreduce over each plan's trees on the
+  declared network (``--chunk``: a larger chunk, fewer messages, where the plan's own would
+  take the simulator too long). What the probe decides is the trees; which algorithm runs is
+  the chooser's, on either topology. Target: the probed plan within 10% of the declared
+  plan's time on each network.
+
+``--save DIR`` writes each probe's document to DIR/NAME.json; ``--probed DIR`` reads it back
+instead of probing again where DIR holds one (a probe of 1024 ranks takes about an hour of
+wall time here), and the results name the file by its SHA-256. ``--point SPEC@RANKS`` adds one
+cluster at one rank count to the ``--cluster`` x ``--ranks`` grid.
 
 The simulated transport charges the probe's messages their software cost per message, but not
 the per-byte receive cost the engine pays for its reductions and copies (the probe's receives
@@ -29,6 +36,7 @@ land in place: ``--recv-cost`` charges it anyway). ``--json`` prints the rows as
 from __future__ import annotations
 
 import argparse
+import hashlib
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 import json
@@ -135,20 +143,26 @@ def _say(msg: str) -> None:
 def compare_plans(topo: Topology, measured: Dict[str, Any], size: int, simulated: bool,
                   chunk: Optional[int], timeout_s: float) -> Dict[str, Any]:
     """The plan made from the measured document against the one made from the declared
-    topology, both for ``size`` bytes and judged on the declared network: the modelled rate
-    of each one's trees, and with ``simulated`` an allreduce over them simulated there."""
+    topology, both for ``size`` bytes and each judged on both networks: the modelled rate of
+    each one's trees on the declared network (``*_model_MBps``) and on the measured one
+    (``*_measured_MBps``), and with ``simulated`` an allreduce over them simulated on the
+    declared network."""
     plans: Dict[str, Plan] = {}
     out: Dict[str, Any] = {}
-    for kind, model in (("declared", topo), ("probed", from_dict(measured))):
+    networks = {"declared": topo, "probed": from_dict(measured)}
+    for kind, model in networks.items():
         w0 = time.perf_counter()
         plans[kind] = make_plan(model, size=size)
         out[f"{kind}_planner_s"] = time.perf_counter() - w0
         out[f"{kind}_trees"] = len(plans[kind].trees)
         out[f"{kind}_model_MBps"] = modelled_rate_on(plans[kind], topo) / 1e6
+        out[f"{kind}_measured_MBps"] = modelled_rate_on(plans[kind], networks["probed"]) / 1e6
         _say(f"# {kind} plan: {out[f'{kind}_trees']} trees, "
-             f"{out[f'{kind}_model_MBps']:.1f} MB/s on the declared network (model), planned "
+             f"{out[f'{kind}_model_MBps']:.1f} MB/s on the declared network, "
+             f"{out[f'{kind}_measured_MBps']:.1f} on the measured one (model), planned "
              f"in {out[f'{kind}_planner_s']:.1f} s")
     out["model_ratio"] = out["declared_model_MBps"] / out["probed_model_MBps"]
+    out["measured_ratio"] = out["declared_measured_MBps"] / out["probed_measured_MBps"]
     if simulated:
         for kind, plan in plans.items():
             res = simulate(topo, size, "declared", algorithms=("tree",), plan=plan,
@@ -163,8 +177,20 @@ def compare_plans(topo: Topology, measured: Dict[str, Any], size: int, simulated
     return out
 
 
+def _saved(probed: str, name: str) -> Optional[Tuple[Dict[str, Any], str]]:
+    """The probe's document ``name`` saved under ``probed`` (``--save``) and its SHA-256, or
+    None where there is none."""
+    path = os.path.join(probed, f"{name}.json") if probed else ""
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        raw = f.read()
+    return json.loads(raw), hashlib.sha256(raw).hexdigest()
+
+
 def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "",
-        size: int = 0, simulated: bool = False, chunk: Optional[int] = None) -> Dict[str, Any]:
+        size: int = 0, simulated: bool = False, chunk: Optional[int] = None,
+        probed: str = "") -> Dict[str, Any]:
     doc = generate(spec, n)
     topo = from_dict(doc)
     hosts = generated_hosts(doc)
@@ -175,12 +201,19 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "",
             return probe(t, "quick", hosts=hosts, scheme="hosts",
                          progress=_say if t.rank == 0 else None)
 
-    w0 = time.perf_counter()
-    sim = run_simulated(topo, body, costs=costs, timeout_s=timeout_s)
-    wall = time.perf_counter() - w0
-    probed_doc = sim.results[0]
+    saved = _saved(probed, doc["name"])
+    wall: Optional[float] = None
+    messages: Optional[int] = None
+    if saved is None:
+        w0 = time.perf_counter()
+        sim = run_simulated(topo, body, costs=costs, timeout_s=timeout_s)
+        wall, messages = time.perf_counter() - w0, int(sim.messages)
+        probed_doc = sim.results[0]
+    else:
+        probed_doc = saved[0]
+        _say(f"# {doc['name']}: the probe's document saved in {probed} (sha256 {saved[1]})")
     meta = probed_doc["probe"]
-    if save:
+    if save and saved is None:
         os.makedirs(save, exist_ok=True)
         with open(os.path.join(save, f"{doc['name']}.json"), "w") as f:
             json.dump(probed_doc, f)
@@ -211,7 +244,8 @@ def run(spec: str, n: int, recv_cost: bool, timeout_s: float, save: str = "",
             "pairs_within": good, "pairs": total, "worst_pair_error": worst,
             "links_found": sum(x["found"] for x in links), "links": len(links),
             "link_rows": links, "trusted": meta["trusted"],
-            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": int(sim.messages),
+            "groups": len(meta["host_groups"]), "wall_s": wall, "messages": messages,
+            "saved_sha256": None if saved is None else saved[1],
             "plans": compare_plans(topo, probed_doc, size, simulated, chunk, timeout_s)
             if size else None}
 
@@ -242,6 +276,12 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--save", default="", metavar="DIR",
                     help="write each run's probe record (the document's 'probe' part: host "
                          "figures, group tests, shared links) to DIR/NAME.json")
+    ap.add_argument("--probed", default="", metavar="DIR",
+                    help="read the probe's document from DIR/NAME.json (written by --save) "
+                         "instead of probing, where DIR holds one")
+    ap.add_argument("--point", action="append", default=[], metavar="SPEC@RANKS",
+                    help="one more cluster at one rank count, beside the --cluster x --ranks "
+                         "grid (repeatable)")
     args = ap.parse_args(argv)
     try:
         size = parse_size(args.size) if args.size != "0" else 0
@@ -252,10 +292,18 @@ def main(argv: Any = None) -> int:
         ap.error(f"--jobs {args.jobs}: needs at least 1")
     if args.simulate and not size:
         ap.error("--simulate needs plans: a --size above 0")
+    if args.probed and not os.path.isdir(args.probed):
+        ap.error(f"--probed {args.probed}: no such folder")
     clusters = args.cluster or ["racks:hosts_per_rack=4,gpus=8,oversub=4",
                                 "sites:gpus=8,wan_gbps=10"]
     points = [(spec, int(n)) for spec in clusters for n in args.ranks.split(",")]
-    settings = (args.recv_cost, args.timeout, args.save, size, args.simulate, chunk)
+    for point in args.point:
+        spec, at, ranks = point.rpartition("@")
+        if not at or not spec or not ranks.isdigit() or int(ranks) < 2:
+            ap.error(f"--point {point!r}: needs SPEC@RANKS, RANKS a count of at least 2")
+        points.append((spec, int(ranks)))
+    settings = (args.recv_cost, args.timeout, args.save, size, args.simulate, chunk,
+                args.probed)
     rows = []
     # Each point is a simulation of its own, in a process of its own where --jobs allows:
     # a 1024-rank point takes many minutes of one core.
@@ -267,7 +315,8 @@ def main(argv: Any = None) -> int:
             rows.append(row)
             print(f"# {row['name']}: {row['probe_s']:.2f} s simulated, pairs "
                   f"{row['pairs_within']}/{row['pairs']}, links {row['links_found']}/"
-                  f"{row['links']}, wall {row['wall_s']:.1f} s\n# row {json.dumps(row)}",
+                  f"{row['links']}, wall {results_doc.fmt(row['wall_s'], '.1f')} s\n"
+                  f"# row {json.dumps(row)}",
                   file=sys.stderr, flush=True)
     columns: List[results_doc.Column] = [
         ("cluster", lambda r: r["name"]), ("ranks", lambda r: r["ranks"]),
@@ -277,16 +326,24 @@ def main(argv: Any = None) -> int:
         ("host pairs within 15%", lambda r: f"{r['pairs_within']}/{r['pairs']} "
          f"({100 * r['pairs_within'] / max(r['pairs'], 1):.0f}%)"),
         ("links found within 15%", lambda r: f"{r['links_found']}/{r['links']}"),
-        ("wall s", lambda r: f"{r['wall_s']:.0f}")]
+        ("wall s", lambda r: "saved" if r["saved_sha256"] else f"{r['wall_s']:.0f}")]
     plan_rows = [r for r in rows if r["plans"]]
     simulated = any("sim_ratio" in r["plans"] for r in plan_rows)
     plan_columns: List[results_doc.Column] = [
         ("cluster", lambda r: r["name"]), ("ranks", lambda r: r["ranks"]),
         ("declared trees", lambda r: r["plans"]["declared_trees"]),
         ("probed trees", lambda r: r["plans"]["probed_trees"]),
-        ("declared MB/s (model)", lambda r: f"{r['plans']['declared_model_MBps']:.1f}"),
-        ("probed MB/s (model)", lambda r: f"{r['plans']['probed_model_MBps']:.1f}"),
-        ("probed / declared time (model)", lambda r: f"{r['plans']['model_ratio']:.3f}")]
+        ("declared plan MB/s, declared net",
+         lambda r: f"{r['plans']['declared_model_MBps']:.1f}"),
+        ("probed plan MB/s, declared net", lambda r: f"{r['plans']['probed_model_MBps']:.1f}"),
+        ("probed / declared time, declared net",
+         lambda r: f"{r['plans']['model_ratio']:.3f}"),
+        ("declared plan MB/s, measured net",
+         lambda r: f"{r['plans']['declared_measured_MBps']:.1f}"),
+        ("probed plan MB/s, measured net",
+         lambda r: f"{r['plans']['probed_measured_MBps']:.1f}"),
+        ("probed / declared time, measured net",
+         lambda r: f"{r['plans']['measured_ratio']:.3f}")]
     if simulated:
         plan_columns += [
             ("declared ms (sim)", lambda r: results_doc.fmt(r["plans"].get("declared_sim_s"),
@@ -297,12 +354,19 @@ def main(argv: Any = None) -> int:
              lambda r: results_doc.fmt(r["plans"].get("sim_ratio"), ".3f")),
             ("chunk", lambda r: format_size(r["plans"]["chunk_bytes"])
              if r["plans"].get("chunk_bytes") else "plan's")]
-    plan_columns += [("planner s (declared / probed)", lambda r: f"{r['plans']['declared_planner_s']:.1f}"
-                      f" / {r['plans']['probed_planner_s']:.1f}")]
-    ratio = "sim_ratio" if simulated else "model_ratio"
+    plan_columns += [("planner s (declared / probed)",
+                      lambda r: f"{r['plans']['declared_planner_s']:.1f}"
+                                f" / {r['plans']['probed_planner_s']:.1f}")]
+    judged = [("model_ratio", "the declared network, model"),
+              ("measured_ratio", "the measured network, model")]
+    if simulated:
+        judged.append(("sim_ratio", "the declared network, simulated"))
     slow_plans = [f"{r['name']}: the probed plan takes {r['plans'][ratio]:.3f}x the declared "
-                  f"plan's time ({'simulated' if simulated else 'model'})" for r in plan_rows
+                  f"plan's time ({how})" for r in plan_rows for ratio, how in judged
                   if r["plans"].get(ratio, 0.0) > 1 + PLAN_WITHIN]
+    saved_rows = [f"{r['name']}: the probe's document read from {args.probed}/{r['name']}.json "
+                  f"(sha256 {r['saved_sha256']}), written by an earlier run's --save"
+                  for r in rows if r["saved_sha256"]]
     missed = [f"{r['name']}: {x['link']} {x['declared_gbps']:g} gbps not found (closest "
               f"{x['found_gbps']:.3f})" for r in rows for x in r["link_rows"] if not x["found"]]
     if args.json:
@@ -312,16 +376,18 @@ def main(argv: Any = None) -> int:
         if plan_rows:
             print()
             print(results_doc.md_table(plan_rows, plan_columns))
-        for line in missed + slow_plans:
+        for line in missed + slow_plans + saved_rows:
             print(f"# {line}")
     if args.markdown:
         results_doc.write(
             args.markdown, "probe_scale: the probe by hosts at scale, simulated",
-            [("", results_doc.md_table(rows, columns)),
+            [("", results_doc.md_table(rows, columns)
+              + "".join(f"\n\n- {m}" for m in saved_rows)),
              ("Shared links not found", "\n".join(f"- {m}" for m in missed) or "None."),
              (f"Plans at {format_size(size)}: probed against declared", (
-                 "Both plans judged on the declared network. Target: the probed plan's time "
-                 f"within {PLAN_WITHIN:.0%} of the declared plan's.\n\n"
+                 "Each plan judged on the declared network and on the measured one (the "
+                 "probe's document as the planner reads it). Target: the probed plan's time "
+                 f"within {PLAN_WITHIN:.0%} of the declared plan's on each.\n\n"
                  + results_doc.md_table(plan_rows, plan_columns) + "\n\n"
                  + ("\n".join(f"- {m}" for m in slow_plans) or "Every row meets the target."))
               if plan_rows else "Not compared (--size 0).")],
