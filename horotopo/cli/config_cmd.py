@@ -85,10 +85,14 @@ where it came from (`--json` for a script).
 {config.markdown_table()}
 ## Parameters
 
-The engine's, the adaptivity's and the probe's tuning numbers live in the parameter objects of
-`horotopo/params.py`, one field each, with the reason for its default. Code that takes one of
-these objects uses the defaults below when given none; the fields with a variable take it from
-the environment where the runtime builds the object.
+Every tuning number of horotopo (the engine's, the adaptivity's, the probe's, the planner's, the
+runtime's waits and the timeouts on peers) lives in the parameter objects of
+`horotopo/params.py`, one field each, with the reason for its default; tests/test_params.py
+fails on a module-level number anywhere else that is not listed as a non-tuning constant. Code
+that takes one of these objects uses the defaults below when given none; the fields with a
+variable take it from the environment where the runtime builds the object. A plan records the
+planner's fields that differ from the defaults in its JSON (`planner.params`), and the engine
+runs the windows of the parameters the plan was made with.
 
 {config.parameters_markdown()}"""
 
