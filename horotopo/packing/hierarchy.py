@@ -442,8 +442,8 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     host_model : HostModel, optional
         ``HostModel(topology)``, where the caller has built it already.
     params : PlannerParams
-        ``hierarchical_max_roots``: past :data:`AUTO_MIN_RANKS` machines, the most roots whose
-        trees the packing keeps.
+        Past :data:`AUTO_MIN_RANKS` machines: ``hierarchical_max_roots``, the most roots whose
+        trees the packing keeps, and ``hierarchical_packing_cpu_s``, its CPU-time cap.
     **pack_args
         Passed to :func:`horotopo.packing.gk.pack` (``max_trees_per_root``, ``target_gap``...).
 
@@ -466,6 +466,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     pack_args.setdefault("rank_ring", not large)
     if large:
         pack_args.setdefault("max_roots", params.hierarchical_max_roots)
+        pack_args.setdefault("time_limit_s", params.hierarchical_packing_cpu_s)
     pack_args.setdefault("lazy_rows", True)
     pack_args.setdefault("filled_dual", True)
     # Edmonds is the cost at hundreds of machines (a rack's hosts all prefer one parent, so it
