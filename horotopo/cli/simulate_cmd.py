@@ -228,6 +228,7 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
     from ..algorithms.simcheck import timed_allreduce
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
+    from ..params import PlannerParams
     from ..schedule import window_for
     from ..simulation import SimCosts, SimulationError
     from ..simulation.runner import run_simulated
@@ -312,8 +313,10 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         # chunks scaled down alike, so the pipeline has the full-size run's chunk count
         chunk = max(4, int(full / scale) // 4 * 4)
         # ... and each algorithm's automatic window is the full-size run's: the scaled chunk
-        # would give another, and it depends on the algorithm's trees (dbtree's 2)
-        win = window or window_for(full, 2 if alg == "dbtree" else len(made.trees))
+        # would give another, and it depends on the algorithm's trees (dbtree's 2) and on the
+        # planner parameters the plan was made with
+        win = window or window_for(full, 2 if alg == "dbtree" else len(made.trees),
+                                   PlannerParams.recorded(made.planner.get("params", {})))
         body = timed_allreduce(made, alg, elems, chunk, win)
         if progress is not None:
             progress(f"{alg}: simulating one {format_size(size)} allreduce")
