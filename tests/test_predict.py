@@ -172,6 +172,18 @@ def test_simulator_network_is_measured(network):
     assert lat + 64 * MiB * inv == pytest.approx(got, rel=0.1)
 
 
+def test_the_chooser_predicts_on_the_network_the_simulator_measures(network):
+    """flows.TCP_NETWORK, what init's chooser predicts on, holds the figures that
+    measure_network reads from single simulated messages (SimGrid's LV08 TCP model)."""
+    from horotopo.algorithms.flows import TCP_NETWORK
+
+    for field in ("latency_factor", "bandwidth_factor", "tcp_window_bytes", "weight_bytes",
+                  "crosstraffic"):
+        assert getattr(TCP_NETWORK, field) == pytest.approx(getattr(network, field), rel=0.02)
+    assert (TCP_NETWORK.streams, TCP_NETWORK.shared_messages) == (network.streams,
+                                                                  network.shared_messages)
+
+
 @pytest.mark.parametrize("spec,n,size,forest", [
     ("racks-2x3", 6, 16 * MiB, "deep"),
     ("slow-nic", 4, MiB, "deep"),
