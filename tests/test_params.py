@@ -279,3 +279,26 @@ def test_the_environment_overrides_the_planner_and_names_what_does_not_fit():
         config.planner_params({"HOROTOPO_PLANNER_MIN_CHUNK": "8388608"})
     with pytest.raises(ValueError, match="unknown field"):
         params.PlannerParams.recorded({"window": 3})
+
+
+def test_a_replan_keeps_the_planner_parameters_the_plan_was_made_with():
+    from horotopo.adapt import AdaptiveEngine
+    from horotopo.bootstrap import uniform_document
+    from horotopo.plan import make_plan
+    from horotopo.topology import from_dict
+    from loop_transport import run_ranks
+
+    # 1000 gbps claimed: the re-probe of in-process copies finds less, so the model changes
+    topo = from_dict(uniform_document(3, 1000.0))
+    plan = make_plan(topo, chunk_bytes=4096, params=params.PlannerParams(window_bytes=1 << 20))
+
+    def body(t):
+        eng = AdaptiveEngine(t, plan, topo, adapt=False, timeout_s=0)
+        try:
+            event = eng.replan("test")
+            return event.switched, eng.plan.planner["params"]
+        finally:
+            eng.close()
+
+    got = run_ranks(3, body)
+    assert got == [(True, {"window_bytes": 1 << 20})] * 3, got

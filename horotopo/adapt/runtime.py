@@ -43,7 +43,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import config
-from ..params import ADAPT, RELIABILITY, AdaptParams
+from ..params import ADAPT, RELIABILITY, AdaptParams, PlannerParams
 from ..algorithms.cost import TREE, Selector, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
@@ -399,14 +399,16 @@ class AdaptiveEngine:
         # ... and for the size the plan was made for: the forest and its chunks are chosen for
         # it, and the planner's default (the fusion threshold) can pick another forest (at
         # 1024 ranks with 4 MiB chunks, 512 trees for 128 MiB where 64 MiB keeps 32).
-        # A forest that was forced is forced again, and a bound on host trees kept.
+        # A forest that was forced is forced again, and a bound on host trees kept, and the
+        # planner parameters the plan was made with (the engine runs their windows).
         record = self.plan.planner.get("forest")
         record = record if isinstance(record, dict) else {}
         size = record.get("size")
         forest = str(record["chosen"]) if record.get("forced") else "auto"
         planner = self.planner or (lambda t: make_plan(
             t, chunk_bytes=self.plan.chunk_bytes, size=size, forest=forest,
-            hierarchy=over_hosts, max_host_trees=record.get("max_host_trees")))
+            hierarchy=over_hosts, max_host_trees=record.get("max_host_trees"),
+            params=PlannerParams.recorded(self.plan.planner.get("params", {}))))
 
         def build() -> Tuple[Plan, Optional[Topology]]:
             assert topo is not None  # share_plan calls build on rank 0, which has the model
