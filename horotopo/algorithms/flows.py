@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
                                  fill_time, on_network, rank_degrees, window_for)
 from ..packing.alphabeta import _window_rate as window_rate
-from ..packing.sharing import progressive_filling, usage_of
+from ..packing.sharing import progressive_filling, route_table, usage_of
 from ..plan import Plan
 from ..topology import Topology
 
@@ -218,21 +218,33 @@ def _tree_weights(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int],
                   used: np.ndarray) -> np.ndarray:
     """Each tree's weight in the links' sharing: the mean weight (inverse penalty,
     :class:`FlowNetwork`) of its arcs over its most loaded link, where its pace is set."""
+    n = topology.n
     inv_cap = 1.0 / np.asarray(topology.capacity_Bps, dtype=float)
-    out = np.ones(len(shapes))
+    keys, tree = [], []
     for k, (_, up, down) in enumerate(shapes):
-        busiest = int(used[int(np.argmax(load[:, k] / cap))])
-        weights = []
-        arcs = [(v, p) for v, p in enumerate(up) if p >= 0] + \
-            [(p, v) for v, p in enumerate(down) if p >= 0]
-        for u, v in arcs:
-            route = topology.route(u, v)
-            if busiest in route:
-                penalty = topology.latency(u, v) + network.weight_bytes * float(
-                    inv_cap[list(route)].sum())
-                weights.append(1.0 / max(penalty, 1e-12))
-        out[k] = float(np.mean(weights)) if weights else 1.0
-    return out
+        up_a, down_a = np.asarray(up, dtype=np.int64), np.asarray(down, dtype=np.int64)
+        child = np.arange(n, dtype=np.int64)
+        arcs = np.concatenate([(child * n + up_a)[up_a >= 0], (down_a * n + child)[down_a >= 0]])
+        keys.append(arcs)
+        tree.append(np.full(len(arcs), k))
+    # trees share most arcs (the channels of a host forest): each arc's route and weight once
+    distinct, which = np.unique(np.concatenate(keys), return_inverse=True)
+    ptr, res = route_table(topology, distinct)
+    lens = np.diff(ptr)
+    per_byte = np.zeros(len(distinct))
+    np.add.at(per_byte, np.repeat(np.arange(len(distinct)), lens), inv_cap[res])
+    latency = np.array([topology.latency(int(key // n), int(key % n)) for key in distinct])
+    weight = 1.0 / np.maximum(latency + network.weight_bytes * per_byte, 1e-12)
+    routes = sp.csr_matrix((np.ones(len(res)), res, ptr),
+                           shape=(len(distinct), len(inv_cap)))
+    busiest = used[np.argmax(load / cap[:, None], axis=0)]
+    tree_of = np.concatenate(tree)
+    which = which.ravel()
+    crosses = np.asarray(routes[which, busiest[tree_of]]).ravel() > 0
+    total = np.bincount(tree_of, weights=np.where(crosses, weight[which], 0.0),
+                        minlength=len(shapes))
+    count = np.bincount(tree_of, weights=crosses.astype(float), minlength=len(shapes))
+    return np.where(count > 0, total / np.maximum(count, 1.0), 1.0)
 
 
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
