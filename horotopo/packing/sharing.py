@@ -273,10 +273,10 @@ def _leading_trees(trees: Sequence[Any], rates_of: Any
 
     Trees of equal packed rate (to rounding) form one group, as the channels of one
     host-level tree do; groups are taken highest first, 1, 2, 4... of them, while the fair
-    sum of ``rates_of(indices)`` does not fall. On a measured 1024-rank network the LP gave
-    one host-level tree 215 of 294 MB/s and 27 others the rest: the 28 together got 132 MB/s
-    of fair rates and that one alone 277, the most any single tree got there. Doubling keeps
-    the fair allocations to ``log2`` of the groups.
+    sum of ``rates_of(indices)`` does not fall. On the probed racks with slow NICs at 1024
+    ranks the LP gives one host-level tree most of the rate and over a dozen others the rest:
+    together they get 109-132 MB/s of fair rates, that one alone 277. Doubling keeps the fair
+    allocations to ``log2`` of the groups.
     """
     packed = _packed_rates(trees)
     if packed is None:
