@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from . import config
 from . import costs as cost_profiles
 from .algorithms.choice import recorded_algorithm
-from .params import RELIABILITY
+from .params import PLANNER, RELIABILITY
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import share_plan
 from .probe import ProbeError, probe
@@ -136,10 +136,13 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     start = time.perf_counter()
 
     # 1. settings: share them first, so a rank with a bad value cannot leave the others waiting
+    # (the planner's parameters too: rank 0 plans with them, after every rank has agreed)
+    planner_params = PLANNER
     try:
         mine: Dict[str, Any] = dict(zip(("mode", "path"), read_env(env)))
         profile, profile_from = cost_profiles.from_settings(env)
-    except (BootstrapError, cost_profiles.CostsError) as exc:
+        planner_params = config.planner_params(env)
+    except (BootstrapError, cost_profiles.CostsError, config.ConfigError) as exc:
         mine = {"error": str(exc)}
     try:
         everyone = transport.allgather_object(mine, RELIABILITY.exchange_timeout_s,
@@ -196,7 +199,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     def build() -> Tuple[Plan, Optional[Topology]]:
         topology = model()
         try:
-            return (ring_plan(topology) if use_ring else make_plan(topology)), topology
+            return (ring_plan(topology, params=planner_params) if use_ring
+                    else make_plan(topology, params=planner_params)), topology
         except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
             raise BootstrapError(f"planning {topology.name!r} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc

@@ -302,3 +302,24 @@ def test_a_replan_keeps_the_planner_parameters_the_plan_was_made_with():
 
     got = run_ranks(3, body)
     assert got == [(True, {"window_bytes": 1 << 20})] * 3, got
+
+
+def test_init_refuses_planner_parameters_that_do_not_fit_on_every_rank():
+    from horotopo.bootstrap import SettingsError, setup
+    from loop_transport import run_ranks
+
+    env = {"HOROTOPO_TOPOLOGY": "racks-2x3", "HOROTOPO_PLANNER_MIN_CHUNK": str(8 << 20)}
+
+    def attempt(t):
+        try:
+            setup(t, env=env)
+        except SettingsError as exc:
+            return str(exc)
+        return None
+
+    got = run_ranks(6, attempt)
+    assert all(msg and "HOROTOPO_PLANNER_MIN_CHUNK='8388608'" in msg for msg in got), got
+    # the environment given is the one planned with
+    made = run_ranks(6, lambda t: setup(t, env={"HOROTOPO_TOPOLOGY": "racks-2x3",
+                                                "HOROTOPO_PLANNER_WINDOW_BYTES": "1048576"}))
+    assert {s.plan.planner["params"]["window_bytes"] for s in made} == {1 << 20}
