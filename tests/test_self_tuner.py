@@ -68,6 +68,14 @@ def test_a_peer_is_predicted_by_its_own_model_once_per_size():
     assert model.calls == 2
 
 
+def test_the_kept_predictions_answer_for_their_own_plan_only():
+    side = TopologySide()
+    slow, fast = _ring_plan(rate=10e6), _ring_plan(rate=40e6)
+    for plan in (slow, fast, slow):
+        assert side.seconds(plan, 4 * MiB) == plan.predict_time(4 * MiB)
+    assert side.seconds(fast, 4 * MiB, 16 << 10) == fast.predict_time(4 * MiB, 16 << 10)
+
+
 def test_without_a_topology_a_peer_scales_its_recorded_figure_as_the_trees_scale():
     topo = from_dict(uniform_document(4, 1.0))
     plan = _recording(_ring_plan(), topo, "dbtree", size=4 * MiB)

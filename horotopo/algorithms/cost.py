@@ -22,6 +22,7 @@ per-call metadata check would raise otherwise, on every rank, instead of mixing 
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
 from statistics import median
@@ -79,25 +80,28 @@ class TopologySide:
     predict: Optional[Predict] = None
     topology: Optional[Topology] = None
     network: NetworkModel = TCP_NETWORK
-    _memo: Dict[Tuple[Any, ...], Optional[float]] = field(default_factory=dict, compare=False,
-                                                          repr=False)
+    _memo: Dict[Tuple[Any, ...], Tuple[Any, Optional[float]]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def seconds(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None,
                 costs: SoftwareCosts = ENGINE_COSTS) -> Optional[float]:
         """Predicted seconds of one allreduce of ``nbytes`` by :attr:`algorithm` (None: no
-        model). Kept per size and plan: a peer's model re-lays its flows on each call."""
-        if self.algorithm == TREE or nbytes <= 0 or plan.n == 1:
+        model). Kept per plan, size and costs: the self-tuner asks on every call, and a
+        prediction lays out every tree's pipeline (a peer's, its flows) again."""
+        if nbytes <= 0 or plan.n == 1:
             return plan.predict_time(nbytes, chunk_bytes, costs=costs)
         chunk = int(chunk_bytes or plan.chunk_bytes)
-        figures = plan.planner.get("predicted_s")
-        recorded = figures.get(self.algorithm) if isinstance(figures, dict) else None
-        key = (plan.digest, int(nbytes), chunk, costs.per_message_s, costs.per_byte_s,
-               recorded, plan.planner.get("algorithm_size"))
-        if key not in self._memo:
-            if len(self._memo) >= _MEMO_SIZES:
-                self._memo.clear()
-            self._memo[key] = self._predict(plan, int(nbytes), chunk, costs)
-        return self._memo[key]
+        key = (id(plan), int(nbytes), chunk, costs.per_message_s, costs.per_byte_s)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0]() is plan:
+            return hit[1]
+        got = (plan.predict_time(int(nbytes), chunk, costs=costs) if self.algorithm == TREE
+               else self._predict(plan, int(nbytes), chunk, costs))
+        if len(self._memo) >= _MEMO_SIZES:
+            self._memo.clear()
+        # A weak reference: the memo names a plan (plans are immutable) without keeping it.
+        self._memo[key] = (weakref.ref(plan), got)
+        return got
 
     def _predict(self, plan: Plan, nbytes: int, chunk: int,
                  costs: SoftwareCosts) -> Optional[float]:
@@ -222,7 +226,16 @@ class CostModel:
             return self.tree_latency_s
         if self.tree_Bps:
             return self.tree_latency_s + nbytes / self.tree_Bps
-        return self.tree_latency_s + self.tree_scale * self.plan_time(plan, nbytes, chunk_bytes)
+        return self.tree_time_of(nbytes, self.plan_time(plan, nbytes, chunk_bytes))
+
+    def tree_time_of(self, nbytes: int, predicted_s: float) -> float:
+        """:meth:`tree_time` from the topology side's prediction ``predicted_s`` (what
+        :meth:`plan_time` gives), for a caller that already holds it."""
+        if nbytes <= 0:
+            return self.tree_latency_s
+        if self.tree_Bps:
+            return self.tree_latency_s + nbytes / self.tree_Bps
+        return self.tree_latency_s + self.tree_scale * predicted_s
 
     def mpi_time(self, plan: Plan, nbytes: int) -> float:
         bw = self.mpi_Bps or plan.ring_Bps
@@ -399,14 +412,19 @@ class CallRecord:
             return nbytes / plan.ring_Bps
         return None
 
-    def modelled(self, model: CostModel, plan: Plan, algorithm: str, nbytes: int,
-                 chunk_bytes: Optional[int] = None) -> Optional[float]:
+    @staticmethod
+    def modelled(model: CostModel, plan: Plan, algorithm: str, nbytes: int,
+                 chunk_bytes: Optional[int] = None,
+                 predicted_s: Optional[float] = None) -> Optional[float]:
         """The cost model's time for one call of ``algorithm``, for the two sides it times
-        (the library and the topology side); None for any other."""
+        (the library, and the topology side, from ``predicted_s`` when :meth:`predicted`
+        gave one); None for any other."""
         if algorithm == "mpi":
             return model.mpi_time(plan, nbytes)
         if algorithm == model.side.algorithm:
-            return model.tree_time(plan, nbytes, chunk_bytes)
+            if predicted_s is None:
+                return model.tree_time(plan, nbytes, chunk_bytes)
+            return model.tree_time_of(nbytes, predicted_s)
         return None
 
     def observe(self, model: CostModel, plan: Plan, algorithm: str, nbytes: int,
@@ -416,7 +434,7 @@ class CallRecord:
         if not (nbytes > 0 and seconds > 0):
             return None
         predicted = self.predicted(model, plan, algorithm, nbytes, chunk_bytes)
-        modelled = self.modelled(model, plan, algorithm, nbytes, chunk_bytes)
+        modelled = self.modelled(model, plan, algorithm, nbytes, chunk_bytes, predicted)
         if not (predicted and predicted > 0) and not (modelled and modelled > 0):
             return None
         sample = Sample(int(nbytes), float(seconds),
