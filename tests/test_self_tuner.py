@@ -76,6 +76,21 @@ def test_the_kept_predictions_answer_for_their_own_plan_only():
     assert side.seconds(fast, 4 * MiB, 16 << 10) == fast.predict_time(4 * MiB, 16 << 10)
 
 
+def test_a_cost_model_travels_without_its_kept_predictions():
+    import pickle
+
+    plan = _ring_plan()
+    model = _model(TopologySide("dbtree", _predict_double, from_dict(uniform_document(4, 1.0))))
+    model.plan_time(plan, 4 * MiB)
+    back = pickle.loads(pickle.dumps(model))
+    assert back == model and back.side.algorithm == "dbtree"
+    assert back.plan_time(plan, 4 * MiB) == model.plan_time(plan, 4 * MiB)
+
+
+def _predict_double(topology, plan, nbytes, chunk_bytes, costs, network):
+    return 2.0 * plan.predict_time(nbytes, chunk_bytes, costs=costs)
+
+
 def test_without_a_topology_a_peer_scales_its_recorded_figure_as_the_trees_scale():
     topo = from_dict(uniform_document(4, 1.0))
     plan = _recording(_ring_plan(), topo, "dbtree", size=4 * MiB)

@@ -103,6 +103,11 @@ class TopologySide:
         self._memo[key] = (weakref.ref(plan), got)
         return got
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Without the kept predictions: they name plans of this process (a cost model
+        # travels between ranks, and is compared there).
+        return (TopologySide, (self.algorithm, self.predict, self.topology, self.network))
+
     def _predict(self, plan: Plan, nbytes: int, chunk: int,
                  costs: SoftwareCosts) -> Optional[float]:
         if self.predict is not None and self.topology is not None:
