@@ -59,7 +59,21 @@ class FlowNetwork(NetworkModel):
 
     weight_bytes: float = 0.0
     crosstraffic: float = 0.0
+    #: The fraction of a link's rate that one tree's flows over it keep where their weights
+    #: differ by ``mixed_ratio`` or more (a rank's reduce flow and broadcast flow over routes
+    #: of unequal latency): the simulator lets them hold each other back rather than pace
+    #: together (:func:`~horotopo.algorithms.simcheck.measure_network` times a three-rank
+    #: chain with and without such a pair).
+    mixed_efficiency: float = 1.0
+    mixed_ratio: float = math.inf
 
+
+#: What :func:`~horotopo.algorithms.simcheck.measure_network` measures of a tree's flows of
+#: unequal weights over one link (:attr:`FlowNetwork.mixed_efficiency`): a three-rank chain
+#: keeps this fraction of its time with equal weights where one rank's reduce and broadcast
+#: flows have routes of weights 1.7 times apart; weights at least MIXED_RATIO apart count.
+MIXED_EFFICIENCY = 0.75
+MIXED_RATIO = 1.5
 
 #: The network TCP gives the declared links, as SimGrid's LV08 model (fitted to TCP) gives it
 #: and :func:`horotopo.algorithms.simcheck.measure_network` measures it from single simulated
@@ -67,11 +81,13 @@ class FlowNetwork(NetworkModel):
 #: 0.924 of the declared ones with traffic both ways, acknowledgements at 5% of a flow's rate on
 #: its reverse route, a flow's share weighted by the inverse of its route's latency plus
 #: 20.5 kB over each of its links' rates, a 4.4 MB TCP window over the round trip, and a
-#: stream's messages past its bandwidth-delay product held back. The chooser predicts on it
+#: stream's messages past its bandwidth-delay product held back, and a tree's flows over one
+#: link with weights 1.5 times apart or more keeping 0.75 of its rate. The chooser predicts on it
 #: (:mod:`horotopo.algorithms.choice`).
 TCP_NETWORK = FlowNetwork(latency_factor=1.0, bandwidth_factor=0.924, tcp_window_bytes=4.4e6,
                           shared_messages=True, streams="bdp", weight_bytes=20.5e3,
-                          crosstraffic=0.05)
+                          crosstraffic=0.05, mixed_efficiency=MIXED_EFFICIENCY,
+                          mixed_ratio=MIXED_RATIO)
 
 
 def sharing_matters(network: NetworkModel) -> bool:
@@ -213,38 +229,60 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
     return post + max(wire, handling) + min(wire, handling) / pieces
 
 
-def _tree_weights(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
-                  network: FlowNetwork, load: np.ndarray, cap: np.ndarray,
-                  used: np.ndarray) -> np.ndarray:
-    """Each tree's weight in the links' sharing: the mean weight (inverse penalty,
-    :class:`FlowNetwork`) of its arcs over its most loaded link, where its pace is set."""
+def _arc_weights(topology: Topology,
+                 shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
+                 network: FlowNetwork) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                np.ndarray]:
+    """Every arc of every tree, up and down: ``(arc, tree, ptr, res, weight)``, ``arc[i]``
+    indexing the distinct arcs whose routes are ``res[ptr[a]:ptr[a + 1]]`` and whose weights
+    (inverse penalties, :class:`FlowNetwork`) are ``weight[a]``, ``tree[i]`` the tree."""
     n = topology.n
     inv_cap = 1.0 / np.asarray(topology.capacity_Bps, dtype=float)
     keys, tree = [], []
+    child = np.arange(n, dtype=np.int64)
     for k, (_, up, down) in enumerate(shapes):
         up_a, down_a = np.asarray(up, dtype=np.int64), np.asarray(down, dtype=np.int64)
-        child = np.arange(n, dtype=np.int64)
         arcs = np.concatenate([(child * n + up_a)[up_a >= 0], (down_a * n + child)[down_a >= 0]])
         keys.append(arcs)
         tree.append(np.full(len(arcs), k))
     # trees share most arcs (the channels of a host forest): each arc's route and weight once
     distinct, which = np.unique(np.concatenate(keys), return_inverse=True)
     ptr, res = route_table(topology, distinct)
-    lens = np.diff(ptr)
     per_byte = np.zeros(len(distinct))
-    np.add.at(per_byte, np.repeat(np.arange(len(distinct)), lens), inv_cap[res])
+    np.add.at(per_byte, np.repeat(np.arange(len(distinct)), np.diff(ptr)), inv_cap[res])
     latency = np.array([topology.latency(int(key // n), int(key % n)) for key in distinct])
     weight = 1.0 / np.maximum(latency + network.weight_bytes * per_byte, 1e-12)
-    routes = sp.csr_matrix((np.ones(len(res)), res, ptr),
-                           shape=(len(distinct), len(inv_cap)))
+    return which.ravel(), np.concatenate(tree), ptr, res, weight
+
+
+def _tree_weights(arcs: Tuple[np.ndarray, ...], trees: int, links: int, load: np.ndarray,
+                  cap: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Each tree's weight in the links' sharing: the mean weight of its ``arcs``
+    (:func:`_arc_weights`) over its most loaded link, where its pace is set."""
+    which, tree_of, ptr, res, weight = arcs
+    routes = sp.csr_matrix((np.ones(len(res)), res, ptr), shape=(len(weight), links))
     busiest = used[np.argmax(load / cap[:, None], axis=0)]
-    tree_of = np.concatenate(tree)
-    which = which.ravel()
     crosses = np.asarray(routes[which, busiest[tree_of]]).ravel() > 0
     total = np.bincount(tree_of, weights=np.where(crosses, weight[which], 0.0),
-                        minlength=len(shapes))
-    count = np.bincount(tree_of, weights=crosses.astype(float), minlength=len(shapes))
+                        minlength=trees)
+    count = np.bincount(tree_of, weights=crosses.astype(float), minlength=trees)
     return np.where(count > 0, total / np.maximum(count, 1.0), 1.0)
+
+
+def _mixed(arcs: Tuple[np.ndarray, ...], trees: int, links: int, ratio: float) -> np.ndarray:
+    """``(links, trees)``: 1 where a tree's ``arcs`` (:func:`_arc_weights`) over the link have
+    weights ``ratio`` or more apart, else 0."""
+    which, tree_of, ptr, res, weight = arcs
+    lens = np.diff(ptr)[which]
+    occurrence = np.repeat(np.arange(len(which)), lens)
+    offset = np.arange(len(occurrence)) - np.repeat(np.cumsum(lens) - lens, lens)
+    key = tree_of[occurrence] * links + res[ptr[which][occurrence] + offset]
+    w = weight[which][occurrence]
+    low = np.full(trees * links, np.inf)
+    high = np.zeros(trees * links)
+    np.minimum.at(low, key, w)
+    np.maximum.at(high, key, w)
+    return ((high >= ratio * low) & np.isfinite(low)).reshape(trees, links).T.astype(float)
 
 
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
@@ -280,6 +318,12 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     if cross > 0:
         back = usage_of(topology, [(r, b, a) for r, a, b in shapes]).matrix()
         total = total + cross * back.T.toarray()
+    width = total.shape[0]
+    arcs = _arc_weights(topology, shapes, network) if sharing_matters(network) else None
+    if arcs is not None and network.mixed_efficiency < 1.0:
+        # a tree's flows of unequal weights over a link hold each other back
+        total = total + (1.0 / network.mixed_efficiency - 1.0) * forward.T.toarray() * _mixed(
+            arcs, g, width, network.mixed_ratio)
     used = np.flatnonzero(total.sum(axis=1) > 0)
     links = total[used]
     link_cap = (np.asarray(topology.capacity_Bps, dtype=float)[used]
@@ -290,8 +334,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     busy = cpu.sum(axis=1) > 0
     matrix = np.vstack([links, cpu[busy]])
     cap = np.concatenate([link_cap, np.ones(int(busy.sum()))])
-    weight = (_tree_weights(topology, shapes, network, links, link_cap, used)
-              if sharing_matters(network) else np.ones(g))
+    weight = (_tree_weights(arcs, g, width, links, link_cap, used) if arcs is not None
+              else np.ones(g))
     hops = [on_network(p, network) for p in profiles]
     bound = np.array([window_rate(h, c, win, costs, network.streams, p)
                       for h, c, p in zip(hops, chunk_a, profiles)])

@@ -17,9 +17,9 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from ..engine import Engine
-from .flows import FlowNetwork
+from .flows import MIXED_RATIO, FlowNetwork
 from ..packing.alphabeta import NetworkModel, SoftwareCosts, window_for
-from ..plan import Plan
+from ..plan import Plan, plan_from_trees
 from ..simulation.runner import run_simulated
 from ..simulation.support import SimCosts
 from ..topology import Topology, from_dict
@@ -100,6 +100,30 @@ def _two_flows(long_ms: float, short_ms: float) -> Tuple[float, float]:
     return run_simulated(topology, body, scale=64 << 20, costs=SimCosts(0.0, 0.0)).results[2]
 
 
+def _chain_time(unequal: bool) -> float:
+    """Simulated seconds of a 64 MiB allreduce, without software costs, down a chain of three
+    ranks behind 10 gbps links (rank 2 reduces to rank 1, rank 1 to rank 0, and the result
+    comes back): all on one switch, or (``unequal``) rank 2 behind a second switch, so that
+    rank 1's reduce flow to rank 0 and its broadcast flow to rank 2 leave it over routes of
+    unequal latency, their weights about 1.7 times apart."""
+    far = "t" if unequal else "s"
+    topology = from_dict({"name": "chain", "switches": ["s", "t"], "ranks": ["a", "b", "c"],
+                          "links": [{"ends": ["a", "s"], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["b", "s"], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["c", far], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["s", "t"], "gbps": 10.0, "latency_ms": 0.01}]})
+    chain = (-1, 0, 1)
+    plan = plan_from_trees(3, [(0, chain, chain, 1.0)], chunk_bytes=128 << 10,
+                           topology=topology)
+    size = 64 << 20
+    elems = SMALL_ELEMS
+    scale = size / (elems * 4)
+    chunk = max(4, int((128 << 10) / scale) // 4 * 4)
+    run = run_simulated(topology, timed_allreduce(plan, "tree", elems, chunk, 16), scale=scale,
+                        costs=SimCosts(0.0, 0.0))
+    return max(r["time_s"] for r in run.results)
+
+
 def measure_network() -> NetworkModel:
     """The simulator's network as a :class:`NetworkModel`, from single messages.
 
@@ -114,7 +138,8 @@ def measure_network() -> NetworkModel:
     (:class:`~horotopo.algorithms.flows.FlowNetwork`): a flow alone over the 1 gbps link
     against one with a flow the other way gives the cross traffic, and two flows into one
     1 gbps link over routes of 0.2 ms and 1 us the weight of a link's rate in a flow's
-    penalty.
+    penalty. A three-rank chain tree with and without a rank whose reduce and broadcast flows
+    have unequal weights (:func:`_chain_time`) gives what such flows keep of a link.
     """
     lat_factor = one_message(pair(1.0, 1.0), 1) / 1e-3
     big = 64 << 20
@@ -143,9 +168,12 @@ def measure_network() -> NetworkModel:
     per_byte = 1 / 1.25e9 + 1 / 125e6  # each route: its 10 gbps link, then the 1 gbps one
     weight = ((long_s - ratio * short_s) / (per_byte * (ratio - 1)) if ratio > 1.001
               else 0.0)
+    # one tree's flows of unequal weights over one link: what the chain keeps of its time
+    mixed = _chain_time(False) / _chain_time(True)
     return FlowNetwork(latency_factor=lat_factor, bandwidth_factor=bw_factor,
                        tcp_window_bytes=window, shared_messages=shared, streams=streams,
-                       weight_bytes=weight, crosstraffic=crosstraffic)
+                       weight_bytes=weight, crosstraffic=crosstraffic, mixed_efficiency=mixed,
+                       mixed_ratio=MIXED_RATIO)
 
 
 def simulated_costs() -> SoftwareCosts:
