@@ -74,6 +74,11 @@ class EngineParams:
     prior_per_message_s: float = _param(
         34e-6, "Wall time per chunk message in that uncalibrated model, from the same run; "
                "a calibration replaces it by the fitted scale.")
+    kept_predictions: int = _param(
+        1024, "Predictions of the topology side's time that the cost model keeps (per plan, "
+              "size and costs; it asks on every call, and one costs a pipeline prediction of "
+              "every tree, about a millisecond at 16 ranks). A job's gradients come in a few "
+              "sizes; the bound only stops a job of ever-new sizes from growing it.")
     in_flight_extra: int = _param(
         2, "Chunks of one tree in flight at a rank beyond the scratch window and a chunk per "
            "hop each way (what keeps every link of the tree busy): a small margin over that.")
@@ -109,6 +114,9 @@ class EngineParams:
         for name in ("prior_mpi_latency_s", "prior_tree_latency_s", "prior_per_message_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
+        if int(self.kept_predictions) < 1:
+            raise ValueError(f"kept_predictions: must be at least 1, got "
+                             f"{self.kept_predictions!r}")
         _require_at_least(self, 1, ("check_first_bytes", "cost_repeats", "cost_row_messages",
                                     "gpu_block_threads"))
         if not self.cost_chunks or any(int(c) < 1 for c in self.cost_chunks):

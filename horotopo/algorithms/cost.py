@@ -97,7 +97,7 @@ class TopologySide:
             return hit[1]
         got = (plan.predict_time(int(nbytes), chunk, costs=costs) if self.algorithm == TREE
                else self._predict(plan, int(nbytes), chunk, costs))
-        if len(self._memo) >= _MEMO_SIZES:
+        if len(self._memo) >= ENGINE.kept_predictions:
             self._memo.clear()
         # A weak reference: the memo names a plan (plans are immutable) without keeping it.
         self._memo[key] = (weakref.ref(plan), got)
@@ -122,10 +122,6 @@ class TopologySide:
         return float(figures[self.algorithm]) * plan.predict_time(nbytes, chunk,
                                                                  costs=costs) / at_size
 
-
-#: Sizes a :class:`TopologySide` keeps predictions for (a job's gradients come in a few
-#: sizes; the bound only stops a job of ever-new sizes from growing it without end).
-_MEMO_SIZES = 1024
 
 
 def messages_per_rank(plan: Plan, nbytes: int, chunk_bytes: int) -> float:
