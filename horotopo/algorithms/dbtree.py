@@ -110,6 +110,8 @@ def double_tree_plan_on(topology: Topology, chunk_bytes: int) -> Plan:
     each with its critical-path profile there at ``chunk_bytes`` and half the rate that the
     topology's most loaded link allows the pair, so that it is timed as any plan is."""
     shape = double_tree_plan(topology.n, int(chunk_bytes))
+    if len(topology.capacity_Bps) == 0:
+        return shape  # one rank: no link to bound the pair's rate
     per_tree = _pair_rate(topology, shape) / 2
     trees = [(t.root, t.reduce_parent, t.bcast_parent, per_tree) for t in shape.trees]
     return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes), topology=topology)
