@@ -380,11 +380,27 @@ class PlannerParams:
              "racks with slow NICs at 4096 ranks (512 machines) 20 rounds of column generation "
              "(10.7 s of CPU, from 16.1 s in) raised R from 192.0 to 194.4 MB/s against a bound "
              "of 312.5, while planning 4096 ranks is to take at most 20 s.")
+    hierarchy_auto_min_ranks: int = _param(
+        64, "HOROTOPO_HIERARCHY=auto plans over hosts above this many ranks, where some machine "
+            "holds several: the flat planner takes about a second at 64 ranks and grows steeply "
+            "beyond, while the hierarchy loses little.")
+    hierarchical_large_machines: int = _param(
+        64, "Past this many machines the hierarchical packing works at scale: the topology-"
+            "aware ring's chains alone seed it (the rank-order ring's too would double the LP "
+            "at hundreds of machines), from one bottleneck seed root (a second moved no row of "
+            "the scale table), pricing two roots per round (one past four times this), and "
+            "hierarchical_max_roots and hierarchical_packing_cpu_s apply.")
+    flat_bound_edmonds_max_ranks: int = _param(
+        256, "The flat bound reported beside a hierarchical plan is priced exactly by Edmonds "
+             "on the ranks up to this many ranks (2-7 s at 1024 on 2 cores); beyond, where the "
+             "links form a tree, from lower bounds on the tree prices (certified, maybe looser).")
 
     def __post_init__(self) -> None:
         counts = ("max_trees_per_root", "window_bytes", "default_window", "max_window",
                   "rank_window_bytes", "min_window", "min_chunk", "max_chunk", "exhaustive_max",
-                  "greedy_all_max", "candidates", "greedy_rounds", "hierarchical_max_roots")
+                  "greedy_all_max", "candidates", "greedy_rounds", "hierarchical_max_roots",
+                  "hierarchy_auto_min_ranks", "hierarchical_large_machines",
+                  "flat_bound_edmonds_max_ranks")
         _require_at_least(self, 1, counts)
         for name in counts:
             if int(getattr(self, name)) != getattr(self, name):

@@ -45,15 +45,10 @@ from .gk import dual_bound, pack, price
 from .model import ArcModel, Packing, TreeRate
 
 __all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "flat_bound",
-           "ring_throughput", "AUTO_MIN_RANKS"]
+           "ring_throughput"]
 
-#: ``HOROTOPO_HIERARCHY=auto`` plans over hosts above this many ranks (the flat planner takes
-#: about a second at 64 ranks and grows steeply beyond, while the hierarchy loses little).
-AUTO_MIN_RANKS = 64
 #: The certificate's phase when :func:`cut_bound` gives the bound.
 PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
-#: :func:`flat_bound` prices exactly by Edmonds up to this many ranks (2-7 s at 1024 on 2 cores).
-EDMONDS_MAX_RANKS = 256
 
 
 def machines(topology: Topology) -> Tuple[int, ...]:
@@ -345,23 +340,24 @@ def _tree_prices(topology: Topology, model: HostModel, y: np.ndarray
     return reduce_cost, bcast_cost
 
 
-def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.ndarray]
-               ) -> Tuple[Optional[float], str]:
+def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.ndarray],
+               params: PlannerParams = PLANNER) -> Tuple[Optional[float], str]:
     """A certified upper bound on the *flat* model's optimum from a hierarchical dual point.
 
     ``dual = (y, pi)`` over merged resources and machines. ``y`` spread over the flat
     resources and ``pi`` given to every rank of a machine form a dual point of the flat LP;
     pricing it there gives ``d1, d2`` and the bound ``c.y / (d1 + d2)``
     (:mod:`horotopo.packing.gk`): exactly, by Edmonds on the ranks (one super-root run per
-    kind), up to :data:`EDMONDS_MAX_RANKS` ranks; beyond, on a network whose links form a tree,
+    kind), up to ``params.flat_bound_edmonds_max_ranks`` ranks; beyond, on a network whose links form a tree,
     from lower bounds on ``d1, d2`` (:func:`_tree_prices`; the bound stays certified, maybe
     looser). Returns ``(bound, method)``.
     """
     y = model.flat_lengths(dual[0])
     pi = np.asarray(dual[1])[model.machine_of]
-    if topology.n > EDMONDS_MAX_RANKS:
+    if topology.n > params.flat_bound_edmonds_max_ranks:
         if not (isinstance(topology.routes, HostRoutes) and _is_tree(topology)):
-            return None, f"not computed: more than {EDMONDS_MAX_RANKS} ranks, links not a tree"
+            return None, (f"not computed: more than {params.flat_bound_edmonds_max_ranks} "
+                          f"ranks, links not a tree")
         into, out_of = _tree_prices(topology, model, y)
         return (dual_bound(model.flat_capacity, y, float(np.min(pi + into)),
                            float(np.min(out_of - pi))), "tree path lower bound")
@@ -413,16 +409,18 @@ def ring_throughput(topology: Topology) -> float:
     return float(n * np.min(cap[hit] / load[hit])) if hit.any() else np.inf
 
 
-def use_hierarchy(topology: Topology, setting: Optional[str] = None) -> bool:
+def use_hierarchy(topology: Topology, setting: Optional[str] = None,
+                  params: PlannerParams = PLANNER) -> bool:
     """Whether to plan ``topology`` over hosts: ``setting`` (default ``HOROTOPO_HIERARCHY``)
     ``on``, ``off``, or ``auto``: when some machine has several ranks and there are more than
-    :data:`AUTO_MIN_RANKS` ranks."""
+    ``params.hierarchy_auto_min_ranks`` ranks."""
     setting = setting or config.get("HOROTOPO_HIERARCHY")
     if setting not in ("auto", "on", "off"):
         raise ValueError(f"hierarchy must be auto, on or off, got {setting!r}")
     if setting != "auto":
         return setting == "on"
-    return topology.n > AUTO_MIN_RANKS and len(set(machines(topology))) < topology.n
+    return (topology.n > params.hierarchy_auto_min_ranks
+            and len(set(machines(topology))) < topology.n)
 
 
 def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
@@ -442,8 +440,9 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     host_model : HostModel, optional
         ``HostModel(topology)``, where the caller has built it already.
     params : PlannerParams
-        Past :data:`AUTO_MIN_RANKS` machines: ``hierarchical_max_roots``, the most roots whose
-        trees the packing keeps, and ``hierarchical_packing_cpu_s``, its CPU-time cap.
+        Past ``hierarchical_large_machines`` machines the packing seeds and prices less per
+        round, keeps the trees of at most ``hierarchical_max_roots`` roots and takes at most
+        ``hierarchical_packing_cpu_s``; ``flat_bound_edmonds_max_ranks`` as :func:`flat_bound`.
     **pack_args
         Passed to :func:`horotopo.packing.gk.pack` (``max_trees_per_root``, ``target_gap``...).
 
@@ -462,7 +461,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # The topology-aware ring's chains seed the pool (at 1024 ranks they alone reach the
     # optimum); the machine-order ring's would double the LP at hundreds of machines. Most
     # rows (local links) never bind: row generation leaves them out.
-    large = model.n > AUTO_MIN_RANKS
+    large = model.n > params.hierarchical_large_machines
     pack_args.setdefault("rank_ring", not large)
     if large:
         pack_args.setdefault("max_roots", params.hierarchical_max_roots)
@@ -473,7 +472,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # contracts one cycle per level): one tree per kind and round there. The multiplicative-
     # weights trees stay (capped at a fifth of the time): on racks at 4096 ranks they lift R
     # from the ring's 195 to 307 MB/s.
-    huge = model.n > 4 * AUTO_MIN_RANKS
+    huge = model.n > 4 * params.hierarchical_large_machines
     pack_args.setdefault("columns_per_round", 1 if huge else 2 if large else 4)
     # Trees built for their bottleneck (slow hosts as leaves, fast ones as the backbone), with
     # the machine cut's bound: on racks with slow NICs they meet it at once, where column
@@ -493,7 +492,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     if with_flat_bound and host.dual is not None:
         t0 = time.perf_counter()
         extra["flat_upper_bound_Bps"], extra["flat_bound_method"] = \
-            flat_bound(topology, model, host.dual)
+            flat_bound(topology, model, host.dual, params)
         extra["flat_bound_seconds"] = round(time.perf_counter() - t0, 4)
     return Packing(trees=trees, throughput=float(sum(t.rate for t in trees)),
                    upper_bound=host.upper_bound, full_throughput=host.full_throughput,
