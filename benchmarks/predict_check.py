@@ -41,6 +41,7 @@ from horotopo.algorithms.choice import candidates, choose, predictions, with_cho
 from horotopo.algorithms.simcheck import (measure_network, simulate_allreduce,  # noqa: E402
                                           simulated_costs)
 from horotopo.generate import GENERATORS, SCALE_TABLE_SPECS, generate  # noqa: E402
+from horotopo.algorithms.flows import FlowNetwork  # noqa: E402
 from horotopo.packing.alphabeta import NetworkModel  # noqa: E402
 from horotopo.plan import Plan, format_size, make_plan, parse_size  # noqa: E402
 from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
@@ -214,7 +215,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     misses = [r for r in rows if "error_frac" in r and abs(r["error_frac"]) > args.tolerance]
     measured = (f"simulator's network: latency x{network.latency_factor:.2f}, rates "
                 f"x{network.bandwidth_factor:.3f}, TCP window "
-                f"{network.tcp_window_bytes or 0:.0f} B, streams {network.streams}")
+                f"{network.tcp_window_bytes or 0:.0f} B, streams {network.streams}"
+                + (f", a tree's flows of unequal weights over one link keeping "
+                   f"{network.mixed_efficiency:.3f} of it" if isinstance(network, FlowNetwork)
+                   else ""))
     missed = [f"MISS: {r['topology']} {r['ranks_are']} {r['algorithm']}: predicted "
               f"{r['predicted_s'] * 1e3:.2f} ms vs simulated {r['time_s'] * 1e3:.2f} ms "
               f"({r['error_frac'] * 100:+.1f}%)" for r in misses]
