@@ -32,6 +32,29 @@ def test_groups_are_the_sites_across_a_wan_and_one_switch_is_one_group():
     assert host_groups(fat) == [list(range(8))]
 
 
+def test_groups_of_a_probed_network_are_its_racks_though_every_latency_carries_a_software_cost():
+    """racks of 4 hosts of 4 ranks as a probe reads them: every pair's rate as declared and its
+    latency plus the 17 us a message's software costs (the probed 1024-rank racks read 23 us
+    within a rack and 27 across). Counted beyond two ranks of one machine, the routes across
+    the racks are twice those within, as declared; as they read, 1.2x, one group."""
+    from horotopo.probe.hostinfer import generated_hosts
+    from horotopo.topology import GBPS_TO_BPS, measured_document
+
+    doc = generate("racks:hosts_per_rack=4,gpus=4,oversub=4", 64)
+    declared = from_dict(doc)
+    n = declared.n
+    software_ms = 0.017
+    measured = from_dict(measured_document(
+        "probed-racks", generated_hosts(doc),
+        [[None if i == j else declared.pair_capacity_Bps(i, j) / GBPS_TO_BPS
+          for j in range(n)] for i in range(n)],
+        [[None if i == j else declared.latency(i, j) * 1e3 + software_ms for j in range(n)]
+         for i in range(n)]))
+    racks = [list(range(k, k + 4)) for k in range(0, 16, 4)]
+    assert host_groups(HostModel(declared)) == racks
+    assert host_groups(HostModel(measured)) == racks
+
+
 def test_trees_cross_each_cut_once_are_shallow_and_rotate_every_role():
     groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
     trees = host_trees(groups, 8)

@@ -8,8 +8,9 @@ sites:gpus=8,wan_gbps=10 --ranks 64`` shows the flat plan far from the optimum).
 
 This forest is built, not packed. The machines (:func:`~.hierarchy.machines`) are split into
 *groups* of machines close to each other: routes within a group have at most
-:data:`GROUP_LATENCY_FACTOR` times the smallest route latency between two machines (a site
-across a WAN, a rack behind its uplink), and groups close to each other form groups of the
+:data:`GROUP_LATENCY_FACTOR` times the smallest route latency between two machines, both
+counted beyond the latency between two ranks of one machine (a site across a WAN, a rack
+behind its uplink), and groups close to each other form groups of the
 next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in every finest group
 the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
 each level the heads of the groups (the machine where the tree enters each) form a binary heap
@@ -55,10 +56,11 @@ __all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MA
            "host_groups", "host_trees", "pick_rotations", "pack_host_forest",
            "pack_host_forests", "host_tree_counts", "has_hosts"]
 
-#: Machines whose route latency is at most this multiple of the smallest one between two
-#: machines share a group. Within one switch a route has two NIC hops (plus local links);
-#: through a rack uplink it has two more (about 1.7x on the generators: racks split), and a
-#: WAN's milliseconds are thousands of times a data-centre hop.
+#: Machines whose route latency, beyond the latency between two ranks of one machine, is at
+#: most this multiple of the smallest one between two machines share a group. Within one
+#: switch a route has two NIC hops beyond the local links; through a rack uplink it has two
+#: more (2x on the generators: racks split), and a WAN's milliseconds are thousands of times a
+#: data-centre hop.
 GROUP_LATENCY_FACTOR = 1.5
 
 #: The most host-level trees a planned host forest keeps (each is ``K`` rank-level trees): at
@@ -108,15 +110,26 @@ def has_hosts(topology: Topology) -> bool:
     return False
 
 
+def _own_latency(model: HostModel, between: float) -> float:
+    """The smallest latency between two ranks of one machine, what every route pays before it
+    leaves a machine; 0 where no machine has two ranks or that latency is not below
+    ``between``, the smallest between two machines (no floor shared by the routes out)."""
+    topo = model.topology
+    own = min((topo.latency(int(m[0]), int(m[1])) for m in model.members if len(m) > 1),
+              default=0.0)
+    return own if own < between else 0.0
+
+
 def host_groups(model: HostModel) -> List[Group]:
     """Machines grouped by route latency (see :data:`GROUP_LATENCY_FACTOR`), level by level.
 
-    The finest groups are the machines whose routes are within the factor of the smallest
-    latency between two machines (a rack); groups whose routes to each other are within the
-    factor of the smallest latency between two groups form the next level (the racks of a
-    site), and so on until one group would hold all. A group of one level is the list of
-    its subgroups, a finest group the list of its machines; a group with one subgroup is
-    that subgroup. Members are in the network's depth-first order
+    Latencies count beyond the latency between two ranks of one machine
+    (:func:`_own_latency`). The finest groups are the machines whose routes are within the
+    factor of the smallest latency between two machines (a rack); groups whose routes to each
+    other are within the factor of the smallest latency between two groups form the next
+    level (the racks of a site), and so on until one group would hold all. A group of one
+    level is the list of its subgroups, a finest group the list of its machines; a group with
+    one subgroup is that subgroup. Members are in the network's depth-first order
     (:meth:`HostModel.ring_order`). On a network of one level (racks behind one core, sites
     of one rack each) this is a list of lists of machines.
     """
@@ -124,6 +137,11 @@ def host_groups(model: HostModel) -> List[Group]:
     d = model.designated[0]
     lat = np.array([[model.topology.latency(int(d[a]), int(d[b])) if a != b else np.inf
                      for b in range(h_count)] for a in range(h_count)])
+    # A probe's latencies carry every message's software cost, the same on every route, which
+    # shrinks their ratios toward 1 (on the probed 1024-rank racks 23 us within a rack and 27
+    # across, where the declared routes take 6 and 10: one group). Beyond the latency between
+    # two ranks of one machine both read 4 against 8 us.
+    lat = lat - _own_latency(model, float(lat.min()))
     labels = []  # one partition per level, finest first; the last has two or more groups
     label = np.arange(h_count)
     while h_count > 1:
