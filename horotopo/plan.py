@@ -476,7 +476,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     given = {"max_trees_per_root": max_trees_per_root, "target_gap": target_gap}
     params = replace(params, **{k: v for k, v in given.items() if v is not None})
     size = target_size(size)
-    hierarchical = _hierarchy.use_hierarchy(topology, hierarchy)
+    hierarchical = _hierarchy.use_hierarchy(topology, hierarchy, params)
     # before the packing: a forced forest is never replaced, nor refused after the work
     check_forest(forest, topology, hierarchical)
     if max_host_trees is not None:
@@ -489,7 +489,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         packing = _hierarchy.pack_hierarchical(topology,
                                                max_trees_per_root=params.max_trees_per_root,
                                                target_gap=params.target_gap, progress=progress,
-                                               host_model=host_model)
+                                               host_model=host_model, params=params)
     else:
         ring = ring_packing(topology)
         packing = pack(topology, max_trees_per_root=params.max_trees_per_root,
