@@ -68,13 +68,6 @@ class FlowNetwork(NetworkModel):
     mixed_ratio: float = math.inf
 
 
-#: What :func:`~horotopo.algorithms.simcheck.measure_network` measures of a tree's flows of
-#: unequal weights over one link (:attr:`FlowNetwork.mixed_efficiency`): a three-rank chain
-#: keeps this fraction of its time with equal weights where one rank's reduce and broadcast
-#: flows have routes of weights 1.7 times apart; weights at least MIXED_RATIO apart count.
-MIXED_EFFICIENCY = 0.75
-MIXED_RATIO = 1.5
-
 #: The network TCP gives the declared links, as SimGrid's LV08 model (fitted to TCP) gives it
 #: and :func:`horotopo.algorithms.simcheck.measure_network` measures it from single simulated
 #: messages (``python benchmarks/predict_check.py`` prints the measured figures): rates at
@@ -82,12 +75,12 @@ MIXED_RATIO = 1.5
 #: its reverse route, a flow's share weighted by the inverse of its route's latency plus
 #: 20.5 kB over each of its links' rates, a 4.4 MB TCP window over the round trip, and a
 #: stream's messages past its bandwidth-delay product held back, and a tree's flows over one
-#: link with weights 1.5 times apart or more keeping 0.75 of its rate. The chooser predicts on it
-#: (:mod:`horotopo.algorithms.choice`).
+#: link with weights 1.5 times apart or more keeping 0.75 of its rate (a three-rank chain, one
+#: rank's reduce and broadcast flows on routes 1.7 times apart, against the same chain on one
+#: switch). The chooser predicts on it (:mod:`horotopo.algorithms.choice`).
 TCP_NETWORK = FlowNetwork(latency_factor=1.0, bandwidth_factor=0.924, tcp_window_bytes=4.4e6,
                           shared_messages=True, streams="bdp", weight_bytes=20.5e3,
-                          crosstraffic=0.05, mixed_efficiency=MIXED_EFFICIENCY,
-                          mixed_ratio=MIXED_RATIO)
+                          crosstraffic=0.05, mixed_efficiency=0.75, mixed_ratio=1.5)
 
 
 def sharing_matters(network: NetworkModel) -> bool:

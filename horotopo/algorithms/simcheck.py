@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from ..engine import Engine
-from .flows import MIXED_RATIO, FlowNetwork
+from .flows import TCP_NETWORK, FlowNetwork
 from ..packing.alphabeta import NetworkModel, SoftwareCosts, window_for
 from ..plan import Plan, plan_from_trees
 from ..simulation.runner import run_simulated
@@ -173,7 +173,7 @@ def measure_network() -> NetworkModel:
     return FlowNetwork(latency_factor=lat_factor, bandwidth_factor=bw_factor,
                        tcp_window_bytes=window, shared_messages=shared, streams=streams,
                        weight_bytes=weight, crosstraffic=crosstraffic, mixed_efficiency=mixed,
-                       mixed_ratio=MIXED_RATIO)
+                       mixed_ratio=TCP_NETWORK.mixed_ratio)
 
 
 def simulated_costs() -> SoftwareCosts:
