@@ -48,7 +48,8 @@ from typing import Any, Dict, List
 
 from horotopo.adapt.slowdown import (SlowdownScenario, run_slowdown, series_lines,
                                      summarize_slowdown)
-from horotopo.cli.simulate_cmd import SMALL_ELEMS, TOTAL_ELEMS, resolve
+from horotopo.algorithms.simcheck import SMALL_ELEMS, TOTAL_ELEMS
+from horotopo.cli.simulate_cmd import resolve
 from horotopo.plan import format_size, parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer

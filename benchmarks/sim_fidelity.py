@@ -35,10 +35,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulated_allreduce import BENCH, _rows  # noqa: E402
+from emulated_allreduce import BENCH  # noqa: E402
 import results as results_doc  # noqa: E402
 
 from horotopo.plan import Plan, format_size, make_plan, parse_size  # noqa: E402
+from horotopo.reliability.versus_mpi import benchmark_rows  # noqa: E402
 from horotopo.topology import Topology, bundled, load  # noqa: E402
 
 TOPOLOGIES = ("racks-2x3", "slow-nic", "uniform-4")
@@ -99,7 +100,7 @@ def emulated(path: Path, sizes: Sequence[int], algorithms: Sequence[str], iters:
             if proc.returncode != 0:
                 raise SystemExit(f"sim_fidelity: the emulated {alg} run on {path.name} failed "
                                  f"({proc.returncode}):\n{proc.stderr[-3000:]}")
-            for row in _rows(proc.stdout):
+            for row in benchmark_rows(proc.stdout):
                 if int(row["size"]) in sizes:
                     out[alg, int(row["size"])] = {
                         "time_s": float(row["time_s"]), "mpi_time_s": float(row["mpi_time_s"]),
