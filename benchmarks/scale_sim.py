@@ -48,6 +48,7 @@ from horotopo.generate import SCALE_TABLE_SPECS
 from horotopo.algorithms.choice import predictions, recorded_algorithm, with_choice
 from horotopo.algorithms.simcheck import measure_network, simulated_costs
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
+from horotopo.algorithms.flows import TCP_NETWORK
 from horotopo.packing.alphabeta import IDEAL_NETWORK, NetworkModel
 from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.simulation import SimulationError
@@ -170,14 +171,17 @@ def predicted_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
                   network: str) -> Dict[str, float]:
     """Every algorithm's modelled time at ``chunk`` (None: the plan's) with the software
     costs the simulator charges, on the ``network`` (``"simulator's"``: the one the simulator
-    gives, the model's figure for the cell's own conditions; ``"declared"``: the links as
+    gives, the model's figure for the cell's own conditions; ``"TCP's"``: what TCP makes of the
+    declared links, as init predicts (:data:`~horotopo.algorithms.flows.TCP_NETWORK`);
+    ``"declared"``: the links as
     declared, as init predicts). Kept with the row's plan (``--replan`` makes both again)."""
     name = f"{chunk_name(chunk)} on the {network} network"
     if name not in rec["predicted"]:
         with cost_profiles.charging(profile, rec["ranks_are"], rec["cuda_aware"]):
             rec["predicted"][name] = predictions(
                 topo, plan, rec["size"], chunk, costs=simulated_costs(),
-                network=simulator_network() if network == "simulator's" else IDEAL_NETWORK)
+                network={"simulator's": simulator_network, "TCP's": lambda: TCP_NETWORK,
+                         "declared": lambda: IDEAL_NETWORK}[network]())
         cache.save()
     return rec["predicted"][name]
 
@@ -186,11 +190,11 @@ def chosen_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
                chunk: Optional[int], profile: cost_profiles.CostProfile) -> str:
     """What init records for an engine that runs at ``chunk``: at the plan's own chunk the
     plan's record; at a fixed chunk the candidate predicted fastest at that chunk on the
-    declared network, as init predicts (the recorded choice was weighed at the plan's chunk,
+    network init predicts on, TCP's (the recorded choice was weighed at the plan's chunk,
     and an algorithm's rank among the others changes with the chunk)."""
     if chunk is None:
         return recorded_algorithm(plan)
-    got = predicted_for(cache, rec, topo, plan, chunk, profile, "declared")
+    got = predicted_for(cache, rec, topo, plan, chunk, profile, "TCP's")
     order = list(got)
     return min(order, key=lambda name: (got[name], order.index(name)))
 
@@ -446,7 +450,7 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         f"the software costs the simulator charges, on the "
         f"{PREDICT_ON[args.predict_on]} network"
         f"{MEASURED if args.predict_on == 'simulator' else ''}, while \"horotopo runs\" is the "
-        f"choice init makes on the declared network for an engine at the row's chunk; \"/ optimum\" is the optimum's time (the size over the certified "
+        f"choice init makes on TCP's network (horotopo.algorithms.flows.TCP_NETWORK: the declared links as TCP shares them) for an engine at the row's chunk; \"/ optimum\" is the optimum's time (the size over the certified "
         f"upper bound on any packing of trees) divided by the algorithm's time. Chunk "
         f"of every algorithm (\"plan\": the row's plan's, as horotopo's engine runs any "
         f"algorithm; a size: that full-size chunk, where the simulator's speed forbids the "
