@@ -32,7 +32,7 @@ import torch
 
 from ...buffers import device_scope
 from ...transport.base import Transport, TransportTimeout
-from ...transport.poll import DONE, IDLE, IDLE_NAP_S, PROGRESS, poll
+from ...transport.poll import DONE, IDLE, PROGRESS, poll
 
 __all__ = ["SendOp", "RecvOp", "start", "posting"]
 
@@ -147,7 +147,7 @@ class _Progress:
             with self._cond:
                 while not self._ops:
                     self._cond.wait()
-            poll(self._sweep, nap_s=IDLE_NAP_S)
+            poll(self._sweep)  # the transport's idle naps (RuntimeParams.idle_nap_s)
 
     def _sweep(self) -> int:
         with self._cond:
