@@ -44,8 +44,8 @@ from .certificate import check_certificate
 from .gk import dual_bound, pack, price
 from .model import ArcModel, Packing, TreeRate
 
-__all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "flat_bound",
-           "ring_throughput"]
+__all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "packing_cpu_cap",
+           "flat_bound", "ring_throughput"]
 
 #: The certificate's phase when :func:`cut_bound` gives the bound.
 PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
@@ -159,10 +159,9 @@ class HostModel:
         groups: Dict[Any, int] = {}
         self.group_of = np.full(len(cap), -1, dtype=np.int64)
         reps: List[int] = []
-        for r in range(len(cap)):
+        # only the loaded resources: a measured topology has one per ordered pair of ranks
+        for r in np.flatnonzero(np.diff(stacked.indptr)).tolist():
             lo, hi = stacked.indptr[r], stacked.indptr[r + 1]
-            if lo == hi:
-                continue
             sig = (cap[r], stacked.indices[lo:hi].tobytes(), stacked.data[lo:hi].tobytes())
             if sig not in groups:
                 groups[sig] = len(reps)
@@ -423,6 +422,16 @@ def use_hierarchy(topology: Topology, setting: Optional[str] = None,
             and len(set(machines(topology))) < topology.n)
 
 
+def packing_cpu_cap(machines: int, params: PlannerParams = PLANNER) -> float:
+    """The CPU seconds the hierarchical packing may take on ``machines`` machines past
+    ``hierarchical_large_machines``: ``hierarchical_packing_cpu_s`` from 512 machines (4096
+    ranks of 8) up, in proportion to the square of the machines below. A round's
+    Edmonds runs grow with the arcs between machines, and the planning targets (2 s at 1024
+    ranks, 20 s at 4096) leave the packing about a tenth as much at a quarter of the
+    machines."""
+    return params.hierarchical_packing_cpu_s * min(1.0, (machines / 512) ** 2)
+
+
 def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
                       progress: Optional[Callable[[str], None]] = None,
                       host_model: Optional["HostModel"] = None,
@@ -465,7 +474,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     pack_args.setdefault("rank_ring", not large)
     if large:
         pack_args.setdefault("max_roots", params.hierarchical_max_roots)
-        pack_args.setdefault("time_limit_s", params.hierarchical_packing_cpu_s)
+        pack_args.setdefault("time_limit_s", packing_cpu_cap(model.n, params))
     pack_args.setdefault("lazy_rows", True)
     pack_args.setdefault("filled_dual", True)
     # Edmonds is the cost at hundreds of machines (a rack's hosts all prefer one parent, so it
