@@ -141,7 +141,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-host-trees", type=int, default=None, metavar="K",
                     help="plan host forests of at most K host-level trees (each K times the "
                          "ranks per host rank-level trees) in every plan of the run: the "
-                         "planner's own bound is hostforest.MAX_HOST_TREES (32); at 1024 ranks "
+                         "planner's own bound is PlannerParams.max_host_trees (32); at 1024 ranks "
                          "its 256 rank-level trees are about 524,000 messages a call, too many "
                          "to simulate a dozen calls here")
     ap.add_argument("--json", action="store_true", help="print the JSON document only")

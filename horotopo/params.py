@@ -397,13 +397,38 @@ class PlannerParams:
         256, "The flat bound reported beside a hierarchical plan is priced exactly by Edmonds "
              "on the ranks up to this many ranks (2-7 s at 1024 on 2 cores); beyond, where the "
              "links form a tree, from lower bounds on the tree prices (certified, maybe looser).")
+    group_latency_factor: float = _param(
+        1.5, "Host forests: machines whose route latency, beyond the latency between two ranks "
+             "of one machine, is at most this multiple of the smallest one between two "
+             "machines share a group. Within one switch a route has two NIC hops beyond the "
+             "local links; through a rack uplink it has two more (2x on the generators: racks "
+             "split), and a WAN's milliseconds are thousands of times a data-centre hop.")
+    max_host_trees: int = _param(
+        32, "The most host-level trees a planned host forest keeps (each is as many rank-level "
+            "trees as a machine has ranks): at 512 hosts of 8 ranks, 256 rank-level trees "
+            "instead of 4096. Chosen so that a 64 MiB buffer still gives every rank-level tree "
+            "256 KiB at 4096 ranks, and so that the planner's and the simulator's cost stays a "
+            "small multiple of the deep forest's (at most 2 H host trees there).")
+    host_tree_counts: Tuple[int, ...] = _param(
+        (4, 8, 16), "Host-tree counts the forest choice predicts (each at most the machines' "
+                    "count and max_host_trees): fewer trees mean fewer messages per rank and "
+                    "larger chunks, more trees better balanced loads and a shorter pipeline "
+                    "fill; the prediction for the planned size decides. Each count is a plan "
+                    "to build and predict; more than 16 host trees was predicted fastest on no "
+                    "row of the scale table.")
+    host_fabric_factor: float = _param(
+        8.0, "A machine for the host forests is also a set of ranks on a local fabric at least "
+             "this many times faster than its way out: a GPU node's local fabric (10x the NIC "
+             "on the generators). A top-of-rack switch of single-rank hosts behind a slower "
+             "uplink also passes the machine test (racks-2x3: 4x), but a probe, which groups "
+             "ranks by host name, could not find such a forest again.")
 
     def __post_init__(self) -> None:
         counts = ("max_trees_per_root", "window_bytes", "default_window", "max_window",
                   "rank_window_bytes", "min_window", "min_chunk", "max_chunk", "exhaustive_max",
                   "greedy_all_max", "candidates", "greedy_rounds", "hierarchical_max_roots",
                   "hierarchy_auto_min_ranks", "hierarchical_large_machines",
-                  "flat_bound_edmonds_max_ranks")
+                  "flat_bound_edmonds_max_ranks", "max_host_trees")
         _require_at_least(self, 1, counts)
         for name in counts:
             if int(getattr(self, name)) != getattr(self, name):
@@ -419,6 +444,11 @@ class PlannerParams:
                              f"{self.chunk_scales!r}")
         if not 0 < self.target_gap < 1:
             raise ValueError(f"target_gap: must be in (0, 1), got {self.target_gap!r}")
+        if not self.host_tree_counts or any(
+                int(c) != c or c < 1 for c in self.host_tree_counts):
+            raise ValueError(f"host_tree_counts: must be whole numbers >= 1, got "
+                             f"{self.host_tree_counts!r}")
+        _require_at_least(self, 1, ("group_latency_factor", "host_fabric_factor"))
         if not self.hierarchical_packing_cpu_s > 0:
             raise ValueError(f"hierarchical_packing_cpu_s: must be > 0, got "
                              f"{self.hierarchical_packing_cpu_s!r}")

@@ -460,7 +460,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     ``plan.planner["forest"]`` records the choice and every kind's prediction.
 
     ``max_host_trees`` bounds the host forest's host-level trees (default
-    :data:`~horotopo.packing.hostforest.MAX_HOST_TREES`; each is as many rank-level trees as a
+    :attr:`~horotopo.params.PlannerParams.max_host_trees`; each is as many rank-level trees as a
     host has ranks): fewer trees, fewer messages. A bound given is recorded in
     ``plan.planner["forest"]`` and kept by the adaptive engine's re-plans.
 
@@ -478,9 +478,10 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     size = target_size(size)
     hierarchical = _hierarchy.use_hierarchy(topology, hierarchy, params)
     # before the packing: a forced forest is never replaced, nor refused after the work
-    check_forest(forest, topology, hierarchical)
+    check_forest(forest, topology, hierarchical, params)
     if max_host_trees is not None:
-        host_tree_counts(1, limit=max_host_trees)  # a bound below one fails before the packing
+        # a bound below one fails before the packing
+        host_tree_counts(1, limit=max_host_trees, params=params)
     host_model = None
     if hierarchical:
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
@@ -496,7 +497,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
                        target_gap=params.target_gap,
                        progress=progress)
     plan, record = choose_forest(
-        Candidates(topology, packing, hierarchical, max_host_trees, host_model),
+        Candidates(topology, packing, hierarchical, max_host_trees, host_model, params),
         lambda p: _from_packing(topology, p, ring, chunk_bytes, size, params=params), size,
         forest=forest, network=network, progress=progress)
     return replace(plan, planner=dict(plan.planner, forest=record))

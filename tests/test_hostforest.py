@@ -6,10 +6,11 @@ import pytest
 
 from horotopo.generate import generate
 from horotopo.packing.hierarchy import HostModel, machines
-from horotopo.packing.hostforest import (MAX_HOST_TREES, _flat, has_hosts, host_groups,
+from horotopo.packing.hostforest import (_flat, has_hosts, host_groups,
                                          host_tree_counts, host_trees, pack_host_forest,
                                          pack_host_forests, pick_rotations)
 from horotopo.packing.model import ArcModel
+from horotopo.params import PLANNER
 from horotopo.plan import depth, make_plan
 from horotopo.topology import bundled, from_dict, load
 
@@ -226,8 +227,8 @@ def _sends(trees, h_count):
 def test_the_host_tree_count_is_capped_at_1024_ranks():
     """128 hosts of 8 ranks: every rotation gave 128 host trees, 1024 rank-level trees of
     1024 ranks (the simulation of such a plan did not finish in 900 s, 12.5 GB); the forest
-    keeps at most MAX_HOST_TREES, and the planner offers no count above it."""
-    assert MAX_HOST_TREES == 32
+    keeps at most PLANNER.max_host_trees, and the planner offers no count above it."""
+    assert PLANNER.max_host_trees == 32
     assert host_tree_counts(512) == [4, 8, 16]  # the counts that win some row, none above
     assert host_tree_counts(8) == [4, 8] and host_tree_counts(2) == [2]
     assert host_tree_counts(12) == [4, 8, 12]  # every rotation, where fewer than 16
@@ -255,7 +256,7 @@ def test_make_plan_bounds_the_host_trees_and_records_the_bound():
     assert "max_host_trees" not in free.planner["forest"] and free.planner["host_trees"] >= 4
     with pytest.raises(ValueError, match="at most 0 host trees"):
         make_plan(topo, size=64 * MiB, max_host_trees=0)
-    assert MAX_HOST_TREES == 32  # the parameter leaves the default alone
+    assert PLANNER.max_host_trees == 32  # the parameter leaves the default alone
 
 
 def test_picked_rotations_pair_interior_and_leaf_roles():
@@ -341,7 +342,8 @@ def test_a_few_host_trees_are_kept_a_hair_below_rings_throughput():
     plan = make_plan(topo, size=64 * MiB)
     record = plan.planner["forest"]
     assert record["chosen"] == "hosts"
-    assert plan.planner["host_trees"] <= MAX_HOST_TREES and len(plan.trees) <= 8 * MAX_HOST_TREES
+    most = PLANNER.max_host_trees
+    assert plan.planner["host_trees"] <= most and len(plan.trees) <= 8 * most
     assert plan.throughput_Bps == pytest.approx(1.25e9 / 2, rel=1e-9)
     assert plan.ring_Bps * (1 - 1 / 128) <= plan.throughput_Bps < plan.ring_Bps
     assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"]

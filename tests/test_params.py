@@ -116,10 +116,6 @@ PENDING: Dict[str, str] = {
     "algorithms/cost.py:_MEMO_SIZES": "the self-tuner's prediction memo bound",
     "packing/hierarchy.py:AUTO_MIN_RANKS": "where hierarchy=auto plans over hosts (planner)",
     "packing/hierarchy.py:EDMONDS_MAX_RANKS": "the planner's exact-arborescence bound",
-    "packing/hostforest.py:GROUP_LATENCY_FACTOR": "the host forests' (planner)",
-    "packing/hostforest.py:MAX_HOST_TREES": "the host forests' (planner)",
-    "packing/hostforest.py:HOST_TREE_COUNTS": "the host forests' (planner)",
-    "packing/hostforest.py:HOST_FABRIC_FACTOR": "the host forests' (planner)",
 }
 
 

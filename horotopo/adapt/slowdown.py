@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..packing import hostforest
+from .. import config
 from ..plan import Plan, make_plan
 from ..planning_protocol import share_plan
 from ..probe import probe
@@ -263,7 +263,7 @@ def run_slowdown(topology: Topology, scenario: SlowdownScenario, *, elements: in
     res = sim.results[0]
     res.update({"topology": topo.name, "ranks": n, "hosts": len(set(hosts)), "size": sc.size,
                 "chunk": sc.chunk, "forest": sc.forest,
-                "max_host_trees": sc.max_host_trees or hostforest.MAX_HOST_TREES,
+                "max_host_trees": sc.max_host_trees or config.planner_params().max_host_trees,
                 "links": links, "factor": sc.factor,
                 "reference_model_Bps": reference.throughput_Bps if reference else None,
                 "flat_reference_model_Bps": flat.throughput_Bps if flat else None,

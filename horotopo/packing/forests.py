@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..params import PLANNER, PlannerParams
 from ..topology import Topology
 from .certificate import plural
 from .gk import UNBOUNDED_BPS
@@ -38,14 +39,16 @@ __all__ = ["ForestKind", "Candidates", "KINDS", "FORESTS", "kind_names", "check_
 @dataclass(frozen=True)
 class Candidates:
     """What a kind packs from: the topology, the certified packing, whether the plan is over
-    hosts, the bound on host trees (None: :data:`~.hostforest.MAX_HOST_TREES`), and the
-    topology's :class:`~.hierarchy.HostModel` where the packing built one."""
+    hosts, the bound on host trees (None: ``params.max_host_trees``), the topology's
+    :class:`~.hierarchy.HostModel` where the packing built one, and the planner's
+    parameters (the host forests' read theirs)."""
 
     topology: Topology
     packing: Packing
     hierarchical: bool
     max_host_trees: Optional[int] = None
     host_model: Optional[HostModel] = None
+    params: PlannerParams = PLANNER
 
 
 class ForestKind:
@@ -55,7 +58,8 @@ class ForestKind:
     name = ""
     needs = ""
 
-    def offered(self, topology: Topology, hierarchical: bool) -> bool:
+    def offered(self, topology: Topology, hierarchical: bool,
+                params: PlannerParams = PLANNER) -> bool:
         """Whether ``topology`` (planned over hosts where ``hierarchical``) can have it."""
         return True
 
@@ -76,14 +80,16 @@ class HostForest(ForestKind):
     needs = ("machines that hold several ranks (or a local fabric much faster than the way "
              "out)")
 
-    def offered(self, topology: Topology, hierarchical: bool) -> bool:
-        return has_hosts(topology)
+    def offered(self, topology: Topology, hierarchical: bool,
+                params: PlannerParams = PLANNER) -> bool:
+        return has_hosts(topology, params)
 
     def pack(self, given: Candidates) -> List[Packing]:
         h_count = len(set(machines(given.topology)))
         return pack_host_forests(given.topology,
-                                 host_tree_counts(h_count, limit=given.max_host_trees),
-                                 model=given.host_model)
+                                 host_tree_counts(h_count, limit=given.max_host_trees,
+                                                  params=given.params),
+                                 model=given.host_model, params=given.params)
 
 
 #: The kinds, in the order the choice weighs them (a tie keeps the earlier).
@@ -103,14 +109,14 @@ def _kind(name: str) -> ForestKind:
 
 
 def check_forest(forest: str, topology: Optional[Topology] = None,
-                 hierarchical: bool = False) -> None:
+                 hierarchical: bool = False, params: PlannerParams = PLANNER) -> None:
     """Raise ValueError unless ``forest`` is one of :data:`FORESTS` and, given a topology,
     one that it offers (planned over hosts where ``hierarchical``)."""
     if forest not in FORESTS:
         raise ValueError(f"forest must be one of {', '.join(FORESTS)}, got {forest!r}")
     if forest != "auto" and topology is not None:
         kind = _kind(forest)
-        if not kind.offered(topology, hierarchical):
+        if not kind.offered(topology, hierarchical, params):
             # forcing a forest that this topology cannot have must not quietly give another
             raise ValueError(f"forest {forest!r} needs {kind.needs}; {topology.name!r} "
                              f"{'planned over hosts ' if hierarchical else ''}has none")
@@ -136,7 +142,7 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     candidates (host-tree counts) lists each one's predicted time under ``tried``.
     """
     topology = given.topology
-    check_forest(forest, topology, given.hierarchical)
+    check_forest(forest, topology, given.hierarchical, given.params)
     record: Dict[str, Any] = {"size": int(size)}
     if forest != "auto":
         record["forced"] = True
@@ -152,7 +158,7 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     pick: Any = None
     for kind in KINDS:
         wanted = kind.name == "deep" if alike else forest in ("auto", kind.name)
-        if not wanted or not kind.offered(topology, given.hierarchical):
+        if not wanted or not kind.offered(topology, given.hierarchical, given.params):
             continue
         start = time.perf_counter()
         tried = [_candidate(kind, found, packing, build, size, network)

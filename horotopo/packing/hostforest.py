@@ -8,8 +8,8 @@ sites:gpus=8,wan_gbps=10 --ranks 64`` shows the flat plan far from the optimum).
 
 This forest is built, not packed. The machines (:func:`~.hierarchy.machines`) are split into
 *groups* of machines close to each other: routes within a group have at most
-:data:`GROUP_LATENCY_FACTOR` times the smallest route latency between two machines, both
-counted beyond the latency between two ranks of one machine (a site across a WAN, a rack
+``group_latency_factor`` (:class:`~horotopo.params.PlannerParams`) times the smallest route
+latency between two machines, both counted beyond the latency between two ranks of one machine (a site across a WAN, a rack
 behind its uplink), and groups close to each other form groups of the
 next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in every finest group
 the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
@@ -32,8 +32,8 @@ groups (rotations evenly spread, ``t = i H / m``, share their heads' positions i
 and reach about half of every rotation's rate). A rotation by
 half a group swaps a heap's interior and leaf roles (NCCL's double binary tree), so a few trees
 balance well; whatever imbalance is left shows in the rate, which is computed from the kept
-trees' loads. :func:`~.forests.choose_forest` predicts each count of :data:`HOST_TREE_COUNTS`
-(at most :data:`MAX_HOST_TREES`, which bounds the planning time at thousands of ranks).
+trees' loads. :func:`~.forests.choose_forest` predicts each count of ``host_tree_counts`` (at
+most ``max_host_trees``, which bounds the planning time at thousands of ranks).
 Fewer than ``H / 2`` trees at one rate cannot reach the NICs' bound (they miss it by
 ``1 / H``); the prediction weighs that against their shorter fill.
 
@@ -48,50 +48,21 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from ..params import PLANNER, PlannerParams
 from ..topology import Topology
 from .hierarchy import HostModel, machines
 from .model import Packing, TreeRate
 
-__all__ = ["GROUP_LATENCY_FACTOR", "HOST_FABRIC_FACTOR", "HOST_TREE_COUNTS", "MAX_HOST_TREES",
-           "host_groups", "host_trees", "pick_rotations", "pack_host_forest",
+__all__ = ["host_groups", "host_trees", "pick_rotations", "pack_host_forest",
            "pack_host_forests", "host_tree_counts", "has_hosts"]
-
-#: Machines whose route latency, beyond the latency between two ranks of one machine, is at
-#: most this multiple of the smallest one between two machines share a group. Within one
-#: switch a route has two NIC hops beyond the local links; through a rack uplink it has two
-#: more (2x on the generators: racks split), and a WAN's milliseconds are thousands of times a
-#: data-centre hop.
-GROUP_LATENCY_FACTOR = 1.5
-
-#: The most host-level trees a planned host forest keeps (each is ``K`` rank-level trees): at
-#: 512 hosts of 8 ranks, 256 rank-level trees instead of 4096. Chosen so that a 64 MiB buffer
-#: still gives every rank-level tree 256 KiB at 4096 ranks, and so that the planner's and the
-#: simulator's cost stays a small multiple of the deep forest's (at most ``2 H`` host trees
-#: there).
-MAX_HOST_TREES = 32
-
-#: Host-tree counts that :func:`~.forests.choose_forest` predicts (each at most the machines'
-#: count ``H``, and :data:`MAX_HOST_TREES`): fewer trees mean fewer messages per rank and
-#: larger chunks, more trees better balanced loads and a shorter pipeline fill; the
-#: alpha-beta prediction for the planned size decides. Each count is a plan to build and
-#: predict; more than 16 host trees was predicted fastest on no row of the scale table.
-HOST_TREE_COUNTS = (4, 8, 16)
 
 #: A group of machines (:func:`host_groups`): its machines, or its subgroups (nested).
 Group = Union[List[int], List["Group"]]
 
 
-#: A declared *host switch* (:func:`~.hierarchy.machines`) counts as a host for this forest
-#: when its ranks reach each other at least this many times faster than they reach another
-#: machine: a GPU node's local fabric (10x the NIC on the generators). A top-of-rack switch of
-#: single-rank hosts behind a slower uplink also passes the machine test (racks-2x3: 4x), but
-#: a probe, which groups ranks by host name, could not find such a forest again.
-HOST_FABRIC_FACTOR = 8.0
-
-
-def has_hosts(topology: Topology) -> bool:
+def has_hosts(topology: Topology, params: PlannerParams = PLANNER) -> bool:
     """Whether ``topology`` has at least two machines and one with several ranks on one host
-    name or on a local fabric :data:`HOST_FABRIC_FACTOR` times faster than its way out (the
+    name or on a local fabric ``params.host_fabric_factor`` times faster than its way out (the
     case this forest is for)."""
     of = machines(topology)
     if not 2 <= len(set(of)) < topology.n:
@@ -106,7 +77,7 @@ def has_hosts(topology: Topology) -> bool:
         if topology.hosts[i] == topology.hosts[j]:
             return True
         out = next(k for k in range(topology.n) if of[k] != m)
-        return slowest(i, j) >= HOST_FABRIC_FACTOR * slowest(j, out)
+        return slowest(i, j) >= params.host_fabric_factor * slowest(j, out)
     return False
 
 
@@ -120,8 +91,8 @@ def _own_latency(model: HostModel, between: float) -> float:
     return own if own < between else 0.0
 
 
-def host_groups(model: HostModel) -> List[Group]:
-    """Machines grouped by route latency (see :data:`GROUP_LATENCY_FACTOR`), level by level.
+def host_groups(model: HostModel, params: PlannerParams = PLANNER) -> List[Group]:
+    """Machines grouped by route latency (``params.group_latency_factor``), level by level.
 
     Latencies count beyond the latency between two ranks of one machine
     (:func:`_own_latency`). The finest groups are the machines whose routes are within the
@@ -148,7 +119,7 @@ def host_groups(model: HostModel) -> List[Group]:
         between = lat[label[:, None] != label[None, :]]
         if between.size == 0:
             break
-        close = lat <= GROUP_LATENCY_FACTOR * float(between.min())
+        close = lat <= params.group_latency_factor * float(between.min())
         count, label = connected_components(sp.csr_matrix(close), directed=False)
         if count == 1:
             break
@@ -324,14 +295,16 @@ def pick_rotations(loads: np.ndarray, capacity: np.ndarray, count: int,
     return sorted(kept)
 
 
-def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS,
-                     limit: Optional[int] = None) -> List[int]:
-    """The host-tree counts to offer on ``h_count`` machines: ``counts`` at most ``H`` and
-    ``limit`` (default :data:`MAX_HOST_TREES`), and ``min(H, limit)`` itself where that is
-    below the largest count (every rotation on a small job), distinct and ascending."""
+def host_tree_counts(h_count: int, counts: Optional[Sequence[int]] = None,
+                     limit: Optional[int] = None, params: PlannerParams = PLANNER) -> List[int]:
+    """The host-tree counts to offer on ``h_count`` machines: ``counts`` (default
+    ``params.host_tree_counts``) at most ``H`` and ``limit`` (default
+    ``params.max_host_trees``), and ``min(H, limit)`` itself where that is below the largest
+    count (every rotation on a small job), distinct and ascending."""
     if h_count < 1:
         raise ValueError(f"a host forest needs machines, got {h_count}")
-    limit = MAX_HOST_TREES if limit is None else int(limit)
+    counts = params.host_tree_counts if counts is None else counts
+    limit = params.max_host_trees if limit is None else int(limit)
     if limit < 1:
         raise ValueError(f"at most {limit} host trees: need at least 1")
     top = min(h_count, limit)
@@ -339,7 +312,8 @@ def host_tree_counts(h_count: int, counts: Sequence[int] = HOST_TREE_COUNTS,
 
 
 def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
-                      model: Optional[HostModel] = None) -> List[Packing]:
+                      model: Optional[HostModel] = None,
+                      params: PlannerParams = PLANNER) -> List[Packing]:
     """The rotated host forest of ``topology`` with each of ``counts`` host-level trees
     (:func:`pick_rotations`' first ones), as rank-level trees at one common rate: the most
     every resource allows for those trees' loads (``upper_bound`` None).
@@ -354,6 +328,9 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
         Children per machine in a finest group's heap.
     model : HostModel, optional
         ``HostModel(topology)``, where the caller has built it already.
+    params : PlannerParams
+        Where machines are (``host_fabric_factor``) and how they group
+        (``group_latency_factor``).
 
     Returns
     -------
@@ -367,14 +344,14 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
         Fewer than two machines, or no machine with several ranks (:func:`has_hosts`); a
         count outside ``1..H``.
     """
-    if not has_hosts(topology):
+    if not has_hosts(topology, params):
         raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
                          "with several ranks")
     model = HostModel(topology) if model is None else model
     counts = [int(c) for c in counts]
     if not counts or any(not 1 <= c <= model.n for c in counts):
         raise ValueError(f"host tree counts must lie in 1..{model.n}, got {counts}")
-    groups = host_groups(model)
+    groups = host_groups(model, params)
     every = host_trees(groups, model.n, arity)
     loads = np.array([model.load(r, p, p) for r, p in every], dtype=float)
     # the top level's groups (the sites across a WAN; the racks where there is one level)
@@ -397,10 +374,10 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
     return out
 
 
-def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = None
-                     ) -> Packing:
+def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = None,
+                     params: PlannerParams = PLANNER) -> Packing:
     """The rotated host forest of ``topology`` with ``count`` host-level trees (default
-    ``min(H, MAX_HOST_TREES)``; see :func:`pack_host_forests`).
+    ``min(H, params.max_host_trees)``; see :func:`pack_host_forests`).
 
     Raises
     ------
@@ -409,5 +386,5 @@ def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = 
         count outside ``1..H``.
     """
     if count is None:
-        count = min(len(set(machines(topology))), MAX_HOST_TREES)
-    return pack_host_forests(topology, [count], arity)[0]
+        count = min(len(set(machines(topology))), params.max_host_trees)
+    return pack_host_forests(topology, [count], arity, params=params)[0]
