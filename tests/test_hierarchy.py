@@ -210,3 +210,15 @@ def test_engine_runs_a_hierarchical_plan_exactly():
         want = sum(((np.arange(count) * (r + 3)) % 17).astype(dtype) for r in range(topo.n))
         for rank in range(topo.n):
             assert np.array_equal(got[rank][k], want), (count, dtype, rank)
+
+
+def test_the_packing_cpu_cap_grows_with_the_square_of_the_machines():
+    """The packing's CPU cap is hierarchical_packing_cpu_s from 512 machines up and falls with
+    the square of the machines below (0.5 s of the default 8 at 128 machines, 1024 ranks)."""
+    params = PlannerParams()
+    assert hierarchy.packing_cpu_cap(512, params) == params.hierarchical_packing_cpu_s
+    assert hierarchy.packing_cpu_cap(1024, params) == params.hierarchical_packing_cpu_s
+    assert hierarchy.packing_cpu_cap(128, params) == pytest.approx(
+        params.hierarchical_packing_cpu_s / 16)
+    assert hierarchy.packing_cpu_cap(128, PlannerParams(hierarchical_packing_cpu_s=2.0)) == \
+        pytest.approx(0.125)

@@ -229,3 +229,17 @@ def test_cli_verdict_names_the_packing_and_the_fair_rate(tmp_path, capsys):
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "the LP packing certified within 0.00% of optimal" in verdict
     assert "fair-shared rate 9.62% below the bound" in verdict
+
+
+def test_the_subset_search_over_loaded_resources_matches_every_resource():
+    """fair_subset fills over the resources its trees load only; on a measured topology (a
+    resource per ordered pair, most of which a few chains leave unloaded) the kept trees' rates
+    are their fair rates over every resource."""
+    topo = from_dict(random_measured(12, 3, shared=2))
+    chains = [(r, tuple(-1 if v == r else (v + 1) % 12 for v in range(12)),
+               tuple(-1 if v == r else (v - 1) % 12 for v in range(12))) for r in (0, 5)]
+    trees = chains + random_trees(np.random.default_rng(2), 12, 10)
+    loaded = tree_usage(topo, trees).sum(axis=0).A.ravel() > 0
+    assert 0 < loaded.sum() < len(topo.capacity_Bps)  # some resources stay unloaded
+    keep, rates, _ = fair_subset(topo, trees)
+    assert rates == pytest.approx(fair_rates(topo, [trees[i] for i in keep]), rel=1e-12)

@@ -149,7 +149,7 @@ class HostModel:
                         star_in.extend(topology.route(j, d))
                         star_out.extend(topology.route(d, j))
         fixed = _unit_rows([star_in, star_out], 1.0 / k, width)
-        self._merge(np.asarray(topology.capacity_Bps, dtype=float), out_m, in_m, core, fixed)
+        self._merge(topology.capacity_array, out_m, in_m, core, fixed)
 
     def _merge(self, cap: np.ndarray, *parts: sp.csr_matrix) -> None:
         """Merge resources whose column in every part is identical (same capacity too) and
@@ -401,7 +401,7 @@ def ring_throughput(topology: Topology) -> float:
     times in all, at one common rate (as :func:`horotopo.packing.model.ring_rate`).
     """
     n = topology.n
-    cap = np.asarray(topology.capacity_Bps, dtype=float)
+    cap = topology.capacity_array
     used = [r for v in range(n) for r in topology.route(v, (v + 1) % n)] if n > 1 else []
     load = 2.0 * (n - 1) * np.bincount(np.asarray(used, dtype=np.int64), minlength=len(cap))
     hit = load > 0

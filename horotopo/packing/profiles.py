@@ -202,7 +202,7 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     # the crowd of each (resource, half, depth): every flow that crosses it there
     crowd_keys, at = np.unique((res * 2 + half[owner]) * n + depth[owner], return_inverse=True)
     crowd = np.bincount(at.ravel(), weights=flows[owner], minlength=len(crowd_keys))
-    rates = np.asarray(topology.capacity_Bps, dtype=float)[res] / crowd[at.ravel()]
+    rates = topology.capacity_array[res] / crowd[at.ravel()]
     crossing = lengths > 0
     if not crossing.any():
         return Crowding(n, np.zeros(0, np.int64), np.zeros(0))

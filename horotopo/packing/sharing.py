@@ -200,9 +200,8 @@ def fair_rates(topology: Topology, trees: Sequence[Any],
     usage : Usage, optional
         :func:`usage_of` these trees, when the caller has it (``trees`` is then not read).
     cap : ndarray, optional
-        ``topology.capacity_Bps`` as an array, when the caller has it: a measured topology has
-        a resource per ordered pair of ranks (a million at 1024 ranks), and converting the
-        tuple took 65 ms, more than the filling itself.
+        The capacities of the resources ``usage`` spans (default ``topology.capacity_array``:
+        every resource), where the caller has narrowed them to those the trees load.
 
     Returns
     -------
@@ -211,7 +210,7 @@ def fair_rates(topology: Topology, trees: Sequence[Any],
         one node, or ``n == 1``): the network limits it in nothing.
     """
     usage = usage_of(topology, trees) if usage is None else usage
-    cap = np.asarray(topology.capacity_Bps, dtype=float) if cap is None else cap
+    cap = topology.capacity_array if cap is None else cap
     k = usage.arcs.shape[0]
     free = usage.crossing(np.ones(len(cap))) == 0
     rate = progressive_filling(usage.load, usage.crossing, cap, np.ones(k), np.full(k, np.inf),
@@ -366,7 +365,7 @@ def fair_subset(topology: Topology, trees: Sequence[Any], ceiling: float = np.in
     # ranks (a million at 1024 ranks), and every round of filling would sweep them all
     loaded = np.unique(usage.route.indices)
     usage = Usage(usage.arcs, usage.route[:, loaded].tocsr())
-    cap = np.asarray(topology.capacity_Bps, dtype=float)[loaded]
+    cap = topology.capacity_array[loaded]
 
     def rates_of(keep: np.ndarray) -> np.ndarray:
         return fair_rates(topology, (), usage=usage if len(keep) == k else usage.rows(keep),
