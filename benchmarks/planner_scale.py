@@ -3,7 +3,9 @@
 measured topologies.
 
 For each generator and rank count (and each ``--topology`` file: a probe's measured
-topology) it prints: the wall time to load the topology, to plan it
+topology, which stays outside the repository and is named in the results by its SHA-256) it
+prints: the wall time to load the topology (for a file: read, check and build, apart from the
+planning), to plan it
 (``make_plan(topology, hierarchy=...)``: what ``init`` does, the packing, the flat bound, every
 rank-level tree's critical-path profile and chunk size and the plan's checks), the CPU time of
 that (this process's, so other load on the machine does not count), and of the wall time the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import sys
@@ -60,6 +63,7 @@ def row(spec: str, n: int, hierarchy: str, stage: str) -> Dict[str, Any]:
     it builds the Plan's per-tree profiles and chunks); ``plan_s`` is then None.
     """
     load_before = os.getloadavg()[0]
+    sha256 = None if n else hashlib.sha256(Path(spec).read_bytes()).hexdigest()
     start = time.perf_counter()
     topology = _load_file(spec) if not n else from_dict(generate(spec, n))
     n = topology.n
@@ -83,6 +87,7 @@ def row(spec: str, n: int, hierarchy: str, stage: str) -> Dict[str, Any]:
     flat = p.get("flat_upper_bound_Bps")
     return {"generator": spec, "topology": topology.name, "n": n, "stage": stage,
             "kind": topology.kind, "machines": p.get("machines"), "load_s": round(loaded, 3),
+            "file": None if sha256 is None else os.path.basename(spec), "sha256": sha256,
             "plan_s": round(seconds, 3) if stage == "plan" else None,
             "cpu_s": round(cpu, 3),
             "choice_s": None if choice is None else round(choice, 3),
@@ -119,6 +124,7 @@ def markdown(path: str, rows: List[Dict[str, Any]], misses: List[str], stage: st
         ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["n"]),
         ("kind", lambda r: r.get("kind", "-")),
         ("hosts", lambda r: r["machines"] or "-"),
+        ("load (s, wall)", lambda r: fmt(r.get("load_s"), ".2f")),
         ("plan (s, wall)", lambda r: fmt(r["plan_s"], ".2f")),
         ("CPU (s)", lambda r: fmt(r["cpu_s"], ".2f")),
         ("packing (s)", lambda r: fmt(r["packing_s"], ".2f")),
@@ -139,9 +145,15 @@ def markdown(path: str, rows: List[Dict[str, Any]], misses: List[str], stage: st
                f"are on make_plan; the algorithm choice that init makes after it is timed "
                f"beside it. Wall times depend on the machine's load, shown per row (1-minute "
                f"load average); CPU times are this process's.")
+    files = [r for r in rows if r.get("sha256")]
+    sections = [("", results_doc.md_table(rows, columns))]
+    if files:
+        sections.append(("Topology files", "Kept outside the repository; each is named by its "
+                         "SHA-256.\n\n" + results_doc.md_table(files, [
+                             ("topology", lambda r: r["topology"]),
+                             ("file", lambda r: r["file"]), ("sha256", lambda r: r["sha256"])])))
     results_doc.write(path, "planner_scale: the hierarchical planner on generated clusters",
-                      [("", results_doc.md_table(rows, columns)), ("Verdict", verdict)],
-                      summary=summary)
+                      sections + [("Verdict", verdict)], summary=summary)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
