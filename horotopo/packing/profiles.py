@@ -21,6 +21,7 @@ import numpy as np
 
 from ..topology import HostRoutes, Topology
 from .model import hops_to_root
+from .sharing import route_table
 
 __all__ = ["Profile", "declared_arc", "tree_profiles", "TreeProfiler", "arc_figures_batch",
            "forest_depths", "plan_latency", "Crowding", "fill_crowding"]
@@ -57,12 +58,18 @@ def _figures_declared(topology: Topology, tails: np.ndarray, heads: np.ndarray
 
 def _figures_generic(topology: Topology, tails: np.ndarray, heads: np.ndarray
                      ) -> Tuple[np.ndarray, np.ndarray]:
-    """Arc figures looked up once per distinct arc (route tables held in full)."""
+    """Arc figures looked up once per distinct arc (route tables held in full), as
+    :func:`declared_arc` gives them, the bottleneck rates taken over the arcs' routes at once."""
     n = topology.n
     keys, inverse = np.unique(tails * n + heads, return_inverse=True)
-    figs = np.array([declared_arc(topology, int(k) // n, int(k) % n) for k in keys],
-                    dtype=float).reshape(len(keys), 2)
-    return figs[inverse, 0], figs[inverse, 1]
+    ptr, res = route_table(topology, keys)
+    rate = np.full(len(keys), math.inf)
+    routed = ptr[1:] > ptr[:-1]
+    if routed.any():
+        rate[routed] = np.minimum.reduceat(topology.capacity_array[res], ptr[:-1][routed])
+    latency = np.fromiter((topology.latency(int(k) // n, int(k) % n) for k in keys),
+                          dtype=float, count=len(keys))
+    return latency[inverse], (1.0 / rate)[inverse]
 
 
 def arc_figures_batch(topology: Topology, tails: np.ndarray, heads: np.ndarray
