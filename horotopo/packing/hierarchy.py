@@ -159,14 +159,23 @@ class HostModel:
         groups: Dict[Any, int] = {}
         self.group_of = np.full(len(cap), -1, dtype=np.int64)
         reps: List[int] = []
-        # only the loaded resources: a measured topology has one per ordered pair of ranks
-        for r in np.flatnonzero(np.diff(stacked.indptr)).tolist():
-            lo, hi = stacked.indptr[r], stacked.indptr[r + 1]
-            sig = (cap[r], stacked.indices[lo:hi].tobytes(), stacked.data[lo:hi].tobytes())
+        # only the loaded resources (a measured topology has one per ordered pair of ranks),
+        # each column's signature sliced from the whole arrays' bytes: numpy's per-element
+        # indexing took most of the loop over a hundred thousand columns
+        loaded = np.flatnonzero(np.diff(stacked.indptr))
+        ptr = stacked.indptr.tolist()
+        index_bytes, data_bytes = stacked.indices.itemsize, stacked.data.itemsize
+        indices, data = stacked.indices.tobytes(), stacked.data.tobytes()
+        group = np.empty(len(loaded), dtype=np.int64)
+        for k, (r, c) in enumerate(zip(loaded.tolist(), cap[loaded].tolist())):
+            lo, hi = ptr[r], ptr[r + 1]
+            sig = (c, indices[lo * index_bytes:hi * index_bytes],
+                   data[lo * data_bytes:hi * data_bytes])
             if sig not in groups:
                 groups[sig] = len(reps)
                 reps.append(r)
-            self.group_of[r] = groups[sig]
+            group[k] = groups[sig]
+        self.group_of[loaded] = group
         self.group_size = np.bincount(self.group_of[self.group_of >= 0], minlength=len(reps))
         self.flat_capacity = cap
         self.capacity = cap[reps]
