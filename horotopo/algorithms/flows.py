@@ -137,8 +137,12 @@ def _fluid(matrix: np.ndarray, cap: np.ndarray, weight: np.ndarray, bound: np.nd
     started together, at the weighted max-min rates of the ones still moving
     (:func:`_max_min`), recomputed as flows end."""
     left = left.astype(float)
-    finish = np.zeros(len(left))
-    active = left > 0
+    # A flow that crosses no link (ranks of one machine where the topology declares none
+    # between them) is held by its own bound only: the network does not share it.
+    free = np.asarray(matrix.sum(axis=0)).ravel() <= 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        finish = np.where(free & (left > 0), left / bound, 0.0)
+    active = (left > 0) & ~free
     clock = 0.0
     while active.any():
         rate = _max_min(matrix, cap, weight, bound, active)
