@@ -74,7 +74,7 @@ def route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.nd
         has = tail > 0
         res[out_ptr[1:][has] - 1] = down[heads[has]]
         return out_ptr, res
-    found = [tuple(routes[int(i)][int(j)]) for i, j in zip(tails, heads)]
+    found = [tuple(routes[i][j]) for i, j in zip(tails.tolist(), heads.tolist())]
     ptr = np.zeros(len(found) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(r) for r in found])
     return ptr, np.fromiter((r for x in found for r in x), dtype=np.int64, count=int(ptr[-1]))
