@@ -109,15 +109,6 @@ NOT_TUNING: Dict[str, str] = {
     "validate.py:SHARE_ATOL": "a tolerance of the plan check",
 }
 
-#: Tuning numbers that their modules' owners are moving into the parameter objects; the scan
-#: lets them stand until then, and fails on any new one.
-PENDING: Dict[str, str] = {
-    "algorithms/cost.py:DEFAULT_COST_MODEL": "the cost model's defaults (the self-tuner's)",
-    "algorithms/cost.py:_MEMO_SIZES": "the self-tuner's prediction memo bound",
-    "packing/hierarchy.py:AUTO_MIN_RANKS": "where hierarchy=auto plans over hosts (planner)",
-    "packing/hierarchy.py:EDMONDS_MAX_RANKS": "the planner's exact-arborescence bound",
-}
-
 
 def _has_number(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Constant) and isinstance(n.value, (int, float))
@@ -146,10 +137,10 @@ def module_numbers(source: str) -> List[str]:
 
 def stray_numbers(sources: Mapping[str, str]) -> List[str]:
     """``path:NAME`` of every module-level number of ``sources`` (path -> source text) that
-    neither :data:`NOT_TUNING` nor :data:`PENDING` lists."""
+    :data:`NOT_TUNING` does not list."""
     return sorted(f"{path}:{name}" for path, text in sources.items()
                   for name in module_numbers(text)
-                  if f"{path}:{name}" not in NOT_TUNING and f"{path}:{name}" not in PENDING)
+                  if f"{path}:{name}" not in NOT_TUNING)
 
 
 def _package_sources() -> Dict[str, str]:
