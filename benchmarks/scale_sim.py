@@ -463,6 +463,27 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
                       "hierarchical allreduce on simulated clusters", sections, summary=summary)
 
 
+#: The scale table's columns that README.md shows (tests/test_readme_results.py checks them).
+README_COLUMNS = ("topology", "ranks", "ranks are", "chunk", "horotopo runs", "horotopo (ms)",
+                  "horotopo predicted (ms)", "horotopo / optimum", "ring (ms)", "dbtree (ms)",
+                  "hierarchical (ms)", "optimum (ms)", "#wrong")
+
+
+def update_readme(path: Path, rows: List[Dict[str, Any]]) -> None:
+    """Replace README.md's results table (the table whose header starts with the row key) by
+    :data:`README_COLUMNS` of ``rows``."""
+    new = results_doc.md_table(rows, [c for c in columns() if c[0] in README_COLUMNS])
+    lines = path.read_text().splitlines()
+    head = "| " + " | ".join(README_COLUMNS[:3]) + " |"
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(head)), None)
+    if start is None:
+        raise SystemExit(f"scale_sim: {path} has no table starting with {head!r}")
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    path.write_text("\n".join(lines[:start] + new.strip().splitlines() + lines[end:]) + "\n")
+
+
 def table(rows: List[Dict[str, Any]]) -> str:
     cols = columns()
     body = [[str(fn(r)) for _, fn in cols] for r in rows]
@@ -519,7 +540,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "links as declared")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
     results_doc.add_markdown_option(ap, "scale_sim")
+    ap.add_argument("--readme", action="store_true",
+                    help="with --markdown: also put the table's README columns in README.md")
     args = ap.parse_args(argv)
+    if args.readme and not args.markdown:
+        ap.error("--readme needs --markdown (the README shows the results file's figures)")
     if not args.ranks_are or not args.ranks or min(args.ranks) < 2:
         ap.error("--ranks needs counts of at least 2, --ranks-are cpu and/or gpu")
     try:
@@ -533,6 +558,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(table(rows))
     if args.markdown:
         markdown(args, rows)
+    if args.readme:
+        update_readme(Path(__file__).resolve().parents[1] / "README.md", rows)
     return 1 if any(c.get("wrong") for r in rows for c in r["cells"].values()) else 0
 
 
