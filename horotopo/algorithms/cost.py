@@ -223,10 +223,8 @@ class CostModel:
                                                              costs=self.costs)
 
     def tree_time(self, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None) -> float:
-        if nbytes <= 0:
-            return self.tree_latency_s
-        if self.tree_Bps:
-            return self.tree_latency_s + nbytes / self.tree_Bps
+        if nbytes <= 0 or self.tree_Bps:
+            return self.tree_time_of(nbytes, 0.0)  # the prediction is not read: skip it
         return self.tree_time_of(nbytes, self.plan_time(plan, nbytes, chunk_bytes))
 
     def tree_time_of(self, nbytes: int, predicted_s: float) -> float:
