@@ -34,8 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
-                                 fill_time, on_network, rank_degrees, window_for)
-from ..packing.alphabeta import _window_rate as window_rate
+                                 fill_time, on_network, rank_degrees, window_for, window_rate)
 from ..packing.sharing import progressive_filling, route_table, usage_of
 from ..plan import Plan
 from ..topology import Topology

@@ -38,7 +38,7 @@ from ..topology import Topology
 from .profiles import Crowding, Profile, TreeProfiler, declared_arc
 
 __all__ = ["SoftwareCosts", "ENGINE_COSTS", "NO_COSTS", "NetworkModel", "IDEAL_NETWORK",
-           "Profile", "window_for",
+           "Profile", "window_for", "window_rate",
            "arc_figures", "on_network", "critical_profile", "fill_time", "tree_time", "cpu_time",
            "choose_chunk", "chunk_candidates", "plan_chunks", "rank_degrees", "busiest_cpu_time",
            "plan_time", "target_size"]
@@ -218,7 +218,7 @@ def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts,
     return sum(count * _hop_time(lat, inv, chunk, costs, moved) for lat, inv, count in profile)
 
 
-def _window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts,
+def window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts,
                  streams: str = "free", declared: Optional[Profile] = None) -> float:
     """The rate that ``window`` chunks in flight per arc sustain over the profile's slowest
     hop (fewer where the transport's ``streams`` hold back a stream's messages; ``"bdp"``
@@ -267,7 +267,7 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
     win = window if window is not None else window_for(int(c), params=params)
     hops = on_network(profile, network)
     rate = min(rate_Bps * network.bandwidth_factor,
-               _window_rate(hops, c, win, costs, network.streams, profile))
+               window_rate(hops, c, win, costs, network.streams, profile))
     # Where a link is shared among the messages in flight, a window of chunks crosses each
     # hop at once and they finish together: the window is the pipeline's unit.
     # (Streams held to one message, or to a bandwidth-delay product, keep that block small.)
