@@ -143,7 +143,7 @@ class Topology:
         missing leaf link's rate being infinite. Built once per topology, since every tree
         profile (:mod:`horotopo.packing.profiles`) reads it."""
         routes, lat = self.routes, self.latency_s
-        cap = np.asarray(self.capacity_Bps, dtype=float)
+        cap = self.capacity_array
         leaf_rate = lambda side: np.where(np.asarray(side) >= 0,
                                           cap[np.maximum(np.asarray(side), 0)], math.inf)
         core_rate = np.array([[min((cap[r] for r in path), default=math.inf) for path in row]

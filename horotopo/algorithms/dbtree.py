@@ -130,7 +130,7 @@ def _pair_rate(topology: Topology, shape: Plan) -> float:
         for v, p in enumerate(t.bcast_parent):
             if p >= 0:
                 load[list(topology.route(p, v))] += t.share
-    busy = float((load / np.asarray(topology.capacity_Bps, dtype=float)).max())
+    busy = float((load / topology.capacity_array).max())
     return math.inf if busy <= 0 else 1.0 / busy
 
 

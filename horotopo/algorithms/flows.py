@@ -93,7 +93,7 @@ def _sharing(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int
              network: FlowNetwork) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
     """The links' load per unit of each flow's rate (its route, and its reverse route's cross
     traffic), the links' capacities, the flows' weights and their bounds."""
-    capacity = np.asarray(topology.capacity_Bps, dtype=float)
+    capacity = topology.capacity_array
     n = len(live)
     rows, cols, coef = [], [], []
     penalty = np.empty(n)
@@ -233,7 +233,7 @@ def _arc_weights(topology: Topology,
     indexing the distinct arcs whose routes are ``res[ptr[a]:ptr[a + 1]]`` and whose weights
     (inverse penalties, :class:`FlowNetwork`) are ``weight[a]``, ``tree[i]`` the tree."""
     n = topology.n
-    inv_cap = 1.0 / np.asarray(topology.capacity_Bps, dtype=float)
+    inv_cap = 1.0 / topology.capacity_array
     keys, tree = [], []
     child = np.arange(n, dtype=np.int64)
     for k, (_, up, down) in enumerate(shapes):
@@ -322,7 +322,7 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
             arcs, g, width, network.mixed_ratio)
     used = np.flatnonzero(total.sum(axis=1) > 0)
     links = total[used]
-    link_cap = (np.asarray(topology.capacity_Bps, dtype=float)[used]
+    link_cap = (topology.capacity_array[used]
                 * network.bandwidth_factor * (1.0 + cross))
     # the ranks' CPUs: seconds of software work per byte of each tree
     msgs, recvs = rank_degrees(shapes)

@@ -180,7 +180,7 @@ class ArcModel:
     def __init__(self, topology: Topology):
         n = topology.n
         self.n = n
-        self.capacity = np.asarray(topology.capacity_Bps, dtype=float)
+        self.capacity = topology.capacity_array
         rows: List[int] = []
         cols: List[int] = []
         for i in range(n):
