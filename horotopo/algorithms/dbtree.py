@@ -21,14 +21,11 @@ that the one time model of pipelined trees predicts (:func:`predict_time`).
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, List, Optional, Tuple
-
-import numpy as np
 
 from ..buffers import ScratchPool
 from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
-from ..plan import Plan, plan_from_trees
+from ..plan import Plan, modelled_rate_on, plan_from_trees
 from ..topology import Topology
 from ..transport.base import Transport
 from .flows import plan_time
@@ -112,26 +109,9 @@ def double_tree_plan_on(topology: Topology, chunk_bytes: int) -> Plan:
     shape = double_tree_plan(topology.n, int(chunk_bytes))
     if len(topology.capacity_Bps) == 0:
         return shape  # one rank: no link to bound the pair's rate
-    per_tree = _pair_rate(topology, shape) / 2
+    per_tree = modelled_rate_on(shape, topology) / 2
     trees = [(t.root, t.reduce_parent, t.bcast_parent, per_tree) for t in shape.trees]
     return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes), topology=topology)
-
-
-def _pair_rate(topology: Topology, shape: Plan) -> float:
-    """The allreduce rate the two trees reach together with equal shares: every link carries
-    half a byte per byte reduced for each tree arc, up and down, that crosses it, and the
-    most loaded link sets the rate (``horotopo.plan.modelled_rate_on``'s figure, from the
-    arcs' routes alone)."""
-    load = np.zeros(len(topology.capacity_Bps))
-    for t in shape.trees:
-        for v, p in enumerate(t.reduce_parent):
-            if p >= 0:
-                load[list(topology.route(v, p))] += t.share
-        for v, p in enumerate(t.bcast_parent):
-            if p >= 0:
-                load[list(topology.route(p, v))] += t.share
-    busy = float((load / topology.capacity_array).max())
-    return math.inf if busy <= 0 else 1.0 / busy
 
 
 def predict_time(topology: Topology, nbytes: int, chunk_bytes: int,
