@@ -4,10 +4,11 @@ model and re-plan. No MPI here; :mod:`horotopo.adapt.runtime` feeds these the fi
 - :class:`Detector`: an allreduce's *efficiency* is its algorithm's predicted time over the
   measured time (slowest rank), read from the self-tuner's record
   (:class:`~horotopo.algorithms.cost.CallRecord`). After each plan switch the detector learns
-  a baseline per size and algorithm (median of the first ``warmup`` efficiencies); a call whose efficiency is below ``(1 - threshold)`` of the
-  baseline is *slow*, and ``consecutive`` slow calls in a row trigger a re-plan. Comparing with
-  a baseline, not with the model itself, lets a machine that never reaches the modelled rate
-  (Python overhead, a busy CPU) run without re-planning all the time, while the model still
+  a baseline per size and algorithm (median of the first ``warmup`` efficiencies); a call
+  whose efficiency is below ``(1 - threshold)`` of the baseline is *slow*, and
+  ``consecutive`` slow calls in a row trigger a re-plan. Comparing with a baseline, not with
+  the model itself, lets a machine that never reaches the modelled rate (Python overhead, a
+  busy CPU) run without re-planning all the time, while the model still
   makes calls of different sizes comparable.
 - :func:`suspects`: the directed rank pairs whose in-band rate (bytes over busy send time, from
   the engine's own transfers) fell the most against their own baseline.

@@ -297,8 +297,8 @@ def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
     (``tree_s`` are its times: the plan's recorded algorithm, ``prior.side``):
     ``latency + tree_scale * prediction(bytes)`` (:func:`fit_affine` against that algorithm's
     own prediction, :meth:`CostModel.plan_time`), so its extrapolation to larger sizes keeps
-    the algorithm's modelled shape, and the scale carries over to a new plan. With a single size, the latencies stay the prior's and
-    only the rates are fitted.
+    the algorithm's modelled shape, and the scale carries over to a new plan. With a single
+    size, the latencies stay the prior's and only the rates are fitted.
     """
     if not (len(sizes) == len(tree_s) == len(mpi_s)) or not sizes:
         raise ValueError("calibrated_model needs one tree and one MPI time per size")

@@ -356,9 +356,9 @@ def flat_bound(topology: Topology, model: HostModel, dual: Tuple[np.ndarray, np.
     resources and ``pi`` given to every rank of a machine form a dual point of the flat LP;
     pricing it there gives ``d1, d2`` and the bound ``c.y / (d1 + d2)``
     (:mod:`horotopo.packing.gk`): exactly, by Edmonds on the ranks (one super-root run per
-    kind), up to ``params.flat_bound_edmonds_max_ranks`` ranks; beyond, on a network whose links form a tree,
-    from lower bounds on ``d1, d2`` (:func:`_tree_prices`; the bound stays certified, maybe
-    looser). Returns ``(bound, method)``.
+    kind), up to ``params.flat_bound_edmonds_max_ranks`` ranks; beyond, on a network whose
+    links form a tree, from lower bounds on ``d1, d2`` (:func:`_tree_prices`; the bound stays
+    certified, maybe looser). Returns ``(bound, method)``.
     """
     y = model.flat_lengths(dual[0])
     pi = np.asarray(dual[1])[model.machine_of]

@@ -9,9 +9,9 @@ sites:gpus=8,wan_gbps=10 --ranks 64`` shows the flat plan far from the optimum).
 This forest is built, not packed. The machines (:func:`~.hierarchy.machines`) are split into
 *groups* of machines close to each other: routes within a group have at most
 ``group_latency_factor`` (:class:`~horotopo.params.PlannerParams`) times the smallest route
-latency between two machines, both counted beyond the latency between two ranks of one machine (a site across a WAN, a rack
-behind its uplink), and groups close to each other form groups of the
-next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in every finest group
+latency between two machines, both counted beyond the latency between two ranks of one
+machine (a site across a WAN, a rack behind its uplink), and groups close to each other form
+groups of the next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in every finest group
 the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
 each level the heads of the groups (the machine where the tree enters each) form a binary heap
 too, from the group the tree enters the level by: a reduce tree crosses the WAN once and has
