@@ -48,6 +48,7 @@ from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
+from scale_sim import PLAN_CHUNK, cell_key  # noqa: E402 - the cache's keys, one home
 
 
 
@@ -111,12 +112,16 @@ def cached_rows(path: Path, counts: Sequence[int], kinds: Sequence[str],
     for key, rec in recs.items():
         if rec["ranks"] not in counts or rec["ranks_are"] not in kinds:
             continue
-        done = {k.split("|")[5]: c for k, c in cells.items()
-                if k.startswith(key + "|") and c.get("time_s")}
+        plan = Plan.from_json(rec["plan"])
+        # the cells this row's plan ran, by scale_sim's own keys (a cell of an earlier plan
+        # of the row stays in the cache under that plan's digest)
+        done = {c["algorithm"]: c for k, c in cells.items()
+                if k.startswith(key + "|") and c.get("time_s") and k == cell_key(
+                    key, c["algorithm"],
+                    None if c["chunk"] == PLAN_CHUNK else int(c["chunk_bytes"]), plan)}
         if not any(a in done for a in algorithms):
             continue
         topology = _topology(rec["generator"], rec["ranks"])
-        plan = Plan.from_json(rec["plan"])
         with cost_profiles.charging(profile, rec["ranks_are"], rec.get("cuda_aware", True)):
             costs = simulated_costs()
             for alg in algorithms:
