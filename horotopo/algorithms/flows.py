@@ -342,13 +342,14 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
 
 def plan_time(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None,
               costs: SoftwareCosts = ENGINE_COSTS,
-              network: NetworkModel = IDEAL_NETWORK) -> float:
+              network: NetworkModel = IDEAL_NETWORK, window: Optional[int] = None) -> float:
     """Seconds of an allreduce of ``nbytes`` over ``plan``'s trees on ``topology`` in chunks of
-    ``chunk_bytes`` (None: the plan's), each tree with its share (:func:`trees_time`)."""
+    ``chunk_bytes`` (None: the plan's), each tree with its share (:func:`trees_time`), at the
+    engine's ``window`` (None: the automatic one)."""
     if nbytes <= 0 or plan.n == 1:
         return 0.0
     shapes = [(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees]
     profiles = [t.profile or ((plan.latency_s, 1.0 / t.rate_Bps, t.depth),)
                 for t in plan.trees]
     return trees_time(topology, shapes, [t.share * nbytes for t in plan.trees],
-                      plan.tree_chunks(chunk_bytes), profiles, costs, network)
+                      plan.tree_chunks(chunk_bytes), profiles, costs, network, window)
