@@ -132,18 +132,20 @@ def row_key(spec: str, n: int, size: int, probe: str, costs: str) -> str:
 
 
 def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: str,
-             cuda_aware: bool, profile: cost_profiles.CostProfile,
+             cuda_aware: bool, profile: cost_profiles.CostProfile, chunk: Optional[int],
              replan: bool = False) -> Tuple[Topology, Plan, Dict[str, Any]]:
     """The row's topology, its plan and its record (the cached one, or made now)."""
     topo = resolve(spec, n)
     key = row_key(spec, n, size, probe, costs_name(ranks_are, cuda_aware))
     rec = cache.doc["rows"].get(key)
-    if rec is not None and not replan:
+    # the forest is chosen for the engine's chunk (each candidate's pipeline fill depends on it), so
+    # a row cached at another chunk is planned again
+    if rec is not None and not replan and rec.get("plan_chunk") == chunk:
         return topo, Plan.from_json(rec["plan"]), rec
     say(f"{topo.name} ({costs_name(ranks_are, cuda_aware)} ranks): planning")
     w0 = time.perf_counter()
     with cost_profiles.charging(profile, ranks_are, cuda_aware):
-        plan = make_plan(topo, size=size)
+        plan = make_plan(topo, size=size, chunk_bytes=chunk)
         planner_s = time.perf_counter() - w0
         plan = with_choice(plan, topo, size)  # as init records it
     choice_s = time.perf_counter() - w0 - planner_s
@@ -151,7 +153,7 @@ def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: 
     rec = {"generator": spec, "topology": topo.name, "ranks": n, "size": size, "probe": probe,
            "ranks_are": ranks_are, "cuda_aware": cuda_aware, "plan": plan.to_json(),
            "planner_s": planner_s, "choice_s": choice_s,
-           "optimum_s": size / bound if bound else None, "predicted": {},
+           "plan_chunk": chunk, "optimum_s": size / bound if bound else None, "predicted": {},
            "commit": results_doc.commit()}
     cache.doc["rows"][key] = rec
     cache.save()
@@ -276,7 +278,7 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
                         f"{rows[-1]['cells'][args.algorithms[0]]['not_run']}")
                     continue
                 topo, plan, rec = plan_row(cache, spec, n, args.size, args.probe, ranks_are,
-                                           cuda_aware, profile, args.replan)
+                                           cuda_aware, profile, chunk, args.replan)
                 row = dict(rec, costs=costs, chunk=chunk_name(chunk), cells={},
                            chosen=chosen_for(cache, rec, topo, plan, chunk, profile),
                            predicted=predicted_for(cache, rec, topo, plan, chunk, profile,

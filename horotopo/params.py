@@ -410,12 +410,13 @@ class PlannerParams:
             "256 KiB at 4096 ranks, and so that the planner's and the simulator's cost stays a "
             "small multiple of the deep forest's (at most 2 H host trees there).")
     host_tree_counts: Tuple[int, ...] = _param(
-        (4, 8, 16), "Host-tree counts the forest choice predicts (each at most the machines' "
-                    "count and max_host_trees): fewer trees mean fewer messages per rank and "
-                    "larger chunks, more trees better balanced loads and a shorter pipeline "
-                    "fill; the prediction for the planned size decides. Each count is a plan "
-                    "to build and predict; more than 16 host trees was predicted fastest on no "
-                    "row of the scale table.")
+        (4, 8, 16, 32), "Host-tree counts the forest choice predicts (each at most the "
+                        "machines' count and max_host_trees): fewer trees mean fewer messages "
+                        "per rank and larger chunks, more trees better balanced loads and a "
+                        "shorter pipeline fill; the prediction for the planned size decides. "
+                        "Each count is a plan to build and predict. 32 is predicted fastest at "
+                        "1 MiB chunks on the scale table's host-forest rows at 256 and 1024 "
+                        "ranks (docs/results/scale_sim.md).")
     host_fabric_factor: float = _param(
         8.0, "A machine for the host forests is also a set of ranks on a local fabric at least "
              "this many times faster than its way out: a GPU node's local fabric (10x the NIC "

@@ -229,7 +229,7 @@ def test_the_host_tree_count_is_capped_at_1024_ranks():
     1024 ranks (the simulation of such a plan did not finish in 900 s, 12.5 GB); the forest
     keeps at most PLANNER.max_host_trees, and the planner offers no count above it."""
     assert PLANNER.max_host_trees == 32
-    assert host_tree_counts(512) == [4, 8, 16]  # the counts that win some row, none above
+    assert host_tree_counts(512) == [4, 8, 16, 32]  # the counts that win some row, none above
     assert host_tree_counts(8) == [4, 8] and host_tree_counts(2) == [2]
     assert host_tree_counts(12) == [4, 8, 12]  # every rotation, where fewer than 16
     with pytest.raises(ValueError, match="machines"):
@@ -282,8 +282,8 @@ def test_kept_rotations_balance_the_loads_on_the_generators(spec):
     trees it is every rotation's. Rotations evenly spread (t = 32 i / m) fell to 0.48-0.55 of it
     at 4 trees (0.52-0.86 at 8): their heads and roots share a position in every group."""
     topo = from_dict(generate(spec, 256))
-    assert host_tree_counts(32) == [4, 8, 16]
-    counts = [4, 8, 16, 32]  # the counts offered, and every rotation
+    counts = host_tree_counts(32)  # the counts offered, the last every rotation
+    assert counts == [4, 8, 16, 32]
     forests = pack_host_forests(topo, counts)
     every = forests[-1].throughput
     model = HostModel(topo)

@@ -72,7 +72,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "messages dominate a simulation of thousands of ranks)")
     p.add_argument("--chunk", default=None, type=positive_size,
                    help="full-size chunk for every algorithm instead of the plans' (fewer, "
-                        "larger messages: a faster simulation of a different engine setting)")
+                        "larger messages: a faster simulation of a different engine setting); "
+                        "the plan is made for it")
     p.add_argument("--plan", default=None,
                    help="plan JSON to share instead of planning (python -m horotopo plan ... "
                         "--json, or a previous simulation's 'plan'); needs --probe declared")
@@ -201,7 +202,9 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     engine's message count is ``size / chunk`` per tree edge and direction, and a simulation's
     wall time is about proportional to messages, so larger chunks make big clusters
     affordable, at the price of a longer pipeline fill than the plan's chunk would give (the
-    result is a different engine setting, reported as such, not the plan's).
+    result is a different engine setting, reported as such). The plan made here is made for
+    that chunk (``make_plan(chunk_bytes=...)``, as ``horotopo plan --chunk``): its forest is
+    the one predicted fastest at that chunk, whose pipeline fill it sets.
 
     Every algorithm runs as horotopo's engine runs it when its plan's choice names it: over
     an engine bound to the shared plan, at the plan's chunk unless ``chunk_bytes`` is given.
@@ -286,7 +289,8 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
             model = from_dict(doc) if doc is not None else topology
             # planned for this run's size, as `horotopo plan --size` (chunks and forest)
             made = (ring_plan(model, size=size) if probe == "off"
-                    else make_plan(model, size=size, max_host_trees=max_host_trees))
+                    else make_plan(model, size=size, chunk_bytes=chunk_bytes,
+                                   max_host_trees=max_host_trees))
             made = with_choice(made, model, size)
             planner["s"] = time.perf_counter() - w0
             return made, model
