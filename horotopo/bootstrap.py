@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 from . import config
 from . import costs as cost_profiles
 from .algorithms.choice import recorded_algorithm
-from .params import PLANNER, RELIABILITY
+from .params import PLANNER, PROBE, RELIABILITY
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import share_plan
 from .probe import ProbeError, probe
@@ -137,15 +137,18 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
 
     # 1. settings: share them first, so a rank with a bad value cannot leave the others waiting
     # (the planner's parameters too: rank 0 plans with them, after every rank has agreed)
-    planner_params = PLANNER
+    planner_params, reliability, probe_params = PLANNER, RELIABILITY, PROBE
     try:
         mine: Dict[str, Any] = dict(zip(("mode", "path"), read_env(env)))
         profile, profile_from = cost_profiles.from_settings(env)
         planner_params = config.planner_params(env)
+        probe_params = config.probe_params(env)
+        reliability = config.reliability_params(env)
     except (BootstrapError, cost_profiles.CostsError, config.ConfigError) as exc:
         mine = {"error": str(exc)}
     try:
-        everyone = transport.allgather_object(mine, RELIABILITY.exchange_timeout_s,
+        # a rank whose timeouts are refused says so under the default timeout
+        everyone = transport.allgather_object(mine, reliability.exchange_timeout_s,
                                               "init: comparing settings")
     except TransportTimeout as exc:
         raise BootstrapError(str(exc)) from exc
@@ -160,7 +163,7 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     mode, path = everyone[0]["mode"], everyone[0]["path"]
     # Every rank's selector charges the costs rank 0 plans with: its own file may differ.
     cost_profiles.activate(cost_profiles.CostProfile.from_json(transport.broadcast_object(
-        profile.to_json() if rank == 0 else None, 0, RELIABILITY.exchange_timeout_s,
+        profile.to_json() if rank == 0 else None, 0, reliability.exchange_timeout_s,
         "init: cost profile")))
     say(f"horotopo: software costs from {profile_from}")
 
@@ -170,7 +173,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     # as rank 0's error instead of leaving them waiting for a plan.
     doc = None
     if path is None and mode != "off":
-        doc = probe(transport, mode, progress=say, **dict(probe_options or {}))
+        doc = probe(transport, mode, progress=say,
+                    **dict({"params": probe_params}, **dict(probe_options or {})))
     use_ring = path is None and mode == "off"
 
     def model() -> Topology:
@@ -208,8 +212,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
     plan, planned_on = share_plan(transport, build, what="init", error=BootstrapError,
                                   settings_error=SettingsError,
                                   failure="rank 0 failed in init",
-                                  timeout_s=RELIABILITY.plan_timeout_s,
-                                  check_timeout_s=RELIABILITY.exchange_timeout_s)
+                                  timeout_s=reliability.plan_timeout_s,
+                                  check_timeout_s=reliability.exchange_timeout_s)
     assert planned_on is not None  # build always returns the model it planned on
     say(f"horotopo: plan {plan.digest}: {len(plan.trees)} trees, modelled "
         f"{plan.throughput_Bps / 1e6:.3f} MB/s ({plan.throughput_Bps / plan.ring_Bps:.2f}x ring), "

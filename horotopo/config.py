@@ -25,15 +25,16 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
+import typing
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from . import params as _params
 
 __all__ = ["ConfigError", "Setting", "Effective", "SETTINGS", "get", "lookup", "parse",
            "declared", "effective", "markdown_table", "launcher_size", "LAUNCHER_SIZE_VARIABLES",
            "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS", "PARAMETER_SETTINGS", "parameters",
-           "engine_params", "adapt_params", "probe_params", "planner_params",
-           "parameters_markdown"]
+           "engine_params", "adapt_params", "probe_params", "planner_params", "runtime_params",
+           "reliability_params", "parameter_variable", "parameters_markdown"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -49,7 +50,8 @@ class ConfigError(ValueError):
 class Setting:
     """One environment variable: how to parse it and what it means.
 
-    ``kind`` is ``float``, ``int``, ``bool``, ``choice`` or ``str`` (a path or a command).
+    ``kind`` is ``float``, ``int``, ``bool``, ``choice``, ``str`` (a path or a command) or
+    ``numbers`` (a comma-separated list of ``item`` numbers, ``int`` or ``float``).
     ``lo``/``hi`` bound numbers (``lo_open`` excludes ``lo``, ``hi_open`` ``hi``); ``choices`` lists a choice's
     values (compared in lower case). ``default`` is what :func:`get` returns when unset; ``None``
     means "not set" and is explained by ``default_doc``.
@@ -68,6 +70,10 @@ class Setting:
     blank_ok: bool = True
     default_doc: str = ""
     unit: str = ""
+    item: str = ""
+    #: ``(parameter object, field)`` for a setting that overrides a field of
+    #: :mod:`horotopo.params` (the object checks the value: :func:`parameters`).
+    parameter: Optional[Tuple[Type[Any], str]] = None
 
     def allowed(self) -> str:
         """What the setting accepts, in words (for errors and the README table)."""
@@ -83,6 +89,8 @@ class Setting:
             if self.hi is not None:
                 bounds.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
             return what + (" " + " and ".join(bounds) if bounds else "")
+        if self.kind == "numbers":
+            return ("numbers" if self.item == "float" else "whole numbers") + ", comma-separated"
         return "a non-empty string" if not self.blank_ok else "any string"
 
     def show_default(self) -> str:
@@ -91,9 +99,7 @@ class Setting:
             return self.default_doc or "unset"
         if self.kind == "bool":
             return "1" if self.default else "0"
-        if isinstance(self.default, float):
-            return f"{self.default:g}"
-        return str(self.default)
+        return _show_parameter(self.default)
 
     def parse(self, raw: str, source: Optional[str] = None) -> Any:
         """``raw`` (a set, non-blank value) as this setting's type, checked.
@@ -125,18 +131,13 @@ class Setting:
                 raise ConfigError(f"{name}={raw!r}: must be one of {', '.join(self.choices)} "
                                   f"(default {self.show_default()})")
             return low
-        if self.kind == "float":
-            try:
-                value: Any = float(text)
-            except ValueError:
-                raise bad() from None
-            if not math.isfinite(value):
+        if self.kind == "numbers":
+            items = [part.strip() for part in text.split(",")]
+            if not all(items):
                 raise bad()
-        elif self.kind == "int":
-            try:
-                value = int(text, 10)
-            except ValueError:
-                raise bad() from None
+            return tuple(_number(item, self.item, bad) for item in items)
+        if self.kind in ("float", "int"):
+            value: Any = _number(text, self.kind, bad)
         elif self.kind == "str":
             return raw
         else:  # a registry entry with a kind this module does not know: a bug here
@@ -146,6 +147,17 @@ class Setting:
         if self.hi is not None and (value > self.hi or (self.hi_open and value == self.hi)):
             raise bad()
         return value
+
+
+def _number(text: str, kind: str, bad: Callable[[], ConfigError]) -> Any:
+    """``text`` as a finite float (``kind == "float"``) or a base-10 int, else ``bad()``."""
+    try:
+        value = float(text) if kind == "float" else int(text, 10)
+    except ValueError:
+        raise bad() from None
+    if not math.isfinite(value):
+        raise bad()
+    return value
 
 
 def _registry(*settings: Setting) -> Dict[str, Setting]:
@@ -163,8 +175,46 @@ def _launcher_alias(name: str) -> Tuple[str, ...]:
     return ("HOROTOPO_" + name[len("HOROVOD_"):],)
 
 
+def parameter_variable(cls: Type[Any], field_name: str) -> str:
+    """The variable that overrides field ``field_name`` of parameter object ``cls``:
+    ``HOROTOPO_<CONCERN>_<FIELD>`` (``ProbeParams.slow_ratio``: ``HOROTOPO_PROBE_SLOW_RATIO``)."""
+    return f"HOROTOPO_{cls.__name__[:-len('Params')].upper()}_{field_name.upper()}"
+
+
+#: Earlier spellings of parameter variables, still read beside the scheme's name.
+_PARAMETER_ALIASES: Dict[str, Tuple[str, ...]] = {
+    "HOROTOPO_ADAPT_TRIAL_CALLS": ("HOROTOPO_ADAPT_TRIAL",)}
+
+
+def _parameter_setting(cls: Type[Any], field: "dataclasses.Field[Any]",
+                       kind: Any) -> Setting:
+    item = ""
+    if typing.get_origin(kind) is tuple:
+        item = "float" if float in typing.get_args(kind) else "int"
+        kind_name = "numbers"
+    elif kind in (bool, int, float):
+        kind_name = kind.__name__
+    else:  # a parameter of a type the environment cannot spell: a bug in horotopo/params.py
+        raise AssertionError(f"{cls.__name__}.{field.name}: no setting for type {kind!r}")
+    name = parameter_variable(cls, field.name)
+    return Setting(name, kind_name, field.default,
+                   f"{cls.__name__}.{field.name} (see Parameters below).",
+                   item=item, aliases=_PARAMETER_ALIASES.get(name, ()),
+                   parameter=(cls, field.name))
+
+
+def _parameter_settings() -> List[Setting]:
+    """A setting for every field of every parameter object, typed as the field."""
+    out = []
+    for cls in _params.PARAMETER_OBJECTS:
+        kinds = typing.get_type_hints(cls)
+        out += [_parameter_setting(cls, f, kinds[f.name]) for f in dataclasses.fields(cls)]
+    return out
+
+
 _S = Setting
-#: Every variable, in the order of the README table. Aliases map to their setting too.
+#: Every variable, in the order of the README table, then the parameter objects' fields.
+#: Aliases map to their setting too. Aliases map to their setting too.
 SETTINGS: Dict[str, Setting] = _registry(
     # -- Horovod's knobs (the runtime's control cycle) --------------------------------------
     _S("HOROVOD_CYCLE_TIME", "float", 1.0, "Milliseconds between two control cycles of the "
@@ -212,27 +262,6 @@ SETTINGS: Dict[str, Setting] = _registry(
        "docs/topology.md.", blank_ok=False, default_doc="unset: probe (HOROTOPO_PROBE)"),
     _S("HOROTOPO_ADAPT", "bool", None, "Re-plan when the engine's transfers stay slower than "
        "the plan.", default_doc="on, except with HOROTOPO_PROBE=off"),
-    _S("HOROTOPO_ADAPT_THRESHOLD", "float", _params.ADAPT.threshold, "Fraction below its "
-       "size's baseline efficiency at which an allreduce counts as slow for re-planning "
-       "(AdaptParams.threshold).", lo=0.0, lo_open=True, hi=1.0, hi_open=True),
-    _S("HOROTOPO_ADAPT_CONSECUTIVE", "int", _params.ADAPT.consecutive, "Slow allreduces in a "
-       "row that trigger a re-plan (AdaptParams.consecutive).", lo=1),
-    _S("HOROTOPO_ADAPT_TRIAL", "int", _params.ADAPT.trial_calls, "Tree allreduces a re-plan's "
-       "new plan is timed for before it is kept or reverted; 0 keeps every re-plan "
-       "(AdaptParams.trial_calls).", lo=0),
-    _S("HOROTOPO_PLANNER_MIN_CHUNK", "int", _params.PLANNER.min_chunk, "Smallest chunk the "
-       "planner gives a tree (PlannerParams.min_chunk).", lo=1, unit="bytes"),
-    _S("HOROTOPO_PLANNER_MAX_CHUNK", "int", _params.PLANNER.max_chunk, "Largest chunk the "
-       "planner gives a tree (PlannerParams.max_chunk).", lo=1, unit="bytes"),
-    _S("HOROTOPO_PLANNER_WINDOW_BYTES", "int", _params.PLANNER.window_bytes, "Scratch per "
-       "reduce child and tree of the automatic window; the plan records it and the engine runs "
-       "its windows (PlannerParams.window_bytes).", lo=1, unit="bytes"),
-    _S("HOROTOPO_PLANNER_RANK_WINDOW_BYTES", "int", _params.PLANNER.rank_window_bytes,
-       "Scratch per reduce child over all of a plan's trees, past which the automatic window "
-       "shrinks (PlannerParams.rank_window_bytes).", lo=1, unit="bytes"),
-    _S("HOROTOPO_PLANNER_TREE_TIE", "float", _params.PLANNER.tree_tie, "Fraction of the best "
-       "fair sum within which fewer trees win the fair-subset search (PlannerParams.tree_tie).",
-       lo=0.0, hi=1.0, hi_open=True),
     _S("HOROTOPO_CALIBRATE_S", "float", 1.5, "Seconds init() may spend timing the tree and "
        "MPI_Allreduce on this job's ranks (the tree-or-MPI choice starts from these timings and "
        "learns from real calls); 0 skips it (the choice then starts from the plan's model).",
@@ -279,6 +308,7 @@ SETTINGS: Dict[str, Setting] = _registry(
        "refuses to start without MPI, saying how to launch.", default_doc="unset: not torchrun"),
     _S("LOCAL_WORLD_SIZE", "int", None, "Set by torchrun (ranks on this node); read as "
        "TORCHELASTIC_RUN_ID.", lo=0, default_doc="unset: not torchrun"),
+    *_parameter_settings(),
 )
 
 
@@ -394,7 +424,11 @@ def declared() -> List[Setting]:
 
 
 def effective(env: Optional[Mapping[str, str]] = None) -> List[Effective]:
-    """Every setting's effective value; a bad value is reported in ``error``, not raised."""
+    """Every setting's effective value; a bad value is reported in ``error``, not raised.
+
+    A parameter variable's value is also checked by its object, together with the other
+    variables of that object (a smallest chunk above the largest is an error of both).
+    """
     where = _environ(env)
     out = []
     for s in declared():
@@ -406,37 +440,38 @@ def effective(env: Optional[Mapping[str, str]] = None) -> List[Effective]:
                 out.append(Effective(s, value, "environment", variable, raw))
         except ConfigError as exc:
             out.append(Effective(s, None, "error", error=str(exc)))
+    for cls in _params.PARAMETER_OBJECTS:
+        rows = [i for i, row in enumerate(out) if row.setting.parameter is not None
+                and row.setting.parameter[0] is cls]
+        if any(out[i].source == "error" for i in rows):
+            continue
+        try:
+            parameters(cls, where)
+        except ConfigError as exc:
+            for i in rows:
+                if out[i].source == "environment":
+                    out[i] = Effective(out[i].setting, None, "error", error=str(exc))
     return out
 
 
-#: The fields of the parameter objects that a user may override, and the variable of each.
+#: The variable of every field of every parameter object (``HOROTOPO_<CONCERN>_<FIELD>``).
 PARAMETER_SETTINGS: Dict[Type[Any], Dict[str, str]] = {
-    _params.EngineParams: {},
-    _params.AdaptParams: {"threshold": "HOROTOPO_ADAPT_THRESHOLD",
-                          "consecutive": "HOROTOPO_ADAPT_CONSECUTIVE",
-                          "trial_calls": "HOROTOPO_ADAPT_TRIAL"},
-    _params.ProbeParams: {},
-    _params.PlannerParams: {"min_chunk": "HOROTOPO_PLANNER_MIN_CHUNK",
-                            "max_chunk": "HOROTOPO_PLANNER_MAX_CHUNK",
-                            "window_bytes": "HOROTOPO_PLANNER_WINDOW_BYTES",
-                            "rank_window_bytes": "HOROTOPO_PLANNER_RANK_WINDOW_BYTES",
-                            "tree_tie": "HOROTOPO_PLANNER_TREE_TIE"},
-    _params.RuntimeParams: {},
-    _params.ReliabilityParams: {},
-}
+    cls: {f.name: parameter_variable(cls, f.name) for f in dataclasses.fields(cls)}
+    for cls in _params.PARAMETER_OBJECTS}
 
 _P = TypeVar("_P")
 
 
 def parameters(cls: Type[_P], env: Optional[Mapping[str, str]] = None) -> _P:
-    """Parameter object ``cls`` (:mod:`horotopo.params`): its defaults, with the fields that
-    :data:`PARAMETER_SETTINGS` declares overridden from the environment.
+    """Parameter object ``cls`` (:mod:`horotopo.params`): its defaults, with each field whose
+    variable (:func:`parameter_variable`) the environment sets overridden.
 
     Raises
     ------
     ConfigError
-        A variable holds a value the object refuses, or variables hold values that do not fit
-        together (a smallest chunk above the largest), naming the variables.
+        A variable holds a value of the wrong type, or one the object refuses, or variables
+        hold values that do not fit together (a smallest chunk above the largest), naming the
+        variables.
     """
     where = _environ(env)
     values: Dict[str, Any] = {}
@@ -472,6 +507,17 @@ def planner_params(env: Optional[Mapping[str, str]] = None) -> _params.PlannerPa
     return parameters(_params.PlannerParams, env)
 
 
+def runtime_params(env: Optional[Mapping[str, str]] = None) -> _params.RuntimeParams:
+    """The control plane's and transports' waits as this environment sets them (see
+    :func:`parameters`)."""
+    return parameters(_params.RuntimeParams, env)
+
+
+def reliability_params(env: Optional[Mapping[str, str]] = None) -> _params.ReliabilityParams:
+    """The timeouts on peers as this environment sets them (see :func:`parameters`)."""
+    return parameters(_params.ReliabilityParams, env)
+
+
 def _show_parameter(value: Any) -> str:
     if isinstance(value, tuple):
         return ", ".join(_show_parameter(v) for v in value)
@@ -482,15 +528,15 @@ def _show_parameter(value: Any) -> str:
 
 def parameters_markdown() -> str:
     """The tables of docs/settings.md's parameter section: every field of every parameter
-    object, its default, the variable that overrides it (if any) and why that value."""
+    object, its default, the variable that overrides it and why that value."""
     out: List[str] = []
     for cls in _params.PARAMETER_OBJECTS:
         doc = (cls.__doc__ or "").strip().splitlines()[0]
         out += [f"### `{cls.__name__}`", "", doc, "",
                 "| field | default | variable | why this value |", "| --- | --- | --- | --- |"]
-        overrides = PARAMETER_SETTINGS[cls]
         for f in dataclasses.fields(cls):
-            variable = f"`{overrides[f.name]}`" if f.name in overrides else "-"
+            setting = lookup(parameter_variable(cls, f.name))
+            variable = " or ".join(f"`{v}`" for v in (setting.name,) + setting.aliases)
             cells = [f"`{f.name}`", _show_parameter(f.default), variable, f.metadata["why"]]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")
@@ -498,10 +544,13 @@ def parameters_markdown() -> str:
 
 
 def markdown_table() -> str:
-    """The settings table of docs/settings.md (a Markdown table of every setting)."""
+    """The settings table of docs/settings.md: a Markdown table of every setting but the
+    parameter objects' fields (:func:`parameters_markdown` lists those)."""
     rows = ["| variable | type | default | allowed | what it does |",
             "| --- | --- | --- | --- | --- |"]
     for s in declared():
+        if s.parameter is not None:
+            continue
         name = f"`{s.name}`" + "".join(f" (or `{a}`)" for a in s.aliases)
         kind = s.kind + (f" ({s.unit})" if s.unit else "")
         cells = [name, kind, s.show_default(), s.allowed(), s.doc]

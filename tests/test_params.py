@@ -219,7 +219,7 @@ def test_a_value_the_object_refuses_is_refused_by_its_setting_first(variable, va
     # refuse later must already fail the setting's own check, naming the variable.
     env = {variable: value}
     assert [row.error for row in config.effective(env) if row.error
-            and row.setting.name == variable], f"{variable}={value} passes init()'s check"
+            and f"{variable}='{value}'" in row.error], f"{variable}={value} passes init()'s check"
     with pytest.raises(config.ConfigError, match=f"{variable}='{value}'"):
         config.adapt_params(env)
 
@@ -308,3 +308,129 @@ def test_init_refuses_planner_parameters_that_do_not_fit_on_every_rank():
     made = run_ranks(6, lambda t: setup(t, env={"HOROTOPO_TOPOLOGY": "racks-2x3",
                                                 "HOROTOPO_PLANNER_WINDOW_BYTES": "1048576"}))
     assert {s.plan.planner["params"]["window_bytes"] for s in made} == {1 << 20}
+
+
+def _as_text(value) -> str:
+    return ",".join(map(repr, value)) if isinstance(value, tuple) else repr(value)
+
+
+@pytest.mark.parametrize("cls", params.PARAMETER_OBJECTS)
+def test_every_field_has_a_variable_read_as_its_type(cls):
+    concern = cls.__name__[:-len("Params")].upper()
+    for f in dataclasses.fields(cls):
+        variable = config.parameter_variable(cls, f.name)
+        assert variable == f"HOROTOPO_{concern}_{f.name.upper()}"
+        # the default written out comes back as the default, of the field's own type
+        got = getattr(config.parameters(cls, {variable: _as_text(f.default)}), f.name)
+        assert got == f.default and type(got) is type(f.default), (variable, got)
+        assert [type(v) for v in getattr(got, "__iter__", lambda: [])()] == [
+            type(v) for v in getattr(f.default, "__iter__", lambda: [])()]
+        row = next(r for r in config.effective({variable: _as_text(f.default)})
+                   if r.setting.name == variable)
+        assert (row.source, row.variable) == ("environment", variable), row
+
+
+def test_the_scheme_names_and_the_earlier_spelling_set_the_fields():
+    env = {"HOROTOPO_PROBE_SLOW_RATIO": "2.5", "HOROTOPO_RELIABILITY_PING_TIMEOUT_S": "0.5",
+           "HOROTOPO_RUNTIME_IDLE_NAP_S": "1e-4, 2e-3", "HOROTOPO_PLANNER_HOST_TREE_COUNTS": "2,4",
+           "HOROTOPO_ENGINE_CALIBRATION_REPEATS": "4", "HOROTOPO_ADAPT_TRIAL": "1"}
+    assert config.probe_params(env).slow_ratio == 2.5
+    assert config.reliability_params(env).ping_timeout_s == 0.5
+    assert config.runtime_params(env).idle_nap_s == (1e-4, 2e-3)
+    assert config.planner_params(env).host_tree_counts == (2, 4)
+    assert config.engine_params(env).calibration_repeats == 4
+    assert config.adapt_params(env).trial_calls == 1
+    with pytest.raises(config.ConfigError, match="disagree"):
+        config.adapt_params({"HOROTOPO_ADAPT_TRIAL": "1", "HOROTOPO_ADAPT_TRIAL_CALLS": "2"})
+
+
+@pytest.mark.parametrize("variable, value, says", [
+    ("HOROTOPO_PROBE_SLOW_RATIO", "abc", "must be a number"),
+    ("HOROTOPO_PROBE_SLOW_RATIO", "1", "slow_ratio: must be above 1"),
+    ("HOROTOPO_ENGINE_COST_REPEATS", "1.5", "must be a whole number"),
+    ("HOROTOPO_RUNTIME_IDLE_NAP_S", "1e-3", "idle_nap_s: (first, longest) pause"),
+    ("HOROTOPO_PLANNER_CHUNK_SCALES", "0.5,,2", "must be numbers, comma-separated"),
+    ("HOROTOPO_PLANNER_HOST_TREE_COUNTS", "4,8.5", "must be whole numbers, comma-separated"),
+    ("HOROTOPO_RELIABILITY_PING_TIMEOUT_S", "0", "ping_timeout_s: must be positive"),
+    ("HOROTOPO_RELIABILITY_PLAN_TIMEOUT_S", "inf", "must be a number")])
+def test_a_bad_parameter_value_is_one_line_naming_the_variable(variable, value, says):
+    cls = config.lookup(variable).parameter[0]
+    with pytest.raises(config.ConfigError) as caught:
+        config.parameters(cls, {variable: value})
+    message = str(caught.value)
+    assert message.startswith(f"{variable}={value!r}: ") and says in message, message
+    assert "\n" not in message
+    # init() refuses it before anything starts (it checks every row of this table)
+    assert [r.error for r in config.effective({variable: value}) if r.error] == [message]
+
+
+def test_a_bad_parameter_value_ends_a_command_with_one_line_and_status_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HOROTOPO_PLANNER_MAX_WINDOW="many")
+    res = subprocess.run([sys.executable, "-m", "horotopo", "plan", "racks-2x3", "-o",
+                          str(tmp_path / "p.json")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines()[-1] == ("horotopo plan: error: HOROTOPO_PLANNER_MAX_WINDOW="
+                                           "'many': must be a whole number")
+    assert "Traceback" not in res.stderr
+
+
+def test_the_doctor_judges_and_lists_with_the_environments_probe_parameters(
+        tmp_path, capsys, monkeypatch):
+    import gzip
+    import json
+
+    from horotopo.cli.doctor_cmd import report
+
+    with gzip.open(pathlib.Path(__file__).parent / "data" / "probed-sites-24-g4.json.gz",
+                   "rt") as fh:
+        doc = json.load(fh)
+
+    def printed() -> str:
+        assert report(doc, 64 << 20, json_path=str(tmp_path / "d.json"), png_path=None) == 0
+        return capsys.readouterr().out
+
+    link = "link a-r0h0 -> b-r0h2: 6.13 gbps, 1.3x below"
+    default = printed()
+    assert "(at least 1.5x below)" in default and link not in default
+    monkeypatch.setenv("HOROTOPO_PROBE_SLOW_RATIO", "1.05")
+    judged = printed()
+    assert "(at least 1.05x below)" in judged and link in judged
+    monkeypatch.setenv("HOROTOPO_PROBE_LISTED_LINKS", "2")
+    assert "... and 4 more slow host pairs" in printed()
+
+
+def test_init_waits_for_the_plan_as_long_as_the_environment_says(monkeypatch):
+    import time
+
+    from horotopo import bootstrap
+    from horotopo.bootstrap import BootstrapError, setup
+    from loop_transport import run_ranks
+
+    planner = bootstrap.ring_plan
+
+    def slow_planner(topology, **kwargs):
+        time.sleep(0.6)
+        return planner(topology, **kwargs)
+
+    monkeypatch.setattr(bootstrap, "ring_plan", slow_planner)
+
+    def outcome(env):
+        def body(t):
+            try:
+                return setup(t, env=env).plan.digest
+            except BootstrapError as exc:
+                return exc
+        return run_ranks(2, body)
+
+    waited = outcome({"HOROTOPO_PROBE": "off"})
+    assert all(isinstance(d, str) for d in waited), waited
+    # rank 0 then waits for rank 1 to confirm the plan: as long as the exchange timeout
+    short = outcome({"HOROTOPO_PROBE": "off", "HOROTOPO_RELIABILITY_PLAN_TIMEOUT_S": "0.2",
+                     "HOROTOPO_RELIABILITY_EXCHANGE_TIMEOUT_S": "0.5"})
+    assert isinstance(short[1], BootstrapError), short
+    assert "nothing from rank 0 within 0.2 s" in str(short[1]), short[1]

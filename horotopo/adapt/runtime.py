@@ -43,7 +43,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import config
-from ..params import ADAPT, RELIABILITY, AdaptParams, PlannerParams
+from ..params import ADAPT, RELIABILITY, AdaptParams, EngineParams, PlannerParams
 from ..algorithms.cost import TREE, Selector, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
@@ -143,6 +143,9 @@ class AdaptiveEngine:
         faster than the old plan's slow run, the ranks go back to the old plan (with the
         refreshed model, and a doubled back-off of the detector). 0 keeps every re-plan.
         Overrides ``params.trial_calls``.
+    engine_params : EngineParams, optional
+        The engine's parameters (:class:`~horotopo.engine.Engine`'s ``params``), for this
+        engine and every engine a re-plan starts.
     liveness : LivenessResponder, optional
         Where the watchdog asks which ranks are stopped or dead before it aborts
         (:func:`~horotopo.reliability.liveness.verdict`), so that it blames those and not the
@@ -166,7 +169,8 @@ class AdaptiveEngine:
                  planner: Optional[Callable[[Topology], Plan]] = None,
                  adapt: bool = True, calibrate_s: float = 0.0,
                  min_slow_s: Optional[float] = None, trial: Optional[int] = None,
-                 liveness: Any = None, **engine_kwargs: Any) -> None:
+                 liveness: Any = None, engine_params: Optional[EngineParams] = None,
+                 **engine_kwargs: Any) -> None:
         overrides = {"threshold": threshold, "consecutive": consecutive, "warmup": warmup,
                      "min_seconds": min_seconds, "min_slow_s": min_slow_s,
                      "trial_calls": trial}
@@ -190,6 +194,8 @@ class AdaptiveEngine:
         self.trial_calls = int(p.trial_calls)
         self.trial: Optional[Trial] = None  # the re-plan on trial, if any
         self._trial_event: Optional[ReplanEvent] = None
+        if engine_params is not None:
+            engine_kwargs = dict(engine_kwargs, params=engine_params)
         self._engine_kwargs = engine_kwargs
         #: What every allreduce left to the engine runs instead of the selector's choice:
         #: ``hierarchical`` under HOROVOD_HIERARCHICAL_ALLREDUCE, as in Horovod; else None.

@@ -35,7 +35,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional,
 import numpy as np
 
 from .. import timeline
-from ..params import RUNTIME
+from .. import config
 from ..reliability.liveness import faulty
 from ..transport.base import TransportTimeout
 from .checks import first_mismatch
@@ -382,6 +382,7 @@ class Controller:
         self.transport = transport
         self.rank, self.size = transport.rank, transport.size
         self.settings = settings
+        self.runtime = config.runtime_params()
         self.watchdog = watchdog
         self.guard: Callable[[str], ContextManager[None]] = watchdog.guard
         # The transport's own deadline on each wait is a backstop behind the watchdog, which
@@ -454,8 +455,8 @@ class Controller:
         with self.guard(what):
             request = self.transport.iallreduce_control(vec, "band")
             self.transport.wait([request], self._deadline(), what=f"control {what}",
-                                spin_polls=RUNTIME.control_spin_polls,
-                                nap_s=RUNTIME.control_nap_s)
+                                spin_polls=self.runtime.control_spin_polls,
+                                nap_s=self.runtime.control_nap_s)
         self.stats["cycles"] += 1
         flags = int(vec[0])
         if not flags & _FLAG_RUNNING:

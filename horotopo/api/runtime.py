@@ -446,17 +446,20 @@ def _liveness(comm: Any, thread_level: int) -> Any:
     from horotopo.reliability import LivenessResponder
     from horotopo.transport.mpi import supports_threads
 
-    return LivenessResponder(comm) if supports_threads(thread_level) else None
+    return (LivenessResponder(comm, poll_s=config.reliability_params().liveness_poll_s)
+            if supports_threads(thread_level) else None)
 
 
 def _make_engine(transport: Any, setup: Any, *, adapt: bool, timeout_s: float,
                  liveness: Any) -> Any:
     """The adaptive engine on ``transport``, which the caller keeps owning (and closes)."""
     from horotopo.adapt import AdaptiveEngine
-    from horotopo.adapt.runtime import RUNTIME_DEFAULTS
 
+    adapt_params = config.adapt_params()
     # The tree-or-MPI choice starts from timings of this job's ranks (a short calibration),
     # not from constants of some other machine; the engine then learns from its own calls.
     return AdaptiveEngine(transport, setup.plan, setup.topology, adapt=adapt,
                           timeout_s=timeout_s, calibrate_s=config.get("HOROTOPO_CALIBRATE_S"),
-                          liveness=liveness, **RUNTIME_DEFAULTS)
+                          liveness=liveness, params=adapt_params,
+                          min_slow_s=adapt_params.runtime_min_slow_s,
+                          engine_params=config.engine_params())

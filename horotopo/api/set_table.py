@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .. import config
 from ..topology import Topology
 
 __all__ = ["PROCESS_SET_ADD", "PROCESS_SET_REMOVE", "restrict", "ranks_from_name",
@@ -74,7 +75,7 @@ def build_group(comm: Any, ranks: Tuple[int, ...], rank: int, topology: Topology
     finally:
         transport.close()
     engine = AdaptiveEngine(sub, plan, model, adapt=False, timeout_s=timeout_s, calibrate_s=0.0,
-                            **RUNTIME_DEFAULTS)
+                            engine_params=config.engine_params(), **RUNTIME_DEFAULTS)
     return Group(0, tuple(ranks), ranks.index(rank), engine, plan, model)
 
 

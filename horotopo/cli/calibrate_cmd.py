@@ -21,14 +21,15 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import costs as cost_profiles
 from ..algorithms.tree import TreeAllreduce
 from ..packing import ring_parents
-from ..params import ENGINE
+from .. import config
+from ..params import ENGINE, EngineParams
 from ..plan import plan_from_trees
 from ..transport.base import TagAllocator, Transport
 from . import CommandError
@@ -51,9 +52,9 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", default=None, metavar="PATH",
                    help=f"where to write the profile (default {cost_profiles.default_path()})")
-    p.add_argument("--repeats", type=int, default=ENGINE.cost_repeats,
+    p.add_argument("--repeats", type=int, default=None,
                    help="timed calls per chunk size, the least CPU kept (default "
-                        f"{ENGINE.cost_repeats})")
+                        f"HOROTOPO_ENGINE_COST_REPEATS, else {ENGINE.cost_repeats})")
     p.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
     p.add_argument("--show", action="store_true",
                    help="measure nothing: print the profile init() would use and where it "
@@ -146,12 +147,15 @@ class _TimedTransport(Transport):
         return self.inner.alloc_tags(count)
 
 
-def measure(transport: Transport, repeats: int = ENGINE.cost_repeats,
-            chunks: Sequence[int] = ENGINE.cost_chunks,
-            progress: Any = None) -> List[Dict[str, float]]:
+def measure(transport: Transport, repeats: Optional[int] = None,
+            chunks: Optional[Sequence[int]] = None, progress: Any = None,
+            params: EngineParams = ENGINE) -> List[Dict[str, float]]:
     """One row per chunk size: ``chunk_bytes``, ``messages`` and ``received_bytes`` of one
     allreduce on this rank, and ``cpu_s``, the least over ``repeats`` calls of the rank's
-    thread CPU outside the transport's calls. Collective when ``transport`` is a real one."""
+    thread CPU outside the transport's calls. Collective when ``transport`` is a real one.
+    ``repeats`` and ``chunks`` default to ``params.cost_repeats`` and ``params.cost_chunks``."""
+    repeats = params.cost_repeats if repeats is None else repeats
+    chunks = params.cost_chunks if chunks is None else chunks
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
     timed = transport if isinstance(transport, MirrorPeer) else _TimedTransport(transport)
@@ -159,7 +163,7 @@ def measure(transport: Transport, repeats: int = ENGINE.cost_repeats,
     rows: List[Dict[str, float]] = []
     for chunk in chunks:
         # ring chains: a rank receives 2 (n - 1) / n of the buffer and sends as much
-        nbytes = ENGINE.cost_row_messages * chunk * n // (4 * (n - 1))
+        nbytes = params.cost_row_messages * chunk * n // (4 * (n - 1))
         elems = max(64 << 10, min(16 << 20, nbytes)) // 4
         plan = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
                                chunk_bytes=chunk)
@@ -207,8 +211,14 @@ def run(args: argparse.Namespace) -> int:
               else f"from {source}\n{profile.describe()}")
         return 0
     output = args.output or str(cost_profiles.default_path())
-    if args.repeats < 1:
-        raise CommandError(f"--repeats must be at least 1, got {args.repeats}")
+    try:
+        params = config.engine_params()
+        reliability = config.reliability_params()
+    except config.ConfigError as exc:
+        raise CommandError(str(exc)) from None
+    repeats = params.cost_repeats if args.repeats is None else args.repeats
+    if repeats < 1:
+        raise CommandError(f"--repeats must be at least 1, got {repeats}")
     transport: Transport = MirrorPeer()
     where = "one process, a mirror for the peer"
     try:
@@ -224,12 +234,13 @@ def run(args: argparse.Namespace) -> int:
     rank = transport.rank if not isinstance(transport, MirrorPeer) else 0
     say = _say if rank == 0 else (lambda msg: None)
     say(f"measuring the tree engine's software costs ({where}), "
-        f"{len(ENGINE.cost_chunks)} chunk sizes")
+        f"{len(params.cost_chunks)} chunk sizes")
     t0 = time.perf_counter()
-    rows = measure(transport, args.repeats, progress=say)
+    rows = measure(transport, repeats, progress=say, params=params)
     per_message, per_byte = fit_costs(rows)
     if not isinstance(transport, MirrorPeer):
-        everyone = transport.allgather_object((per_message, per_byte), 60.0,
+        everyone = transport.allgather_object((per_message, per_byte),
+                                              reliability.exchange_timeout_s,
                                               "calibrate: gathering the figures")
         transport.close()
         if rank != 0:

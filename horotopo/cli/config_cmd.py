@@ -88,11 +88,15 @@ where it came from (`--json` for a script).
 Every tuning number of horotopo (the engine's, the adaptivity's, the probe's, the planner's, the
 runtime's waits and the timeouts on peers) lives in the parameter objects of
 `horotopo/params.py`, one field each, with the reason for its default; tests/test_params.py
-fails on a module-level number anywhere else that is not listed as a non-tuning constant. Code
-that takes one of these objects uses the defaults below when given none; the fields with a
-variable take it from the environment where the runtime builds the object. A plan records the
-planner's fields that differ from the defaults in its JSON (`planner.params`), and the engine
-runs the windows of the parameters the plan was made with.
+fails on a number anywhere else that is not listed as a non-tuning constant. Each field is
+overridden by the variable `HOROTOPO_<OBJECT>_<FIELD>` (the object's name without `Params`,
+in capitals: `ProbeParams.slow_ratio` is `HOROTOPO_PROBE_SLOW_RATIO`), parsed as the field's
+type (a tuple as numbers separated by commas) and checked by the object itself, together with
+the object's other variables; `python -m horotopo config` lists them with the others. `init()`
+and the commands build each object from the environment once and hand it down; code called
+directly takes the defaults below unless given an object. A plan records the planner's fields
+that differ from the defaults in its JSON (`planner.params`), and the engine and the plan's
+predictions use the window of the parameters the plan was made with.
 
 {config.parameters_markdown()}"""
 

@@ -15,7 +15,8 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import CommandError, writable_path, write_text
-from ..params import RELIABILITY
+from .. import config
+from ..params import RELIABILITY, ProbeParams
 from ..probe.diagnose import Diagnosis, PlanSummary, diagnose, format_ranks, report_lines
 from ..topology import plural
 
@@ -73,6 +74,8 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
                 "doctor), N >= 2"), {}
     settings: Dict[str, Any] = {}
     try:
+        config.probe_params()
+        config.reliability_params()
         if args.max_bytes is not None:
             top = parse_size(args.max_bytes)
             if top < 1:
@@ -108,6 +111,15 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
     return None, settings
 
 
+def _arguments_timeout_s() -> float:
+    """How long the ranks wait for rank 0's verdict on the arguments."""
+    try:
+        return config.reliability_params().doctor_arguments_timeout_s
+    except config.ConfigError:
+        # the verdict itself names the bad variable: it must still reach every rank
+        return RELIABILITY.doctor_arguments_timeout_s
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo doctor``: collective over MPI.COMM_WORLD; returns the exit code."""
     from ..transport import MPITransport
@@ -117,21 +129,22 @@ def run(args: argparse.Namespace) -> int:
     rank = transport.rank
     verdict = _check(args, transport.size) if rank == 0 else None
     # Only rank 0 writes, so only its disk counts; every rank stops together on a problem.
-    problem, settings = transport.broadcast_object(verdict, 0,
-                                                   RELIABILITY.doctor_arguments_timeout_s,
-                                                   "doctor: arguments")
+    problem, settings = transport.broadcast_object(
+        verdict, 0, _arguments_timeout_s(), "doctor: arguments")
     if problem:
         if rank == 0:
             print(f"{PROG}: error: {problem}", file=sys.stderr, flush=True)
         transport.close()
         return 2
     size = settings.pop("size")
+    probe_params = config.probe_params()
 
     doc = measure(transport, "quick" if args.quick else "full", quiet=args.quiet,
-                  command=PROG, **settings)
+                  command=PROG, params=probe_params, **settings)
     if rank != 0:
         return 0
-    return report(doc, size, json_path=args.json, png_path=None if args.no_png else args.png)
+    return report(doc, size, json_path=args.json, png_path=None if args.no_png else args.png,
+                  params=probe_params)
 
 
 def summarize_plan(doc: Dict[str, Any], size: int) -> Tuple[PlanSummary, Dict[str, Any]]:
@@ -150,11 +163,15 @@ def summarize_plan(doc: Dict[str, Any], size: int) -> Tuple[PlanSummary, Dict[st
     return summary, plan.to_json()
 
 
-def report(doc: Dict[str, Any], size: int, json_path: str, png_path: Optional[str]) -> int:
-    """Rank 0's half: diagnose, plan, write the files and print the report."""
-    diagnosis = diagnose(doc)
+def report(doc: Dict[str, Any], size: int, json_path: str, png_path: Optional[str],
+           params: Optional[ProbeParams] = None) -> int:
+    """Rank 0's half: diagnose, plan, write the files and print the report. ``params``
+    (default the environment's, :func:`horotopo.config.probe_params`) say what is clearly
+    slow and how many slow links the text names."""
+    params = config.probe_params() if params is None else params
+    diagnosis = diagnose(doc, ratio=params.slow_ratio)
     summary, plan_doc = summarize_plan(doc, size)
-    lines = report_lines(diagnosis, summary, doc.get("probe"))
+    lines = report_lines(diagnosis, summary, doc.get("probe"), listed_links=params.listed_links)
     write_text("--json", json_path, json.dumps({"findings": diagnosis.to_json(),
                                                 "plan": dict(summary.to_json(), plan=plan_doc),
                                                 "measured": doc}, indent=1) + "\n")

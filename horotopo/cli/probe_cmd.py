@@ -11,6 +11,7 @@ import sys
 from typing import Any, Dict, Optional
 
 from . import CommandError, writable_path, write_text
+from .. import config
 from ..params import RELIABILITY
 
 __all__ = ["add_parser", "run", "measure"]
@@ -79,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     rank = transport.rank
     overrides: Dict[str, Any] = {}
     problem: Optional[str] = None
+    wait_s = RELIABILITY.probe_arguments_timeout_s  # until the environment's is known good
     try:
+        overrides["params"] = config.probe_params()
+        wait_s = config.reliability_params().probe_arguments_timeout_s
         if args.max_bytes is not None:
             overrides["max_bytes"] = parse_size(args.max_bytes)
             overrides["start_bytes"] = min(64 << 10, overrides["max_bytes"])
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     # Rank 0 alone writes the output: its verdict on the arguments is every rank's, so that
     # all stop together and the job says it once.
     verdict = transport.broadcast_bytes((problem or "").encode() if rank == 0 else None, 0,
-                                        RELIABILITY.probe_arguments_timeout_s,
+                                        wait_s,
                                         "probe: checking the arguments")
     if verdict:
         transport.close()
