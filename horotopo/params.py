@@ -91,6 +91,14 @@ class EngineParams:
         256, "Threads per block of the device reduce kernels: a multiple of the 32-thread "
              "warp, the common choice for memory-bound elementwise kernels (not measured "
              "against others here).")
+    gpu_blocks_per_sm: int = _param(
+        8, "Most blocks per streaming multiprocessor in a device reduce kernel's grid: enough "
+           "to fill every SM several times over, while the kernels' grid-stride loop covers "
+           "any larger array (not measured against others here).")
+    staging_slots: int = _param(
+        2, "Pinned host slots of a device-buffer stager: two give double buffering (one slot "
+           "copies while the other's chunk is on the wire); more pin more host memory for "
+           "copies that the wire, not the copy engine, paces.")
     cost_chunks: Tuple[int, ...] = _param(
         (256, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 1 << 20),
         "Chunk sizes of horotopo calibrate's measured rows, in bytes: small chunks expose the "
@@ -118,7 +126,7 @@ class EngineParams:
             raise ValueError(f"kept_predictions: must be at least 1, got "
                              f"{self.kept_predictions!r}")
         _require_at_least(self, 1, ("check_first_bytes", "cost_repeats", "cost_row_messages",
-                                    "gpu_block_threads"))
+                                    "gpu_block_threads", "gpu_blocks_per_sm", "staging_slots"))
         if not self.cost_chunks or any(int(c) < 1 for c in self.cost_chunks):
             raise ValueError(f"cost_chunks: need at least one size, each >= 1 byte, got "
                              f"{self.cost_chunks!r}")
@@ -314,6 +322,28 @@ class PlannerParams:
         0.01, "The certified gap at which the packing stops refining (column generation stops "
               "at half of it): 1% of the optimum is below what the model's rates tell apart "
               "(they are 92.7-96.7% of the network's on racks-2x3 in the simulator).")
+    packing_eps: float = _param(
+        0.1, "Step of the packing's multiplicative weights (Garg-Koenemann), which seed the "
+             "column generation with trees: a larger step moves the lengths faster and gives "
+             "coarser trees; the certified gap, not this step, decides when the packing stops.")
+    columns_per_round: int = _param(
+        4, "Roots priced per kind and column-generation round of a flat packing, or of a "
+           "hierarchical one up to hierarchical_large_machines machines (past them it prices "
+           "fewer): several columns per LP solve amortise the solve.")
+    max_rounds: int = _param(
+        500, "Cap on the packing's column-generation rounds: far above what a plan takes to "
+             "meet target_gap or its time cap, so that only a stalled run stops here (the "
+             "result stays certified).")
+    packing_time_limit_s: float = _param(
+        60.0, "CPU seconds a flat packing's column generation and pruning may take (this "
+              "process's CPU time, so that other load on the machine does not change the "
+              "plan): a bound for a pathological network, not a budget a plan meets; the "
+              "result stays certified.")
+    seed_roots: int = _param(
+        2, "Roots whose bottleneck trees seed the hierarchical packing up to "
+           "hierarchical_large_machines machines (past them one: a second moved no row of the "
+           "scale table): central, fast roots whose trees meet the machine cut's bound at once "
+           "on racks with slow NICs.")
 
     window_bytes: int = _param(
         2 << 20, "Scratch per reduce child and tree of the automatic window, in bytes. Small "
@@ -383,6 +413,11 @@ class PlannerParams:
              "to 194.4 MB/s against a bound of 312.5, while planning 4096 ranks is to take at "
              "most 20 s. On the probed racks with slow NICs at 1024 ranks (128 machines) 8 s "
              "of column generation raised R by 0.1% and the plan was the same at 0.5 s.")
+    packing_cpu_full_machines: int = _param(
+        512, "Machines from which the hierarchical packing gets all of "
+             "hierarchical_packing_cpu_s; below, in proportion to the square of the machines "
+             "(hierarchy.packing_cpu_cap): 4096 ranks of 8, the largest job the planning "
+             "targets name (20 s there, 2 s at 1024 ranks).")
     hierarchy_auto_min_ranks: int = _param(
         64, "HOROTOPO_HIERARCHY=auto plans over hosts above this many ranks, where some machine "
             "holds several: the flat planner takes about a second at 64 ranks and grows steeply "
@@ -417,6 +452,15 @@ class PlannerParams:
                         "Each count is a plan to build and predict. 32 is predicted fastest at "
                         "1 MiB chunks on the scale table's host-forest rows at 256 and 1024 "
                         "ranks (docs/results/scale_sim.md).")
+    host_tree_arity: int = _param(
+        2, "Children per machine in a host forest's trees (a heap of machines, rotated per "
+           "tree): in a binary tree a machine exchanges each chunk with at most three others (its "
+           "parent and two children) while the depth grows as log2 of the machines.")
+    rotation_passes: int = _param(
+        8, "Passes of swaps over the kept rotations of a host forest after the greedy choice "
+           "(each keeps going while a swap improves the whole set): the greedy alone left 4 "
+           "trees on 32 fattree hosts at 0.78 of every rotation's rate; the passes stop "
+           "earlier when no swap helps.")
     host_fabric_factor: float = _param(
         8.0, "A machine for the host forests is also a set of ranks on a local fabric at least "
              "this many times faster than its way out: a GPU node's local fabric (10x the NIC "
@@ -429,7 +473,9 @@ class PlannerParams:
                   "rank_window_bytes", "min_window", "min_chunk", "max_chunk", "exhaustive_max",
                   "greedy_all_max", "candidates", "greedy_rounds", "hierarchical_max_roots",
                   "hierarchy_auto_min_ranks", "hierarchical_large_machines",
-                  "flat_bound_edmonds_max_ranks", "max_host_trees")
+                  "flat_bound_edmonds_max_ranks", "max_host_trees", "columns_per_round",
+                  "max_rounds", "seed_roots", "packing_cpu_full_machines", "host_tree_arity",
+                  "rotation_passes")
         _require_at_least(self, 1, counts)
         for name in counts:
             if int(getattr(self, name)) != getattr(self, name):
@@ -450,6 +496,7 @@ class PlannerParams:
             raise ValueError(f"host_tree_counts: must be whole numbers >= 1, got "
                              f"{self.host_tree_counts!r}")
         _require_at_least(self, 1, ("group_latency_factor", "host_fabric_factor"))
+        _require_positive(self, ("packing_eps", "packing_time_limit_s"))
         if not self.hierarchical_packing_cpu_s > 0:
             raise ValueError(f"hierarchical_packing_cpu_s: must be > 0, got "
                              f"{self.hierarchical_packing_cpu_s!r}")
@@ -559,6 +606,10 @@ class ReliabilityParams:
     exchange_timeout_s: float = _param(
         60.0, "Seconds init()'s exchanges (settings, cost profile, the plan's digest) wait: "
               "every rank should be there at once.")
+    departure_wait_s: float = _param(
+        1.0, "Seconds a process that leaves before init() spends telling the other ranks and "
+             "taking in the notices of peers that leave the same way, so that their init() "
+             "fails at once naming it: sends to live peers complete in far less.")
     plan_timeout_s: float = _param(
         600.0, "Seconds the ranks wait for rank 0's plan: the planner may take a while at "
                "thousands of ranks.")

@@ -500,9 +500,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
                                                host_model=host_model, params=params)
     else:
         ring = ring_packing(topology)
-        packing = pack(topology, max_trees_per_root=params.max_trees_per_root,
-                       target_gap=params.target_gap,
-                       progress=progress)
+        packing = pack(topology, progress=progress, params=params)
     plan, record = choose_forest(
         Candidates(topology, packing, hierarchical, max_host_trees, host_model, params),
         lambda p: _from_packing(topology, p, ring, chunk_bytes, size, params=params), size,

@@ -143,6 +143,68 @@ def stray_numbers(sources: Mapping[str, str]) -> List[str]:
                   if f"{path}:{name}" not in NOT_TUNING)
 
 
+#: Values that tune nothing as a function parameter's default: none, identities, the first
+#: index, and "none given" (-1, an empty pause).
+NEUTRAL_DEFAULTS = (0, 1, -1, (0.0, 0.0))
+
+#: Numeric defaults of function parameters other than NEUTRAL_DEFAULTS that tune nothing, by
+#: ``path:function:parameter`` (``path:*`` for a whole module), each with the reason.
+NOT_TUNING_DEFAULTS: Dict[str, str] = {
+    "generate.py:*": "generator model data: the clusters a user asks for by name and "
+                     "parameters (horotopo simulate NAME:key=value)",
+    "torch/sync_batch_norm.py:__init__:eps": "torch.nn.BatchNorm's own default",
+    "torch/sync_batch_norm.py:__init__:momentum": "torch.nn.BatchNorm's own default",
+    "algorithms/cost.py:cutover_bytes:limit": "a bound on the sizes the search looks at "
+                                              "(16 GiB), not a trade-off",
+    "plan.py:plan_from_trees:chunk_bytes": "a nominal chunk of a plan built by hand; the "
+                                           "engine passes its own per call",
+    "validate.py:validate:chunk_elems": "the shape of the check's tables: small chunks, so "
+                                        "that every tree has several",
+    "schedule.py:__init__:capacity": "a memory bound of the step-table cache; the tables are "
+                                     "the same at any capacity",
+    "probe/pairing.py:group_tests:min_pairs": "a concurrent test by definition: one pair "
+                                              "alone is the pairwise figure",
+    "probe/diagnose.py:_hosts:show": "text layout: hosts named before the rest are counted",
+    "schedule.py:describe:max_chunks": "text layout: chunks described per step",
+}
+
+
+def _neutral(node: ast.AST) -> bool:
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return False
+    return not isinstance(value, bool) and any(
+        value == v and type(value) is type(v) or (isinstance(v, int) and value == v
+                                                  and isinstance(value, float))
+        for v in NEUTRAL_DEFAULTS)
+
+
+def default_numbers(source: str) -> List[str]:
+    """``function:parameter`` of every parameter (of a function, method or lambda, at any
+    depth) whose default holds a number literal and is not one of NEUTRAL_DEFAULTS."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        args = node.args
+        positional = args.posonlyargs + args.args
+        pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+        name = getattr(node, "name", "<lambda>")
+        out += [f"{name}:{a.arg}" for a, d in pairs if _has_number(d) and not _neutral(d)]
+    return out
+
+
+def stray_defaults(sources: Mapping[str, str]) -> List[str]:
+    """``path:function:parameter`` of every numeric default of ``sources`` that
+    :data:`NOT_TUNING_DEFAULTS` does not list."""
+    return sorted(f"{path}:{item}" for path, text in sources.items()
+                  for item in default_numbers(text)
+                  if f"{path}:{item}" not in NOT_TUNING_DEFAULTS
+                  and f"{path}:*" not in NOT_TUNING_DEFAULTS)
+
+
 def _package_sources() -> Dict[str, str]:
     return {p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted(ROOT.rglob("*.py"))}
 
@@ -164,16 +226,45 @@ def test_a_new_tuning_constant_anywhere_fails_the_scan():
                                       "packing/sharing.py:FOO_FACTOR"]
 
 
+def _assert_all_listed(stray: List[str], what: str, table: str, gone: List[str]) -> None:
+    assert not stray, (f"{what} {stray}: take each from a field of a parameter object in "
+                       f"horotopo/params.py (its default and why), or, if it tunes nothing, "
+                       f"list it with its reason in {table}")
+    assert not gone, f"{table} lists entries that are no longer there: {gone}"
+
+
 def test_no_tuning_number_outside_the_parameter_objects():
     sources = _package_sources()
-    stray = stray_numbers(sources)
-    assert not stray, (f"module-level numbers {stray}: make each a field of a parameter object "
-                       f"in horotopo/params.py (its default and why), or, if it tunes nothing, "
-                       f"list it with its reason in NOT_TUNING")
     found = {f"{path}:{name}" for path, text in sources.items()
              for name in module_numbers(text)}
-    gone = sorted(set(NOT_TUNING) - found)
-    assert not gone, f"NOT_TUNING lists names that are no longer there: {gone}"
+    _assert_all_listed(stray_numbers(sources), "module-level numbers", "NOT_TUNING",
+                       sorted(set(NOT_TUNING) - found))
+
+
+def test_default_numbers_finds_the_forms_a_tuning_default_takes():
+    source = ("def f(a, b=3, *, c=0.5, d=None, e=0, g=1.0, h=-1, i=True):\n"
+              "    def inner(j=1 << 20):\n        pass\n"
+              "class K:\n    def m(self, k=(0.0, 0.0), m=(0.1, 1.0), n=-2, o=ENGINE.x):\n"
+              "        return lambda p=2: p\n")
+    assert sorted(default_numbers(source)) == sorted(
+        ["f:b", "f:c", "inner:j", "m:m", "m:n", "<lambda>:p"])
+
+
+def test_a_new_tuning_default_anywhere_fails_the_scan():
+    sources = _package_sources()
+    sources["packing/gk.py"] += "\ndef refine(packing, rounds=12):\n    return packing\n"
+    # a parameter allowed in one function allows no other
+    sources["plan.py"] += "\ndef plan_again(plan, chunk_bytes=1 << 20):\n    return plan\n"
+    assert stray_defaults(sources) == ["packing/gk.py:refine:rounds",
+                                       "plan.py:plan_again:chunk_bytes"]
+
+
+def test_no_tuning_number_in_a_function_signature():
+    sources = _package_sources()
+    found = {f"{path}:{item}" for path, text in sources.items()
+             for item in default_numbers(text)} | {f"{path}:*" for path in sources}
+    _assert_all_listed(stray_defaults(sources), "numeric defaults of function parameters",
+                       "NOT_TUNING_DEFAULTS", sorted(set(NOT_TUNING_DEFAULTS) - found))
 
 
 @pytest.mark.parametrize("cls", params.PARAMETER_OBJECTS)

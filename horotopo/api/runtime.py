@@ -417,7 +417,7 @@ def _announce_departure_at_exit() -> None:
     try:
         from horotopo.transport import mpi as door
 
-        door.announce_departure()
+        door.announce_departure(config.reliability_params().departure_wait_s)
     except Exception as exc:  # noqa: BLE001 - exiting anyway; the start timeout still ends it
         log.debug("horotopo: could not announce this process's departure: %s", exc)
 

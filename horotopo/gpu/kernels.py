@@ -189,7 +189,8 @@ def _grid(cp: Any, work: int) -> int:
         sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
         _NativeState.sm_count[dev] = sms
     # Enough blocks to fill every SM several times over; the grid-stride loop covers the rest.
-    return max(1, min(math.ceil(work / ENGINE.gpu_block_threads), sms * 8))
+    return max(1, min(math.ceil(work / ENGINE.gpu_block_threads),
+                      sms * ENGINE.gpu_blocks_per_sm))
 
 
 def _aligned(*arrays: Any) -> bool:

@@ -21,6 +21,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ..params import PLANNER
+
 __all__ = ["bottleneck_pair", "seed_pairs"]
 
 _DIGITS = 9  # utilisations and costs that agree to this many digits tie
@@ -172,7 +174,7 @@ def bottleneck_pair(model, root: int, target: float = np.inf,
     return tuple(int(p) for p in parent)
 
 
-def seed_pairs(model, roots: int = 2, target: float = np.inf
+def seed_pairs(model, roots: int = PLANNER.seed_roots, target: float = np.inf
                ) -> List[Tuple[bool, int, Tuple[int, ...]]]:
     """Reduce and broadcast halves of :func:`bottleneck_pair` at the ``roots`` nodes whose arcs
     cost least in all at lengths ``1/c`` (central, fast ones), for

@@ -44,12 +44,13 @@ Symbols: ``x`` rate of a tree pair (the paper's flow on a tree), ``R = sum x`` t
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from ..params import PLANNER, PlannerParams
 from ..topology import Topology
 from .arborescence import best_root_arborescence, min_out_arborescence
 from .certificate import check_certificate
@@ -220,15 +221,26 @@ def _single_node(model: "ArcModel") -> Packing:
                    bound_phase="single node: the one column's rate")
 
 
-def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional[float] = None,
-         target_gap: float = 0.01, eps: float = 0.1, gk_iterations: Optional[int] = None,
-         columns_per_round: int = 4, max_rounds: int = 500, time_limit_s: float = 60.0,
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
+         min_share: Optional[float] = None, target_gap: Optional[float] = None,
+         eps: Optional[float] = None, gk_iterations: Optional[int] = None,
+         columns_per_round: Optional[int] = None, max_rounds: Optional[int] = None,
+         time_limit_s: Optional[float] = None,
          progress: Optional[Callable[[str], None]] = None,
          model: Optional[ArcModel] = None, ring_seeds: bool = True, rank_ring: bool = True,
          lazy_rows: bool = False, filled_dual: bool = False, seeds: Sequence[Half] = (),
          known_bound: Optional[Tuple[float, str, Tuple[np.ndarray, np.ndarray]]] = None,
-         max_roots: Optional[int] = None) -> Packing:
+         max_roots: Optional[int] = None, params: PlannerParams = PLANNER) -> Packing:
     """Pack reduce/broadcast trees on ``topology`` with a certified optimality gap.
+
+    ``max_trees_per_root``, ``target_gap``, ``eps``, ``columns_per_round``, ``max_rounds`` and
+    ``time_limit_s`` default to the fields of ``params`` that hold them
+    (:class:`~horotopo.params.PlannerParams`: ``max_trees_per_root``, ``target_gap``,
+    ``packing_eps``, ``columns_per_round``, ``max_rounds``, ``packing_time_limit_s``).
 
     Parameters
     ----------
@@ -273,6 +285,12 @@ def pack(topology: Topology, *, max_trees_per_root: int = 4, min_share: Optional
         Receives one-line progress messages.
     """
     start, wall, say = time.process_time(), time.perf_counter(), progress or (lambda m: None)
+    max_trees_per_root = _given(max_trees_per_root, params.max_trees_per_root)
+    target_gap = _given(target_gap, params.target_gap)
+    eps = _given(eps, params.packing_eps)
+    columns_per_round = _given(columns_per_round, params.columns_per_round)
+    max_rounds = _given(max_rounds, params.max_rounds)
+    time_limit_s = _given(time_limit_s, params.packing_time_limit_s)
     model = model if model is not None else ArcModel(topology)
     n = model.n
     cap = model.capacity

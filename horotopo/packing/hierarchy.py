@@ -438,7 +438,8 @@ def packing_cpu_cap(machines: int, params: PlannerParams = PLANNER) -> float:
     Edmonds runs grow with the arcs between machines, and the planning targets (2 s at 1024
     ranks, 20 s at 4096) leave the packing about a tenth as much at a quarter of the
     machines."""
-    return params.hierarchical_packing_cpu_s * min(1.0, (machines / 512) ** 2)
+    return params.hierarchical_packing_cpu_s * min(
+        1.0, (machines / params.packing_cpu_full_machines) ** 2)
 
 
 def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
@@ -491,17 +492,19 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # weights trees stay (capped at a fifth of the time): on racks at 4096 ranks they lift R
     # from the ring's 195 to 307 MB/s.
     huge = model.n > 4 * params.hierarchical_large_machines
-    pack_args.setdefault("columns_per_round", 1 if huge else 2 if large else 4)
+    pack_args.setdefault("columns_per_round", 1 if huge else 2 if large
+                         else params.columns_per_round)
     # Trees built for their bottleneck (slow hosts as leaves, fast ones as the backbone), with
     # the machine cut's bound: on racks with slow NICs they meet it at once, where column
     # generation on 512 machines stalled 6% short in its time cap (1.5 s per root there).
     # One root past 64 machines: a second one moved no row of the scale table.
     if model.n > 2:
         cut = pack_args.setdefault("known_bound", cut_point(model))
-        pack_args.setdefault("seeds", seed_pairs(model, 1 if large else 2,
+        pack_args.setdefault("seeds", seed_pairs(model, 1 if large else params.seed_roots,
                                                  cut[0] if cut else np.inf))
-    host = pack(topology, model=model, progress=say, **pack_args)
-    if host.upper_bound is None or host.gap > pack_args.get("target_gap", 0.01) / 2:
+    host = pack(topology, model=model, progress=say, params=params, **pack_args)
+    if host.upper_bound is None or host.gap > pack_args.get("target_gap",
+                                                            params.target_gap) / 2:
         host = cut_bound(topology, model, host)  # the LP duals did not certify the plan
     trees = model.expand(host.trees)
     extra: Dict[str, Any] = {"model": "hierarchical", "machines": model.n,

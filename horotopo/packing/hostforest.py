@@ -153,7 +153,7 @@ def _is_finest(group: Group) -> bool:
     return all(isinstance(g, (int, np.integer)) for g in group)
 
 
-def host_trees(groups: Sequence[Group], h_count: int, arity: int = 2
+def host_trees(groups: Sequence[Group], h_count: int, arity: int = PLANNER.host_tree_arity
                ) -> List[Tuple[int, Tuple[int, ...]]]:
     """``(root, parent)`` of the ``h_count`` rotated trees over machines (module docstring).
 
@@ -223,7 +223,8 @@ def _best(total: np.ndarray, util: np.ndarray, free: np.ndarray, crowd: np.ndarr
 
 
 def pick_rotations(loads: np.ndarray, capacity: np.ndarray, count: int,
-                   max_passes: int = 8, root_group: Optional[Sequence[int]] = None
+                   max_passes: int = PLANNER.rotation_passes,
+                   root_group: Optional[Sequence[int]] = None
                    ) -> List[int]:
     """``count`` rotations whose trees together balance the loads best.
 
@@ -311,7 +312,7 @@ def host_tree_counts(h_count: int, counts: Optional[Sequence[int]] = None,
     return sorted({c for c in counts if 1 <= c <= top} | ({top} if top < max(counts) else set()))
 
 
-def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
+def pack_host_forests(topology: Topology, counts: Sequence[int], arity: Optional[int] = None,
                       model: Optional[HostModel] = None,
                       params: PlannerParams = PLANNER) -> List[Packing]:
     """The rotated host forest of ``topology`` with each of ``counts`` host-level trees
@@ -324,8 +325,8 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
         A network whose machines hold several ranks (:func:`has_hosts`).
     counts : sequence of int
         Host-level tree counts, each in ``1..H``.
-    arity : int
-        Children per machine in a finest group's heap.
+    arity : int, optional
+        Children per machine in a finest group's heap (default ``params.host_tree_arity``).
     model : HostModel, optional
         ``HostModel(topology)``, where the caller has built it already.
     params : PlannerParams
@@ -352,7 +353,8 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
     if not counts or any(not 1 <= c <= model.n for c in counts):
         raise ValueError(f"host tree counts must lie in 1..{model.n}, got {counts}")
     groups = host_groups(model, params)
-    every = host_trees(groups, model.n, arity)
+    every = host_trees(groups, model.n,
+                       params.host_tree_arity if arity is None else arity)
     loads = np.array([model.load(r, p, p) for r, p in every], dtype=float)
     # the top level's groups (the sites across a WAN; the racks where there is one level)
     top = np.zeros(model.n, dtype=np.int64)
@@ -360,7 +362,8 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
         top[_flat([group])] = k
     out = []
     for count in counts:
-        kept = pick_rotations(loads, model.capacity, count, root_group=top)
+        kept = pick_rotations(loads, model.capacity, count, params.rotation_passes,
+                              root_group=top)
         # the rate from the kept trees' own loads: an unbalanced subset shows as a lower rate
         rate = float(model.max_rate(loads[kept].sum(axis=0)))
         if not np.isfinite(rate):
@@ -374,7 +377,8 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: int = 2,
     return out
 
 
-def pack_host_forest(topology: Topology, arity: int = 2, count: Optional[int] = None,
+def pack_host_forest(topology: Topology, arity: Optional[int] = None,
+                     count: Optional[int] = None,
                      params: PlannerParams = PLANNER) -> Packing:
     """The rotated host forest of ``topology`` with ``count`` host-level trees (default
     ``min(H, params.max_host_trees)``; see :func:`pack_host_forests`).

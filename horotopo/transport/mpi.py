@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from .. import config
 from ..ops import ReduceOp as _Op
-from ..params import RUNTIME
+from ..params import RELIABILITY, RUNTIME
 from .base import ControlOp, ReduceOp, TagAllocator, Transport, TransportError
 from .poll import DONE, IDLE, TransportTimeout, deadline_after, poll
 from .wire import wire_view
@@ -547,7 +547,7 @@ def _gather_arrivals(comm: "MPI.Comm", ranks: List[int], gone: _Departures,
     return missing, [r for r in missing if r in gone.ranks]
 
 
-def announce_departure(wait_s: float = 1.0) -> None:
+def announce_departure(wait_s: float = RELIABILITY.departure_wait_s) -> None:
     """Tell every other rank of ``COMM_WORLD`` that this process leaves before init, so that
     their init fails at once naming it (:func:`absent_ranks`) instead of at the start timeout.
 
