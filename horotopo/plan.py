@@ -154,7 +154,8 @@ class Plan:
     def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None, *,
                      costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS,
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:
-        """The planner's idealized seconds for an allreduce of ``nbytes``, each tree at its
+        """The planner's idealized seconds for an allreduce of ``nbytes`` at the window of the
+        parameters the plan was made with (:attr:`planner_params`), each tree at its
         planned rate: the slowest tree's pipeline (its first chunk over its critical paths at
         the hops' link rates shared among the flows that reach them with it,
         :class:`~horotopo.packing.profiles.Crowding`; the rest at the tree's rate), or the
@@ -184,7 +185,16 @@ class Plan:
                     for t in self.trees]
         return _ab.plan_time([t.share * nbytes for t in self.trees],
                              self.tree_chunks(chunk_bytes), [t.rate_Bps for t in self.trees],
-                             profiles, self._degrees, costs, network)
+                             profiles, self._degrees, costs, network,
+                             params=self.planner_params)
+
+    @cached_property
+    def planner_params(self) -> PlannerParams:
+        """The planner parameters this plan was made with (``planner["params"]`` holds those
+        that differ from the defaults): the windows its predictions charge are the ones the
+        engine's tables run."""
+        record = self.planner.get("params")
+        return PlannerParams.recorded(record) if record else PLANNER
 
     @cached_property
     def _degrees(self) -> Tuple[Any, Any]:

@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .buffers import chunk_bounds, segment_bounds
-from .params import ENGINE, PLANNER, PlannerParams
+from .params import ENGINE
 from .packing.alphabeta import window_for
 from .plan import Plan, children, depth
 
@@ -48,13 +48,6 @@ SEND_CHILD = "send_child"
 # The automatic window (chunks of scratch per reduce child and tree, PlannerParams' window
 # fields) is defined with the model that predicts what it allows, horotopo.packing.alphabeta,
 # and re-exported here where the tables apply it under the parameters the plan was made with.
-
-
-def _planner_params(plan: Plan) -> PlannerParams:
-    """The planner parameters ``plan`` was made with (its record holds those that differ
-    from the defaults): the windows the model predicted are the ones the tables run."""
-    record = plan.planner.get("params")
-    return PlannerParams.recorded(record) if record else PLANNER
 
 
 def in_flight_for(window: int, hops: int, extra: int = ENGINE.in_flight_extra) -> int:
@@ -354,7 +347,7 @@ def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[Tre
     # the automatic window over the trees that carry a segment (the model's count too)
     win = window or window_for(chunk_elems * dt.itemsize,
                                max(1, sum(1 for lo, hi in segments if hi > lo)),
-                               _planner_params(plan))
+                               plan.planner_params)
     tables: List[TreeTable] = []
     at = 0
     # each tree's chunk in the plan's proportions (a tree's own size from the alpha-beta

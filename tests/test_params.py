@@ -525,3 +525,37 @@ def test_init_waits_for_the_plan_as_long_as_the_environment_says(monkeypatch):
                      "HOROTOPO_RELIABILITY_EXCHANGE_TIMEOUT_S": "0.5"})
     assert isinstance(short[1], BootstrapError), short
     assert "nothing from rank 0 within 0.2 s" in str(short[1]), short[1]
+
+
+def test_the_predictions_charge_the_window_the_plan_was_made_with():
+    from dataclasses import replace
+
+    from horotopo.algorithms import flows
+    from horotopo.generate import generate
+    from horotopo.packing import alphabeta
+    from horotopo.plan import Plan, make_plan
+    from horotopo.schedule import compile_allreduce
+    from horotopo.topology import from_dict
+
+    # two sites over a WAN: a window of 4 chunks of 128 KiB does not cover the round trip
+    topology = from_dict(generate("sites:wan_gbps=10", 8))
+    size, chunk = 64 << 20, 128 << 10
+    narrow = params.PlannerParams(min_chunk=chunk, max_chunk=chunk, window_bytes=512 << 10)
+    plan = Plan.from_json(make_plan(topology, size=size, params=narrow).to_json())
+    assert plan.planner_params == narrow
+    as_default = replace(plan, planner=dict(plan.planner, params={}))
+    engine_window = compile_allreduce(plan, 0, size // 4, "float32", chunk // 4).window
+    assert engine_window == 4 != compile_allreduce(as_default, 0, size // 4, "float32",
+                                                   chunk // 4).window
+    profiles = [t.profile for t in plan.trees]
+    at_engine_window = alphabeta.plan_time(
+        [t.share * size for t in plan.trees], plan.tree_chunks(None),
+        [t.rate_Bps for t in plan.trees], profiles,
+        alphabeta.rank_degrees([(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees]),
+        window=engine_window)
+    assert plan.predict_time(size) == pytest.approx(at_engine_window, rel=1e-12)
+    assert plan.predict_time(size) > 1.2 * as_default.predict_time(size)
+    flow_time = flows.plan_time(topology, plan, size)
+    assert flow_time == pytest.approx(flows.plan_time(topology, plan, size,
+                                                      window=engine_window), rel=1e-12)
+    assert flow_time > flows.plan_time(topology, as_default, size)

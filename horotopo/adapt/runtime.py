@@ -43,7 +43,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import config
-from ..params import ADAPT, RELIABILITY, AdaptParams, EngineParams, PlannerParams
+from ..params import ADAPT, RELIABILITY, AdaptParams, EngineParams
 from ..algorithms.cost import TREE, Selector, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
@@ -414,7 +414,7 @@ class AdaptiveEngine:
         planner = self.planner or (lambda t: make_plan(
             t, chunk_bytes=self.plan.chunk_bytes, size=size, forest=forest,
             hierarchy=over_hosts, max_host_trees=record.get("max_host_trees"),
-            params=PlannerParams.recorded(self.plan.planner.get("params", {}))))
+            params=self.plan.planner_params))
 
         def build() -> Tuple[Plan, Optional[Topology]]:
             assert topo is not None  # share_plan calls build on rank 0, which has the model

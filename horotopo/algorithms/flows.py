@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
                                  fill_time, on_network, rank_degrees, window_for, window_rate)
 from ..packing.sharing import progressive_filling, route_table, usage_of
+from ..params import PLANNER, PlannerParams
 from ..plan import Plan
 from ..topology import Topology
 
@@ -284,7 +285,7 @@ def _mixed(arcs: Tuple[np.ndarray, ...], trees: int, links: int, ratio: float) -
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
                parts: Sequence[float], chunks: Sequence[float], profiles: Sequence[Any],
                costs: SoftwareCosts = ENGINE_COSTS, network: NetworkModel = IDEAL_NETWORK,
-               window: Optional[int] = None) -> float:
+               window: Optional[int] = None, params: PlannerParams = PLANNER) -> float:
     """Seconds of one allreduce over pipelined trees that run at once (a plan's, or NCCL's
     two), each tree ``(root, reduce_parent, bcast_parent)`` moving its ``parts`` bytes in
     chunks of ``chunks`` along every arc, up and down, with the critical-path ``profiles``
@@ -295,8 +296,9 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     on a :class:`FlowNetwork`), and each rank's CPU as a resource too: a tree at rate ``r``
     costs a rank ``r`` times its posts per byte and its handled bytes per byte (the software
     ``costs``); each tree is also held to what its window of chunks per arc sustains over its
-    hops. Rates are recomputed as trees finish. A tree's time is its first chunk's way up
-    and down (its fill) plus the rest of its part at those rates.
+    hops (``window``, or the automatic one under ``params``). Rates are recomputed as trees
+    finish. A tree's time is its first chunk's way up and down (its fill) plus the rest of its
+    part at those rates.
     """
     live = [k for k, p in enumerate(parts) if p > 0]
     if not live:
@@ -305,7 +307,7 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     parts_a = np.array([float(parts[k]) for k in live])
     chunk_a = np.minimum(np.array([float(chunks[k]) for k in live]), parts_a)
     profiles = [profiles[k] for k in live]
-    win = window if window is not None else window_for(int(chunk_a.max()), len(live))
+    win = window if window is not None else window_for(int(chunk_a.max()), len(live), params)
     g = len(live)
     # the links: each tree's arcs over them, and its acknowledgements over their reverse
     forward = usage_of(topology, shapes).matrix()
@@ -345,11 +347,13 @@ def plan_time(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: Optional
               network: NetworkModel = IDEAL_NETWORK, window: Optional[int] = None) -> float:
     """Seconds of an allreduce of ``nbytes`` over ``plan``'s trees on ``topology`` in chunks of
     ``chunk_bytes`` (None: the plan's), each tree with its share (:func:`trees_time`), at the
-    engine's ``window`` (None: the automatic one)."""
+    engine's ``window`` (None: the automatic one under the parameters the plan was made with).
+    """
     if nbytes <= 0 or plan.n == 1:
         return 0.0
     shapes = [(t.root, t.reduce_parent, t.bcast_parent) for t in plan.trees]
     profiles = [t.profile or ((plan.latency_s, 1.0 / t.rate_Bps, t.depth),)
                 for t in plan.trees]
     return trees_time(topology, shapes, [t.share * nbytes for t in plan.trees],
-                      plan.tree_chunks(chunk_bytes), profiles, costs, network, window)
+                      plan.tree_chunks(chunk_bytes), profiles, costs, network, window,
+                      plan.planner_params)

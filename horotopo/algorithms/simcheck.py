@@ -220,8 +220,10 @@ def simulate_allreduce(topology: Topology, plan: Plan, algorithm: str, size: int
     scale = size / (elems * 4)
     full = int(chunk_bytes or plan.chunk_bytes)
     chunk = max(4, int(full / scale) // 4 * 4)
-    # the automatic window of the full-size chunk over the trees that run (dbtree's two)
-    window = window_for(full, 2 if algorithm == "dbtree" else len(plan.trees))
+    # the automatic window of the full-size chunk over the trees that run (dbtree's two),
+    # under the parameters the plan was made with, as the engine's tables take it
+    window = window_for(full, 2 if algorithm == "dbtree" else len(plan.trees),
+                        plan.planner_params)
     run = run_simulated(topology, timed_allreduce(plan, algorithm, elems, chunk, window),
                         scale=scale, timeout_s=timeout_s)
     return {"time_s": max(r["time_s"] for r in run.results),
