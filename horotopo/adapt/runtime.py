@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import config
 from ..params import ADAPT, RELIABILITY, AdaptParams, EngineParams
-from ..algorithms.cost import TREE, Selector, agree_max
+from ..algorithms.cost import TREE, Selector, TopologySide, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
 from ..plan import Plan, make_plan
@@ -221,7 +221,7 @@ class AdaptiveEngine:
         if calibrate_s > 0 and self.size > 1:
             self._guarded("the engine's calibration",
                           lambda: self.engine.calibrate(budget_s=float(calibrate_s)))
-        self.tuner = SelfTuner(self.engine.cost_model, p)
+        self.tuner = SelfTuner(self.engine.cost_model.with_(side=self._watched(self.engine)), p)
         self._reset_windows()
         self.algorithms: Dict[str, int] = {}  # calls per algorithm run
 
@@ -387,6 +387,17 @@ class AdaptiveEngine:
         if self.rank == 0:
             log.warning("%s", self.slowdown)
 
+    def _watched(self, engine: Engine) -> TopologySide:
+        """What the record predicts and the detector watches on the topology side: the
+        algorithm forced for every allreduce (HOROVOD_HIERARCHICAL_ALLREDUCE), by its own
+        model on this topology, where it is not the plan's; else ``engine``'s side (the plan's
+        recorded algorithm, or its trees)."""
+        forced = self.forced_allreduce
+        if forced is None or forced == engine.topology_side.algorithm:
+            return engine.topology_side
+        return TopologySide(forced, engine.allreduce_algorithms.get(forced).candidate.predict,
+                            self.topology)
+
     def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
         """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""
         new = Engine(self.tracked, plan, topology=topology, **self._engine_kwargs)
@@ -395,7 +406,7 @@ class AdaptiveEngine:
         self.topology = topology
         # Another plan (perhaps recording another algorithm): the calibrated figures carry
         # over, its topology side's timings are still to be made.
-        self.tuner.switched(self.tuner.model.with_(side=new.topology_side))
+        self.tuner.switched(self.tuner.model.with_(side=self._watched(new)))
         self._reset_windows()
 
     def _share_plan(self, topo: Optional[Topology]) -> Tuple[Plan, Optional[Topology]]:
