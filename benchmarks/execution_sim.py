@@ -18,6 +18,8 @@ simulator charges). The variants:
   network), over the tree's chunk; the engine takes one window for all trees, so the largest
   tree's product is every tree's window (never below the automatic one);
 - ``window-x2``, ``window-x4``: twice and four times the automatic window;
+- ``window=2``: a window of 2 chunks, below the automatic window's least
+  (:attr:`~horotopo.params.PlannerParams.min_window`);
 - ``hosts-1``, ``hosts-2``, ``hosts-4``: fewer flows per NIC, the host forest
   (``make_plan(forest="hosts", max_host_trees=K)``) of at most K host-level trees, where the
   topology offers host forests, at its own automatic window.
@@ -67,9 +69,12 @@ BASELINE = "baseline"
 BDP = "bdp"
 #: Fixed multiples of the automatic window.
 WINDOW_FACTORS = (2, 4)
+#: A fixed window below the automatic one's least (PlannerParams.min_window).
+SMALL_WINDOW = 2
 #: Host-level tree bounds of the host-forest variants.
 HOST_TREES = (1, 2, 4)
 VARIANTS: Tuple[str, ...] = ((BASELINE, BDP) + tuple(f"window-x{f}" for f in WINDOW_FACTORS)
+                             + (f"window={SMALL_WINDOW}",)
                              + tuple(f"hosts-{k}" for k in HOST_TREES))
 PLAN_CHUNK = "plan"
 HOST_FOREST = "hosts"
@@ -119,6 +124,16 @@ def parse_variants(text: str) -> Tuple[str, ...]:
     return tuple(v for v in VARIANTS if v in names)
 
 
+def parse_rank_kinds(text: str) -> Tuple[str, ...]:
+    """``"cpu,gpu"`` -> ``("cpu", "gpu")``: the kinds of ranks whose costs each row is run
+    with, in the order given."""
+    kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    if not kinds or any(k not in RANK_KINDS for k in kinds):
+        raise argparse.ArgumentTypeError(f"--ranks-are: expected {' or '.join(RANK_KINDS)}, "
+                                         f"comma-separated, got {text!r}")
+    return kinds
+
+
 def automatic_window(plan: Plan, chunk: Optional[int]) -> int:
     """The window ``horotopo simulate`` gives the plan's trees at ``chunk`` (None: the plan's)."""
     return window_for(chunk or plan.chunk_bytes, len(plan.trees),
@@ -147,13 +162,13 @@ def host_plan(topology: Topology, size: int, chunk: Optional[int], host_trees: i
 
 
 def run_cell(topology: Topology, plan: Plan, size: int, chunk: Optional[int], window: int,
-             args: argparse.Namespace, profile: cost_profiles.CostProfile,
+             ranks_are: str, args: argparse.Namespace, profile: cost_profiles.CostProfile,
              source: Optional[str]) -> Dict[str, Any]:
     """The plan's trees simulated once at ``window``: the time, or the limit met."""
     w0 = time.perf_counter()
     try:
         res = simulate(topology, size, "declared", timeout_s=args.max_wall, algorithms=("tree",),
-                       plan=plan, chunk_bytes=chunk, window=window, ranks_are=args.ranks_are,
+                       plan=plan, chunk_bytes=chunk, window=window, ranks_are=ranks_are,
                        cuda_aware=args.cuda_aware == "yes", profile=profile,
                        profile_source=source)
     except SimulationError as exc:
@@ -179,6 +194,8 @@ def variant_plans(topology: Topology, plan: Plan, size: int, chunk: Optional[int
             out.append((name, plan, max(auto, product), f"largest tree product {product} chunks"))
         elif name.startswith("window-x"):
             out.append((name, plan, auto * int(name[len("window-x"):]), ""))
+        elif name.startswith("window="):
+            out.append((name, plan, int(name[len("window="):]), ""))
         else:
             k = int(name[len("hosts-"):])
             if not offers_hosts:
@@ -190,15 +207,16 @@ def variant_plans(topology: Topology, plan: Plan, size: int, chunk: Optional[int
     return out
 
 
-def run_row(spec: str, topology: Topology, chunk: Optional[int], args: argparse.Namespace,
-            profile: cost_profiles.CostProfile, source: Optional[str],
-            network: NetworkModel) -> List[Dict[str, Any]]:
+def run_row(spec: str, topology: Topology, chunk: Optional[int], ranks_are: str,
+            args: argparse.Namespace, profile: cost_profiles.CostProfile,
+            source: Optional[str], network: NetworkModel) -> List[Dict[str, Any]]:
     """Every variant of one row, as table rows."""
     n = topology.n
     size = args.size
-    say(f"{topology.name} at {format_size(chunk) if chunk else 'the plan'}'s chunk: planning")
+    say(f"{topology.name} at {format_size(chunk) if chunk else 'the plan'}'s chunk, "
+        f"{ranks_are} ranks: planning")
     cuda_aware = args.cuda_aware == "yes"
-    with cost_profiles.charging(profile, args.ranks_are, cuda_aware):
+    with cost_profiles.charging(profile, ranks_are, cuda_aware):
         plan = with_choice(make_plan(topology, size=size, chunk_bytes=chunk), topology, size)
         variants = variant_plans(topology, plan, size, chunk, args.variants, network)
         costs = simulated_costs()
@@ -211,17 +229,19 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], args: argparse.
     cells: Dict[Tuple[str, int], Tuple[str, Dict[str, Any]]] = {}
     for name, made, window, note in variants:
         row: Dict[str, Any] = {"generator": spec, "topology": topology.name, "ranks": n,
-                               "chunk": chunk or plan.chunk_bytes, "variant": name,
+                               "ranks_are": ranks_are, "chunk": chunk or plan.chunk_bytes, "variant": name,
                                "window": window, "note": note, "optimum_s": optimum,
                                "chosen": recorded_algorithm(plan)}
         rows.append(row)
         if made is None:
             say(f"  {name}: not run ({note})")
             continue
-        with cost_profiles.charging(profile, args.ranks_are, cuda_aware):
+        with cost_profiles.charging(profile, ranks_are, cuda_aware):
             row["predicted_s"] = plan_time(topology, made, size, chunk, costs, network,
                                            window=window)
         row["trees"] = len(made.trees)
+        row["chunks_per_tree"] = max(math.ceil(t.share * size / c)
+                                     for t, c in zip(made.trees, made.tree_chunks(chunk)))
         key = (made.digest, int(window or 0))
         if key in cells:
             same, cell = cells[key]
@@ -230,7 +250,7 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], args: argparse.
             say(f"  {name}: the same trees and window as {same}")
             continue
         say(f"  {name}: {len(made.trees)} trees, window {window}: simulating")
-        cell = run_cell(topology, made, size, chunk, window, args, profile, source)
+        cell = run_cell(topology, made, size, chunk, window, ranks_are, args, profile, source)
         cells[key] = (name, cell)
         row.update(cell)
         say(f"  {name}: {describe(row)}")
@@ -261,8 +281,10 @@ def _ms(value: Optional[float]) -> str:
 
 def columns() -> List[results_doc.Column]:
     return [("row", lambda r: f"{r['topology']} @{format_size(r['chunk'])}"),
+            ("ranks are", lambda r: r["ranks_are"]),
             ("variant", lambda r: r["variant"]),
             ("trees", lambda r: r.get("trees", "-")),
+            ("chunks per tree", lambda r: r.get("chunks_per_tree", "-")),
             ("window", lambda r: r["window"] if r["window"] is not None else "-"),
             ("simulated ms", lambda r: r["limit"] if "limit" in r else _ms(r.get("time_s"))),
             ("predicted ms", lambda r: _ms(r.get("predicted_s"))),
@@ -279,7 +301,10 @@ def columns() -> List[results_doc.Column]:
 def verdicts(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Per variant: on how many rows it ran, ran faster than the baseline, and was predicted
     closer than the baseline (absolute error)."""
-    base = {r["topology"] + str(r["chunk"]): r for r in rows if r["variant"] == BASELINE}
+    def row_of(r: Dict[str, Any]) -> Tuple[str, int, str]:
+        return r["topology"], r["chunk"], r["ranks_are"]
+
+    base = {row_of(r): r for r in rows if r["variant"] == BASELINE}
     out = []
     for name in dict.fromkeys(r["variant"] for r in rows):
         if name == BASELINE:
@@ -287,7 +312,7 @@ def verdicts(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         ran = faster = closer = 0
         gains: List[float] = []
         for r in rows:
-            b = base.get(r["topology"] + str(r["chunk"]))
+            b = base.get(row_of(r))
             if r["variant"] != name or b is None or error(r) is None or error(b) is None:
                 continue
             ran += 1
@@ -312,7 +337,7 @@ def network_summary(network: NetworkModel) -> str:
 def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]],
              network: NetworkModel) -> None:
     summary = (f"{format_size(args.size)} allreduce of each row's plan's trees, simulated once "
-               f"per variant with the software costs of {args.ranks_are} ranks; predicted by "
+               f"per variant with the software costs of {' and of '.join(args.ranks_are)} ranks; predicted by "
                f"the flow model at the variant's window on the simulator's network "
                f"({network_summary(network)}). Error: predicted over simulated, minus one. Of "
                f"optimum: the topology's bound (size / plan.upper_bound_Bps) over the "
@@ -323,7 +348,9 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]],
         ("predicted closer than baseline", lambda v: v["closer"]),
         ("best vs baseline", lambda v: results_doc.fmt(v["best"], ".2f")),
         ("worst vs baseline", lambda v: results_doc.fmt(v["worst"], ".2f"))])
-    notes = ("Pacing each tree's sends at its planned rate is not measured: the engine's "
+    notes = ("Chunks per tree: the largest tree's; a window of that many chunks or more holds "
+             "no chunk back, so the window variants of such a row run the same schedule.\n\n"
+             "Pacing each tree's sends at its planned rate is not measured: the engine's "
              "progress loop has no timer to hold a send back (the simulated transport wakes a "
              "rank only on message completions), so it needs one built first.\n\n"
              "The bdp window is one window for every tree (the engine takes one), the largest "
@@ -350,9 +377,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="comma-separated subset of %(default)s")
     ap.add_argument("--size", default="64M", type=parse_size,
                     help="allreduce size in bytes (default 64M; K, M, G are binary)")
-    ap.add_argument("--ranks-are", default="cpu", choices=RANK_KINDS,
-                    help="the software costs charged and planned with (horotopo simulate's "
-                         "--ranks-are; default cpu)")
+    ap.add_argument("--ranks-are", default=("cpu",), type=parse_rank_kinds,
+                    metavar="|".join(RANK_KINDS) + "[,...]",
+                    help="the software costs charged and planned with, each row once per "
+                         "kind (horotopo simulate's --ranks-are; default cpu)")
     ap.add_argument("--cuda-aware", default="yes", choices=("yes", "no"),
                     help="with --ranks-are gpu: whether MPI takes device buffers")
     ap.add_argument("--max-wall", type=float, default=900.0, metavar="SECONDS",
@@ -377,8 +405,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     say("measuring the simulator's network for the predictions")
     network = measure_network()
     rows: List[Dict[str, Any]] = []
-    for spec, topology, chunk in topologies:
-        rows += run_row(spec, topology, chunk, args, profile, source, network)
+    for ranks_are in args.ranks_are:
+        for spec, topology, chunk in topologies:
+            rows += run_row(spec, topology, chunk, ranks_are, args, profile, source, network)
     if args.json:
         print(json.dumps(rows, indent=1))
     if args.markdown:
