@@ -2,8 +2,10 @@
 """Which forest kind the planner keeps on each row of the scale table, and by how much.
 
 For each generator, rank count and kind of rank (cpu or gpu costs, :mod:`horotopo.costs`), it
-plans the generated cluster for one allreduce size (``make_plan(topology, size=...)``, what
-``init`` does) and reads the planner's own record (``plan.planner["forest"]``): every kind it
+plans the generated cluster for one allreduce size and the chunk its engine runs
+(``make_plan(topology, size=..., chunk_bytes=...)``, what ``init`` does at the plan's own chunk,
+and what ``benchmarks/scale_sim.py`` does at its rows' chunks; ``--chunk`` takes the same
+items) and reads the planner's own record (``plan.planner["forest"]``): every kind it
 packed with its predicted time, and the one it chose. A row lists each kind's predicted time,
 the winner, the runner-up and how much slower it is predicted; a runner-up within
 ``--close`` of the winner is where a simulation should confirm the choice
@@ -35,11 +37,12 @@ from horotopo.topology import from_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
+from scale_sim import chunk_for, chunk_name, parse_chunks  # noqa: E402
 
 CLOSE = 0.10
 
 
-def row(spec: str, n: int, ranks_are: str, size: int,
+def row(spec: str, n: int, ranks_are: str, size: int, chunk: Optional[int],
         profile: cost_profiles.CostProfile) -> Dict[str, Any]:
     """Plan one generated cluster with ``profile`` charged for ``ranks_are`` ranks; the
     planner's record of the forest choice, and its wall time."""
@@ -47,14 +50,15 @@ def row(spec: str, n: int, ranks_are: str, size: int,
     load = os.getloadavg()[0]
     with cost_profiles.charging(profile, ranks_are):
         start = time.perf_counter()
-        plan = make_plan(topology, size=size)
+        plan = make_plan(topology, size=size, chunk_bytes=chunk)
         seconds = time.perf_counter() - start
     record = plan.planner["forest"]
     predicted = {k: record[k]["predicted_s"] for k in kind_names() if k in record}
     ranked = sorted(predicted, key=predicted.get)
     runner = ranked[1] if len(ranked) > 1 else None
     return {"generator": spec, "topology": topology.name, "n": n, "ranks_are": ranks_are,
-            "size": size, "chosen": record["chosen"], "predicted_s": predicted,
+            "size": size, "chunk": chunk_name(chunk), "chosen": record["chosen"],
+            "predicted_s": predicted, "trees": len(plan.trees),
             "fastest": ranked[0], "runner_up": runner,
             "runner_up_slower": (None if runner is None
                                  else predicted[runner] / predicted[ranked[0]] - 1),
@@ -90,9 +94,9 @@ def markdown(path: str, rows: List[Dict[str, Any]], close: float) -> None:
     kinds = [k for k in kind_names() if any(k in r["predicted_s"] for r in rows)]
     columns: List[results_doc.Column] = [
         ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["n"]),
-        ("ranks are", lambda r: r["ranks_are"])]
+        ("ranks are", lambda r: r["ranks_are"]), ("chunk", lambda r: r["chunk"])]
     columns += [(f"{k} (ms, predicted)", lambda r, k=k: _ms(r, k)) for k in kinds]
-    columns += [("host trees (of tried)", _host_trees),
+    columns += [("host trees (of tried)", _host_trees), ("trees", lambda r: r["trees"]),
                 ("chosen", lambda r: r["chosen"]),
                 ("runner-up", lambda r: r["runner_up"] or "-"),
                 ("runner-up slower %", lambda r: fmt(r["runner_up_slower"], ".1f", 100)),
@@ -106,7 +110,8 @@ def markdown(path: str, rows: List[Dict[str, Any]], close: float) -> None:
     near = "\n".join(f"- {r['topology']} ({r['ranks_are']}): {r['chosen']} against "
                      f"{r['runner_up']}, {r['runner_up_slower'] * 100:.1f}% apart"
                      for r in close_rows) or "- none"
-    summary = (f"Allreduce size {rows[0]['size'] >> 20} MiB. Each kind's time is the planner's "
+    summary = (f"Allreduce size {rows[0]['size'] >> 20} MiB, planned for each row's chunk "
+               f"(\"plan\": the plan's own). Each kind's time is the planner's "
                f"own prediction (`plan.planner[\"forest\"]`); the chosen kind is the one with "
                f"the lowest. Rows where the runner-up is predicted within {close * 100:g}% "
                f"are listed below: there the choice rests on the model's accuracy. Plan wall "
@@ -126,6 +131,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--ranks-are", default="cpu,gpu",
                     help="comma list of the kinds of rank whose costs are charged")
     ap.add_argument("--size", default="64M", help="allreduce size the plans are made for")
+    ap.add_argument("--chunk", default="64=plan,1M", type=parse_chunks,
+                    help="[RANKS=]plan|SIZE items: the chunk the engine runs per rank count, "
+                         "the item without RANKS for the others (default: the scale table's)")
     ap.add_argument("--close", type=float, default=CLOSE,
                     help="a runner-up predicted within this fraction is listed")
     ap.add_argument("--json", action="store_true", help="print only JSON on stdout")
@@ -149,7 +157,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for kind in kinds:
                 print(f"planning {spec} at {n} ranks, {kind} costs", file=sys.stderr,
                       flush=True)
-                r = row(spec, n, kind, size, profile)
+                r = row(spec, n, kind, size, chunk_for(args.chunk, n), profile)
                 rows.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)  # kept if a later row fails
                 if not args.json:
