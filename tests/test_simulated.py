@@ -443,6 +443,8 @@ def test_a_rows_time_does_not_depend_on_the_rows_asked_for_beside_it(capsys):
         res = json.loads(capsys.readouterr().out)
         rows = {r["algorithm"]: r for r in res["rows"]}
         assert all(r["wrong"] == 0 for r in rows.values())
+        # the plan is made for the chunk the run takes, as `horotopo plan --chunk` makes it
+        assert res["plan"]["chunk_bytes"] == 256 << 10
         got[algorithms] = rows
     alone = got["dbtree"]["dbtree"]["time_s"]
     assert got["tree,dbtree"]["dbtree"]["time_s"] == alone
