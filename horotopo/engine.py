@@ -101,7 +101,9 @@ class Engine:
         self.transport, self._owns = transport_for(comm)
         self.plan = plan
         self.chunk_bytes = int(chunk_bytes or plan.chunk_bytes)
-        self.cost_model = cost_model or DEFAULT_COST_MODEL
+        self.cost_model = cost_model or DEFAULT_COST_MODEL.with_(
+            mpi_latency_s=params.prior_mpi_latency_s, tree_latency_s=params.prior_tree_latency_s,
+            per_message_s=params.prior_per_message_s)
         self.last_algorithm: Optional[str] = None
         self.last_messages = 0
         self.calibration: Dict[str, List[Any]] = {}

@@ -38,7 +38,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .params import RUNTIME
+from . import config
 
 __all__ = ["Timeline", "TreePhases", "active", "start", "stop", "tree_phases", "clock",
            "ENGINE_ROW", "CYCLE_START"]
@@ -91,6 +91,7 @@ class Timeline:
         self._file = open(self.path, "wb")
         self._closed = False
         self._pending: List[str] = []
+        self._flush_events = config.runtime_params().timeline_flush_events
         self._written = 0           # events already in the file
         self._end = 0               # file offset where the closing tail starts
         self._pids: Dict[str, int] = {}
@@ -219,7 +220,7 @@ class Timeline:
         # dtype) is written as text rather than losing the whole batch.
         self._pending.append(json.dumps(event, default=str))
         # a program that drives the engine directly never flushes at the end of a cycle
-        if len(self._pending) >= RUNTIME.timeline_flush_events:
+        if len(self._pending) >= self._flush_events:
             self._flush_locked()
 
     def _meta(self, pid: int, tid: int, what: str, args: Dict[str, Any]) -> None:

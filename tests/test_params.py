@@ -411,6 +411,11 @@ def test_every_field_has_a_variable_read_as_its_type(cls):
     for f in dataclasses.fields(cls):
         variable = config.parameter_variable(cls, f.name)
         assert variable == f"HOROTOPO_{concern}_{f.name.upper()}"
+        if f.name in config.DEFAULT_ONLY.get(cls, ()):
+            # read where no object from the environment reaches: a value is refused, not lost
+            with pytest.raises(config.ConfigError, match=f"{variable}=.*takes its default"):
+                config.parameters(cls, {variable: _as_text(f.default)})
+            continue
         # the default written out comes back as the default, of the field's own type
         got = getattr(config.parameters(cls, {variable: _as_text(f.default)}), f.name)
         assert got == f.default and type(got) is type(f.default), (variable, got)
@@ -423,11 +428,11 @@ def test_every_field_has_a_variable_read_as_its_type(cls):
 
 def test_the_scheme_names_and_the_earlier_spelling_set_the_fields():
     env = {"HOROTOPO_PROBE_SLOW_RATIO": "2.5", "HOROTOPO_RELIABILITY_PING_TIMEOUT_S": "0.5",
-           "HOROTOPO_RUNTIME_IDLE_NAP_S": "1e-4, 2e-3", "HOROTOPO_PLANNER_HOST_TREE_COUNTS": "2,4",
+           "HOROTOPO_RUNTIME_CONTROL_NAP_S": "1e-4, 2e-3", "HOROTOPO_PLANNER_HOST_TREE_COUNTS": "2,4",
            "HOROTOPO_ENGINE_CALIBRATION_REPEATS": "4", "HOROTOPO_ADAPT_TRIAL": "1"}
     assert config.probe_params(env).slow_ratio == 2.5
     assert config.reliability_params(env).ping_timeout_s == 0.5
-    assert config.runtime_params(env).idle_nap_s == (1e-4, 2e-3)
+    assert config.runtime_params(env).control_nap_s == (1e-4, 2e-3)
     assert config.planner_params(env).host_tree_counts == (2, 4)
     assert config.engine_params(env).calibration_repeats == 4
     assert config.adapt_params(env).trial_calls == 1
@@ -439,7 +444,7 @@ def test_the_scheme_names_and_the_earlier_spelling_set_the_fields():
     ("HOROTOPO_PROBE_SLOW_RATIO", "abc", "must be a number"),
     ("HOROTOPO_PROBE_SLOW_RATIO", "1", "slow_ratio: must be above 1"),
     ("HOROTOPO_ENGINE_COST_REPEATS", "1.5", "must be a whole number"),
-    ("HOROTOPO_RUNTIME_IDLE_NAP_S", "1e-3", "idle_nap_s: (first, longest) pause"),
+    ("HOROTOPO_RUNTIME_CONTROL_NAP_S", "1e-3", "control_nap_s: (first, longest) pause"),
     ("HOROTOPO_PLANNER_CHUNK_SCALES", "0.5,,2", "must be numbers, comma-separated"),
     ("HOROTOPO_PLANNER_HOST_TREE_COUNTS", "4,8.5", "must be whole numbers, comma-separated"),
     ("HOROTOPO_RELIABILITY_PING_TIMEOUT_S", "0", "ping_timeout_s: must be positive"),

@@ -184,7 +184,9 @@ class AdaptiveEngine:
 
             transport, owns = as_transport(comm), True
         # The transport's clock: a simulated transport's sends take simulated seconds.
-        self.tracked = TrackedTransport(transport, owns=owns, clock=transport.now)
+        self.tracked = TrackedTransport(
+            transport, owns=owns, clock=transport.now,
+            control_p2p_max_ranks=config.runtime_params().control_p2p_max_ranks)
         self.rank, self.size = self.tracked.rank, self.tracked.size
         self.topology = topology
         self.max_suspects = int(max_suspects or (len(set(machines(topology)))

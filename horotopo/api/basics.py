@@ -13,7 +13,6 @@ from typing import Any, Dict, Sequence, Union
 
 from .. import config
 from .. import timeline
-from ..params import RELIABILITY
 from . import state
 from .objects import allgather_object
 from .process_sets import (ProcessSet, add_process_set, allow_dynamic, check_duplicates,
@@ -134,7 +133,7 @@ def _exit_on_settings_error(exc: BaseException) -> None:
     door = _mpi_door() if config.launcher_size() > 1 else None
     place = door.world_rank_size() if door is not None else None
     if place is not None and place[0] != 0 and place[1] > 1:
-        time.sleep(RELIABILITY.settings_error_grace_s)
+        time.sleep(config.reliability_params_or_defaults().settings_error_grace_s)
         _say(f"horotopo: rank {place[0]}: {exc}")
         door.abort_world(SETTINGS_ERROR_EXIT)
     else:

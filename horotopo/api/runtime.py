@@ -249,7 +249,8 @@ class Runtime:
         timeout = timeout_from_env()
         # The control cycle's own transport (a Dup of the communicator, like Horovod's MPI
         # controller), so its tags never meet the data's.
-        control = door.MPITransport(base)
+        named_max_ranks = config.runtime_params().named_max_ranks
+        control = door.MPITransport(base, named_max_ranks=named_max_ranks)
         self.rank, self.size = control.rank, control.size
         self.queue.size = self.size
         self.hosts = tuple(control.allgather_object(socket.gethostname(), 2 * timeout,
@@ -263,7 +264,7 @@ class Runtime:
             adapt = self.setup.source != "uniform"
         # The data transport is opened here rather than by the engine, so that the runtime can
         # lend it to user point-to-point traffic (user_transport) without reaching into it.
-        data = door.MPITransport(base)
+        data = door.MPITransport(base, named_max_ranks=named_max_ranks)
         # Before the engine, whose watchdog asks it who is stopped or dead.
         self._liveness = _liveness(base, self.thread_level)
         try:
@@ -446,7 +447,9 @@ def _liveness(comm: Any, thread_level: int) -> Any:
     from horotopo.reliability import LivenessResponder
     from horotopo.transport.mpi import supports_threads
 
-    return (LivenessResponder(comm, poll_s=config.reliability_params().liveness_poll_s)
+    reliability = config.reliability_params()
+    return (LivenessResponder(comm, poll_s=reliability.liveness_poll_s,
+                              ping_timeout_s=reliability.ping_timeout_s)
             if supports_threads(thread_level) else None)
 
 

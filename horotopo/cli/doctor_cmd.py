@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import CommandError, writable_path, write_text
 from .. import config
-from ..params import RELIABILITY, ProbeParams
+from ..params import ProbeParams
 from ..probe.diagnose import Diagnosis, PlanSummary, diagnose, format_ranks, report_lines
 from ..topology import plural
 
@@ -111,15 +111,6 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
     return None, settings
 
 
-def _arguments_timeout_s() -> float:
-    """How long the ranks wait for rank 0's verdict on the arguments."""
-    try:
-        return config.reliability_params().doctor_arguments_timeout_s
-    except config.ConfigError:
-        # the verdict itself names the bad variable: it must still reach every rank
-        return RELIABILITY.doctor_arguments_timeout_s
-
-
 def run(args: argparse.Namespace) -> int:
     """Handler of ``horotopo doctor``: collective over MPI.COMM_WORLD; returns the exit code."""
     from ..transport import MPITransport
@@ -130,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     verdict = _check(args, transport.size) if rank == 0 else None
     # Only rank 0 writes, so only its disk counts; every rank stops together on a problem.
     problem, settings = transport.broadcast_object(
-        verdict, 0, _arguments_timeout_s(), "doctor: arguments")
+        verdict, 0, config.reliability_params_or_defaults().doctor_arguments_timeout_s,
+        "doctor: arguments")
     if problem:
         if rank == 0:
             print(f"{PROG}: error: {problem}", file=sys.stderr, flush=True)

@@ -56,12 +56,13 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                         "broadcast arcs down")
     p.add_argument("--chunk", type=positive_size, default=None,
                    help="chunk size of the pipeline (default: chosen from the model)")
-    p.add_argument("--max-trees-per-root", type=int, default=PLANNER.max_trees_per_root,
+    p.add_argument("--max-trees-per-root", type=int, default=None,
                    metavar="K", help="pruning keeps at most K reduce and K broadcast trees per "
-                                     f"root (default {PLANNER.max_trees_per_root})")
-    p.add_argument("--target-gap", type=float, default=PLANNER.target_gap,
+                                     "root (default HOROTOPO_PLANNER_MAX_TREES_PER_ROOT, else "
+                                     f"{PLANNER.max_trees_per_root})")
+    p.add_argument("--target-gap", type=float, default=None,
                    help="stop refining once the certified gap is below this (default "
-                        f"{PLANNER.target_gap:g})")
+                        f"HOROTOPO_PLANNER_TARGET_GAP, else {PLANNER.target_gap:g})")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
     return p
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                           ("--max-host-trees", args.max_host_trees)):
         if value is not None and value < 1:
             raise CommandError(f"{option} must be at least 1, got {value}")
-    if not 0 < args.target_gap < 1:
+    if args.target_gap is not None and not 0 < args.target_gap < 1:
         raise CommandError(f"--target-gap must be between 0 and 1, got {args.target_gap}")
     # output paths are checked before the planner runs, so that a typo costs no planning
     if args.output:

@@ -12,7 +12,6 @@ from typing import Any, Dict, Optional
 
 from . import CommandError, writable_path, write_text
 from .. import config
-from ..params import RELIABILITY
 
 __all__ = ["add_parser", "run", "measure"]
 
@@ -80,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
     rank = transport.rank
     overrides: Dict[str, Any] = {}
     problem: Optional[str] = None
-    wait_s = RELIABILITY.probe_arguments_timeout_s  # until the environment's is known good
+    wait_s = config.reliability_params_or_defaults().probe_arguments_timeout_s
     try:
         overrides["params"] = config.probe_params()
-        wait_s = config.reliability_params().probe_arguments_timeout_s
+        config.reliability_params()
         if args.max_bytes is not None:
             overrides["max_bytes"] = parse_size(args.max_bytes)
             overrides["start_bytes"] = min(64 << 10, overrides["max_bytes"])

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ..params import ENGINE
+from .. import config
 from .env import cupy_module
 
 _H2D = 1  # cudaMemcpyHostToDevice
@@ -137,17 +137,19 @@ class Stager:
     chunk_bytes : int
         The largest chunk, in bytes, that will pass through a slot.
     slots : int
-        Number of pinned slots (default :attr:`horotopo.params.EngineParams.staging_slots`:
-        2, double buffering).
+        Number of pinned slots (default :attr:`horotopo.params.EngineParams.staging_slots` as
+        the environment sets it: 2, double buffering).
     wait : callable, optional
         Completes one MPI request (default: ``request.Wait()`` or ``request.wait()``).
     copier : object, optional
         Provides pinned(), d2h(), h2d(), wait(); default :class:`CupyCopier`. Tests pass a fake.
     """
 
-    def __init__(self, chunk_bytes: int, slots: int = ENGINE.staging_slots,
+    def __init__(self, chunk_bytes: int, slots: Optional[int] = None,
                  wait: Optional[Callable] = None,
                  copier: Optional[Any] = None) -> None:
+        if slots is None:
+            slots = config.engine_params().staging_slots
         if chunk_bytes < 0 or slots < 1:
             raise ValueError(f"need chunk_bytes >= 0 and slots >= 1, got {chunk_bytes}, {slots}")
         self.chunk_bytes = int(chunk_bytes)

@@ -23,7 +23,7 @@ import traceback
 from types import ModuleType
 from typing import Any, Callable, Optional, Tuple
 
-from ..params import RELIABILITY
+from .. import config
 from ..transport import loaded_mpi
 from .liveness import FAULTY, faulty
 
@@ -75,8 +75,9 @@ def abort(message: str, code: int = ABORT_EXIT_CODE) -> None:
     world = _world()
     if world is None:
         os._exit(code)
-    time.sleep(RELIABILITY.abort_flush_s)
-    grace = threading.Timer(RELIABILITY.abort_grace_s, os._exit, args=(code,))
+    reliability = config.reliability_params_or_defaults()
+    time.sleep(reliability.abort_flush_s)
+    grace = threading.Timer(reliability.abort_grace_s, os._exit, args=(code,))
     grace.daemon = True
     grace.start()
     world[0].abort_world(code)

@@ -38,8 +38,9 @@ def faulty(ranks: Iterable[int], evidence: str) -> str:
 
 
 def verdict(liveness: Optional["LivenessResponder"], waiting: str,
-            wait_s: float = RELIABILITY.ping_timeout_s) -> str:
-    """Whom a stuck wait should blame, from evidence: the ranks that do not answer a ping.
+            wait_s: Optional[float] = None) -> str:
+    """Whom a stuck wait should blame, from evidence: the ranks that do not answer a ping
+    within ``wait_s`` seconds (default the responder's ``ping_timeout_s``).
 
     Who this rank happened to wait for proves nothing (a running rank may itself wait for the
     stopped one), so ``waiting`` is only reported, never blamed; with no responder (MPI below
@@ -48,6 +49,7 @@ def verdict(liveness: Optional["LivenessResponder"], waiting: str,
     if liveness is None:
         return (f"{waiting}; no rank is blamed: liveness pings need MPI_THREAD_MULTIPLE, and "
                 f"who this rank waits for does not show who stopped")
+    wait_s = liveness.ping_timeout_s if wait_s is None else wait_s
     silent = liveness.silent_ranks(wait_s)
     if silent:
         return faulty(silent, f"no answer to a liveness ping within {wait_s:g} s (the process "
@@ -74,6 +76,8 @@ class LivenessResponder:
         The longest pause of the responder's idle polls: a ping is answered within about this
         long. The thread polls rather than blocks because MPICH spins inside blocking calls
         and would take a core.
+    ping_timeout_s : float
+        How long a ping (:meth:`ping`, :func:`verdict`) waits for the answers by default.
 
     Raises
     ------
@@ -81,7 +85,9 @@ class LivenessResponder:
         ``link`` is a communicator and MPI is not at ``MPI_THREAD_MULTIPLE``.
     """
 
-    def __init__(self, link: Any, poll_s: float = RELIABILITY.liveness_poll_s) -> None:
+    def __init__(self, link: Any, poll_s: float = RELIABILITY.liveness_poll_s,
+                 ping_timeout_s: float = RELIABILITY.ping_timeout_s) -> None:
+        self.ping_timeout_s = float(ping_timeout_s)
         self.transport, self._owns = _opened(link)
         self.rank, self.size = self.transport.rank, self.transport.size
         base = self.transport.alloc_tags(2)
@@ -128,14 +134,16 @@ class LivenessResponder:
                 pass  # at teardown after a failure; the transport is closed next anyway
 
     # -- the pinger ----------------------------------------------------------------------------
-    def ping(self, wait_s: float = RELIABILITY.ping_timeout_s) -> None:
+    def ping(self, wait_s: Optional[float] = None) -> None:
         """Ping every other rank; return once each has answered.
 
         Raises
         ------
         TransportTimeout
-            Some ranks did not answer within ``wait_s`` seconds; ``missing`` lists them.
+            Some ranks did not answer within ``wait_s`` seconds (default
+            :attr:`ping_timeout_s`); ``missing`` lists them.
         """
+        wait_s = self.ping_timeout_s if wait_s is None else wait_s
         others = [r for r in range(self.size) if r != self.rank]
         if not others:
             return
@@ -168,8 +176,9 @@ class LivenessResponder:
             t.wait(requests, deadline_after(wait_s), peers=peers, what=describe,
                    on_done=on_done)
 
-    def silent_ranks(self, wait_s: float = RELIABILITY.ping_timeout_s) -> List[int]:
-        """The other ranks that do not answer a ping within ``wait_s`` seconds."""
+    def silent_ranks(self, wait_s: Optional[float] = None) -> List[int]:
+        """The other ranks that do not answer a ping within ``wait_s`` seconds (default
+        :attr:`ping_timeout_s`)."""
         try:
             self.ping(wait_s)
         except TransportTimeout as exc:
@@ -177,7 +186,7 @@ class LivenessResponder:
         return []
 
     def describe(self, waiting: str = "waiting for the others",
-                 wait_s: float = RELIABILITY.ping_timeout_s) -> str:
+                 wait_s: Optional[float] = None) -> str:
         """The ping's :func:`verdict` in words (for the watchdog's message)."""
         return verdict(self, waiting, wait_s)
 

@@ -42,11 +42,16 @@ class TrackedTransport(WrappedTransport):
     inner : Transport
         The transport to wrap; it stays the caller's (``close`` closes it only when
         ``owns=True``).
+    control_p2p_max_ranks : int
+        Up to this many ranks the control allreduce runs point to point, so that a timeout
+        names the missing peers (:attr:`~horotopo.params.RuntimeParams.control_p2p_max_ranks`).
     """
 
     def __init__(self, inner: Transport, owns: bool = False,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 control_p2p_max_ranks: int = RUNTIME.control_p2p_max_ranks) -> None:
         super().__init__(inner, owns)
+        self.control_p2p_max_ranks = int(control_p2p_max_ranks)
         self._clock = clock
         self._pending: Dict[int, Tuple[int, str, int]] = {}
         self._in_collective = False
@@ -121,7 +126,7 @@ class TrackedTransport(WrappedTransport):
         # a rank stuck in the engine's metadata check can still name the peer it waits for (a
         # library collective cannot); with a deadline, a timeout names them too
         # (TransportTimeout.missing).
-        if self.size <= RUNTIME.control_p2p_max_ranks:
+        if self.size <= self.control_p2p_max_ranks:
             self._control = True
             try:
                 allreduce_point_to_point(self, buf, op, timeout_s, what)

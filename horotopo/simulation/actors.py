@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..params import RUNTIME
+from .. import config
 from .support import (DEFAULT_COSTS, NETWORK_CONFIG, SimCosts, SimulationConfigError,
                               SimulationError, load_simgrid)
 
@@ -98,7 +98,8 @@ class Simulation:
     def __init__(self, costs: SimCosts = DEFAULT_COSTS,
                  network_config: Sequence[str] = (),
                  progress: Optional[Callable[[str], None]] = None,
-                 progress_every_s: float = RUNTIME.simulation_progress_s) -> None:
+                 progress_every_s: Optional[float] = None) -> None:
+        runtime = config.runtime_params()
         self.sg = load_simgrid()
         self.engine = _engine(self.sg, network_config)
         self.costs = costs
@@ -113,8 +114,9 @@ class Simulation:
         # progress: a line every progress_every_s of wall time, checked every few thousand
         # messages (when to check is counted, not timed: the per-message path stays cheap)
         self._progress = progress
-        self._progress_every_s = progress_every_s
-        self._progress_check = RUNTIME.simulation_progress_messages
+        self._progress_every_s = (runtime.simulation_progress_s if progress_every_s is None
+                                  else progress_every_s)
+        self._progress_check = runtime.simulation_progress_messages
         self.next_report = self._progress_check if progress is not None else float("inf")
         self._reported_at = time.perf_counter()
         self._run_started = self._reported_at

@@ -14,7 +14,6 @@ import traceback
 from typing import Any, Callable, Optional, Sequence
 
 from .. import config
-from ..params import RUNTIME
 from ..topology import Topology
 from ..transport.simulated import SimulatedTransport
 from .actors import SimRun, Simulation
@@ -28,7 +27,7 @@ def run_here(topology: Topology, fn: Callable[[SimulatedTransport], Any], *,
              scale: float = 1.0, costs: Optional[SimCosts] = None,
              network_config: Sequence[str] = (),
              progress: Optional[Callable[[str], None]] = None,
-             progress_every_s: float = RUNTIME.simulation_progress_s) -> SimRun:
+             progress_every_s: Optional[float] = None) -> SimRun:
     """Build ``topology`` and run ``fn(transport)`` on every rank, in this process (which can
     hold only this one simulation; see :func:`run_simulated`). ``costs`` None charges the
     active cost profile's (:meth:`SimCosts.active`)."""
@@ -81,7 +80,7 @@ def pin_to_one_cpu() -> Optional[int]:
 
 def _child(conn: Any, topology: Topology, fn: Callable[[SimulatedTransport], Any],
            scale: float, costs: Optional[SimCosts], network_config: Sequence[str],
-           progress: Optional[Callable[[str], None]], progress_every_s: float) -> None:
+           progress: Optional[Callable[[str], None]], progress_every_s: Optional[float]) -> None:
     try:
         pin_to_one_cpu()  # the child only: the caller's process keeps its CPUs
         out: Any = ("ok", run_here(topology, fn, scale=scale, costs=costs,
@@ -118,7 +117,7 @@ def run_simulated(topology: Topology, fn: Callable[[SimulatedTransport], Any], *
                   timeout_s: Optional[float] = None,
                   network_config: Sequence[str] = (),
                   progress: Optional[Callable[[str], None]] = None,
-                  progress_every_s: float = RUNTIME.simulation_progress_s) -> SimRun:
+                  progress_every_s: Optional[float] = None) -> SimRun:
     """Run ``fn(transport)`` on every rank of ``topology``, simulated, in a child process.
 
     Parameters

@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..params import RUNTIME
+from .. import config
 from .base import TagAllocator, Transport, TransportError, TransportTimeout
 from .types import Describe
 from ..simulation.collectives import RoundsRequest, SimCollectives
@@ -94,7 +94,7 @@ class SimulatedTransport(SimCollectives, Transport):
     def alloc_tags(self, count: int) -> int:
         return self._tags.alloc(count)
 
-    def start_together(self, margin_s: float = RUNTIME.simulation_start_margin_s) -> float:
+    def start_together(self, margin_s: Optional[float] = None) -> float:
         """A barrier that releases every rank at one simulated instant, which it returns.
 
         A plain barrier releases the ranks at different instants: the last round's messages
@@ -109,7 +109,12 @@ class SimulatedTransport(SimCollectives, Transport):
         TransportError
             A rank reached the agreed instant only after it (``margin_s`` too short for the
             agreement's own rounds and the rank's pending CPU work).
+
+        ``margin_s`` defaults to :attr:`~horotopo.params.RuntimeParams.simulation_start_margin_s`
+        as the environment sets it.
         """
+        if margin_s is None:
+            margin_s = config.runtime_params().simulation_start_margin_s
         self.flush(settle=True)  # the rank's pending CPU work is part of where it stands
         clock = np.array([self.now()], dtype=np.float64)
         self.allreduce_control(clock, "max")
