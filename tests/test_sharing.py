@@ -16,7 +16,8 @@ import pytest
 
 from horotopo.generate import random_declared, random_measured
 from horotopo.packing.model import ring_parents
-from horotopo.packing.sharing import fair_rates, fair_subset, tree_usage
+from horotopo.packing.model import TreeRate
+from horotopo.packing.sharing import fair_rates, fair_subset, fewest_trees, tree_usage
 from horotopo.plan import Plan, PlanError, make_plan, ring_plan
 from horotopo.topology import bundled, from_dict, load
 
@@ -146,6 +147,39 @@ def test_a_tie_keeps_the_fewest_trees():
     assert fair_rates(topo, trees) / MB == pytest.approx([15.625, 15.625], rel=1e-12)
     keep, rates, _ = fair_subset(topo, trees)
     assert len(keep) == 1 and rates / MB == pytest.approx([31.25], rel=1e-12)
+
+
+def test_fewest_trees_of_a_tie_carry_what_both_do():
+    """The racks-2x3 pair above: either tree alone carries the 31.25 MB/s both share."""
+    topo = load(bundled("racks-2x3"))
+    trees = [TreeRate(2, (2, 3, -1, 5, 2, 2), (2, 5, -1, 5, 2, 4), 2e6),
+             TreeRate(4, (2, 3, 4, 5, -1, 4), (4, 3, 4, 4, -1, 3), 1e6)]
+    (kept,) = fewest_trees(topo, trees)
+    assert kept.root == 2 and kept.rate / MB == pytest.approx(31.25, rel=1e-12)
+    assert fewest_trees(topo, trees[:1]) is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fewest_trees_is_the_first_prefix_that_carries_the_whole(seed):
+    """Against every prefix of 1, 2, 4... trees in order of packed rate: the first whose fair
+    rates sum to the whole set's, or None where only the whole set does."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 7))
+    topo = from_dict(random_declared(n, seed))
+    trees = [TreeRate(*t, float(rng.integers(1, 4))) for t in
+             random_trees(rng, n, int(rng.integers(2, 9)))]
+    whole = fair_rates(topo, trees).sum()
+    ranked = [trees[i] for i in np.argsort([-t.rate for t in trees], kind="stable")]
+    sizes = [k for k in (1, 2, 4, 8) if k < len(trees)]
+    carries = [fair_rates(topo, ranked[:k]).sum() >= whole * (1 - 1e-9) for k in sizes]
+    got = fewest_trees(topo, trees)
+    if not any(carries):
+        assert got is None
+    else:
+        k = sizes[carries.index(True)]
+        assert got is not None and list(got) == [
+            TreeRate(t.root, t.reduce_parent, t.bcast_parent, float(r))
+            for t, r in zip(ranked[:k], fair_rates(topo, ranked[:k]))]
 
 
 def test_single_tree_one_rank_and_one_host():

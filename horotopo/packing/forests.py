@@ -7,6 +7,8 @@ choice weighs them:
 
 - *deep*: the certified packing (:func:`~.gk.pack`, or over hosts
   :func:`~.hierarchy.pack_hierarchical`), highest throughput; every plan carries its bound;
+  also the fewest of its trees that carry as much at their fair rates
+  (:func:`~.sharing.fewest_trees`), where fewer than all;
 - *hosts*: rotated binary trees over machines (:mod:`~.hostforest`), one crossing of each
   WAN or rack cut per tree, a few host hops deep, at each count of host trees
   (:func:`~.hostforest.host_tree_counts`).
@@ -31,6 +33,7 @@ from .gk import UNBOUNDED_BPS
 from .hierarchy import HostModel, machines
 from .hostforest import has_hosts, host_tree_counts, pack_host_forests
 from .model import Packing
+from .sharing import fewest_trees
 
 __all__ = ["ForestKind", "Candidates", "KINDS", "FORESTS", "kind_names", "check_forest",
            "choose_forest", "describe_choice"]
@@ -72,7 +75,12 @@ class DeepForest(ForestKind):
     name = "deep"
 
     def pack(self, given: Candidates) -> List[Packing]:
-        return [given.packing]
+        # and the fewest of its trees that carry as much, each faster: a shorter fill
+        fewer = fewest_trees(given.topology, given.packing.trees)
+        if fewer is None:
+            return [given.packing]
+        return [given.packing, replace(given.packing, trees=fewer,
+                                       extra=dict(given.packing.extra, leading_trees=len(fewer)))]
 
 
 class HostForest(ForestKind):
@@ -169,7 +177,7 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
         # the kind's wall time: its packing (the deep one's is the planner's), plans, predictions
         summary["seconds"] = round(time.perf_counter() - start, 4)
         if len(tried) > 1:
-            summary["tried"] = {str(c[1]["host_trees"]): c[1]["predicted_s"] for c in tried}
+            summary["tried"] = {str(c[1]["variant"]): c[1]["predicted_s"] for c in tried}
         record[kind.name] = summary
         if pick is None or summary["predicted_s"] < record[record["chosen"]]["predicted_s"]:
             pick, record["chosen"] = plan, kind.name
@@ -197,8 +205,12 @@ def _candidate(kind: ForestKind, found: Packing, packing: Packing,
     summary: Dict[str, Any] = {"predicted_s": pred, "throughput_Bps": plan.throughput_Bps,
                                "trees": len(plan.trees),
                                "max_hops": max(t.depth for t in plan.trees)}
+    # what sets the candidate apart among its kind's: its count of host trees, or of the
+    # certified packing's trees where it keeps the fewest that carry as much
     if kind.name == "hosts":
-        summary["host_trees"] = found.extra["host_trees"]
+        summary["host_trees"] = summary["variant"] = found.extra["host_trees"]
+    else:
+        summary["variant"] = found.extra.get("leading_trees", "all")
     return plan, summary
 
 
