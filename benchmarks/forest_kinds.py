@@ -64,6 +64,7 @@ def row(spec: str, n: int, ranks_are: str, size: int, chunk: Optional[int],
                                  else predicted[runner] / predicted[ranked[0]] - 1),
             "host_trees": record.get("hosts", {}).get("host_trees"),
             "host_trees_tried": record.get("hosts", {}).get("tried"),
+            "deep_tried": record.get("deep", {}).get("tried"),
             "kind_seconds": {k: record[k].get("seconds") for k in predicted},
             "plan_s": round(seconds, 3), "load": round(load, 2)}
 
@@ -81,6 +82,13 @@ def _host_trees(r: Dict[str, Any]) -> str:
     return f"{r['host_trees']} (of {', '.join(tried)})"
 
 
+def _deep_trees(r: Dict[str, Any]) -> str:
+    """The deep candidates weighed: all the packing's trees, and the fewest that carry as
+    much where fewer (predicted ms each)."""
+    tried = r["deep_tried"]
+    return "-" if not tried else ", ".join(f"{k}: {v * 1e3:.2f}" for k, v in tried.items())
+
+
 def wins(rows: List[Dict[str, Any]]) -> Dict[str, List[str]]:
     """Kind -> the rows (topology, ranks are) where the planner chose it."""
     out: Dict[str, List[str]] = {k: [] for k in kind_names()}
@@ -96,7 +104,8 @@ def markdown(path: str, rows: List[Dict[str, Any]], close: float) -> None:
         ("topology", lambda r: r["topology"]), ("ranks", lambda r: r["n"]),
         ("ranks are", lambda r: r["ranks_are"]), ("chunk", lambda r: r["chunk"])]
     columns += [(f"{k} (ms, predicted)", lambda r, k=k: _ms(r, k)) for k in kinds]
-    columns += [("host trees (of tried)", _host_trees), ("trees", lambda r: r["trees"]),
+    columns += [("deep trees weighed (ms)", _deep_trees),
+                ("host trees (of tried)", _host_trees), ("trees", lambda r: r["trees"]),
                 ("chosen", lambda r: r["chosen"]),
                 ("runner-up", lambda r: r["runner_up"] or "-"),
                 ("runner-up slower %", lambda r: fmt(r["runner_up_slower"], ".1f", 100)),
