@@ -108,7 +108,16 @@ class EngineParams:
            "repeats ride out a descheduled call.")
     cost_row_messages: int = _param(
         512, "Messages each row of horotopo calibrate aims at (its buffer is sized for it, "
-             "between 64 KiB and 16 MiB), so that every row's time is mostly its messages'.")
+             "between cost_min_buffer_bytes and cost_max_buffer_bytes), so that every row's "
+             "time is mostly its messages'.")
+    cost_min_buffer_bytes: int = _param(
+        64 << 10, "The smallest buffer of a horotopo calibrate row: a row of small chunks "
+                  "still moves enough bytes that the per-byte cost shows beside the "
+                  "per-message one.")
+    cost_max_buffer_bytes: int = _param(
+        16 << 20, "The largest buffer of a horotopo calibrate row: rows of large chunks then "
+                  "have fewer than cost_row_messages messages, and the calibration stays "
+                  "within a few seconds.")
 
     def __post_init__(self) -> None:
         if not self.calibration_sizes or any(int(s) < 1 for s in self.calibration_sizes):
@@ -125,7 +134,11 @@ class EngineParams:
         if int(self.kept_predictions) < 1:
             raise ValueError(f"kept_predictions: must be at least 1, got "
                              f"{self.kept_predictions!r}")
+        if self.cost_min_buffer_bytes > self.cost_max_buffer_bytes:
+            raise ValueError(f"cost_min_buffer_bytes ({self.cost_min_buffer_bytes}) must not "
+                             f"exceed cost_max_buffer_bytes ({self.cost_max_buffer_bytes})")
         _require_at_least(self, 1, ("check_first_bytes", "cost_repeats", "cost_row_messages",
+                                    "cost_min_buffer_bytes",
                                     "gpu_block_threads", "gpu_blocks_per_sm", "staging_slots"))
         if not self.cost_chunks or any(int(c) < 1 for c in self.cost_chunks):
             raise ValueError(f"cost_chunks: need at least one size, each >= 1 byte, got "
@@ -330,6 +343,45 @@ class PlannerParams:
         4, "Roots priced per kind and column-generation round of a flat packing, or of a "
            "hierarchical one up to hierarchical_large_machines machines (past them it prices "
            "fewer): several columns per LP solve amortise the solve.")
+    packing_weights_share: float = _param(
+        0.2, "Share of the packing's time cap the multiplicative weights may take before "
+             "column generation starts: they seed the pool quickly, and the certified bound "
+             "comes from column generation's duals (not measured against other shares here).")
+    packing_columns_share: float = _param(
+        0.8, "Share of the packing's time cap past which column generation stops, leaving the "
+             "rest to pruning, which re-solves the LP over the kept trees (not measured against "
+             "other shares here).")
+    weights_iterations_per_rank: int = _param(
+        2, "Multiplicative-weights iterations per rank, up to max_weights_iterations: the "
+           "seeding grows with the job until the cap (not measured against other counts "
+           "here).")
+    max_weights_iterations: int = _param(
+        32, "The most multiplicative-weights iterations: each costs three Edmonds runs, most "
+            "of the packing's time at hundreds of machines, and column generation refines "
+            "from the seeds anyway.")
+    prune_min_share: float = _param(
+        0.01, "Pruning drops trees below this fraction of the packed rate (and below "
+              "prune_rank_share / n at n ranks, whichever is smaller): each tree costs its own "
+              "pipeline fill and messages for a share that moves little.")
+    prune_rank_share: float = _param(
+        0.25, "With n ranks, pruning also keeps trees down to this over n of the packed rate, "
+              "so that a large job, whose fair trees are many and each small, keeps them.")
+    filled_dual_period: int = _param(
+        5, "Every this many column-generation rounds, the hierarchical packing also prices "
+           "lengths 1/c on the resources the pool's LP fills (another certified bound): a "
+           "pricing costs as much as a round's, and the LP duals usually certify first.")
+    large_columns_per_round: int = _param(
+        2, "Roots priced per kind and round of the hierarchical packing past "
+           "hierarchical_large_machines machines: Edmonds is the cost at hundreds of "
+           "machines (a rack's hosts all prefer one parent, so it contracts one cycle per "
+           "level).")
+    huge_columns_per_round: int = _param(
+        1, "The same past huge_machines_factor times hierarchical_large_machines machines: one "
+           "tree per kind and round.")
+    huge_machines_factor: int = _param(
+        4, "Past this many times hierarchical_large_machines machines the hierarchical "
+           "packing prices huge_columns_per_round roots per round (256 machines: 2048 ranks "
+           "of 8).")
     max_rounds: int = _param(
         500, "Cap on the packing's column-generation rounds: far above what a plan takes to "
              "meet target_gap or its time cap, so that only a stalled run stops here (the "
@@ -476,7 +528,9 @@ class PlannerParams:
                   "hierarchy_auto_min_ranks", "hierarchical_large_machines",
                   "flat_bound_edmonds_max_ranks", "max_host_trees", "columns_per_round",
                   "max_rounds", "seed_roots", "packing_cpu_full_machines", "host_tree_arity",
-                  "rotation_passes")
+                  "rotation_passes", "weights_iterations_per_rank", "max_weights_iterations",
+                  "filled_dual_period", "large_columns_per_round", "huge_columns_per_round",
+                  "huge_machines_factor")
         _require_at_least(self, 1, counts)
         for name in counts:
             if int(getattr(self, name)) != getattr(self, name):
@@ -497,7 +551,10 @@ class PlannerParams:
             raise ValueError(f"host_tree_counts: must be whole numbers >= 1, got "
                              f"{self.host_tree_counts!r}")
         _require_at_least(self, 1, ("group_latency_factor", "host_fabric_factor"))
-        _require_positive(self, ("packing_eps", "packing_time_limit_s"))
+        _require_positive(self, ("packing_eps", "packing_time_limit_s", "prune_rank_share"))
+        for name in ("packing_weights_share", "packing_columns_share", "prune_min_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be in (0, 1], got {getattr(self, name)!r}")
         if not self.hierarchical_packing_cpu_s > 0:
             raise ValueError(f"hierarchical_packing_cpu_s: must be > 0, got "
                              f"{self.hierarchical_packing_cpu_s!r}")

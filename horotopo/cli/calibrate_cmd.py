@@ -164,7 +164,8 @@ def measure(transport: Transport, repeats: Optional[int] = None,
     for chunk in chunks:
         # ring chains: a rank receives 2 (n - 1) / n of the buffer and sends as much
         nbytes = params.cost_row_messages * chunk * n // (4 * (n - 1))
-        elems = max(64 << 10, min(16 << 20, nbytes)) // 4
+        elems = max(params.cost_min_buffer_bytes,
+                    min(params.cost_max_buffer_bytes, nbytes)) // 4
         plan = plan_from_trees(n, [(r, *ring_parents(n, r), 1.0) for r in range(n)],
                                chunk_bytes=chunk)
         runner = TreeAllreduce(timed, plan)

@@ -269,13 +269,15 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
         Pruning keeps the trees of at most this many roots, those that carry the most, and
         re-solves the LP over them; the ring's chains (one per root) are then no floor.
     min_share : float, optional
-        Pruning drops trees below this fraction of ``R`` (default ``min(0.01, 0.25 / n)``).
+        Pruning drops trees below this fraction of ``R`` (default ``min(prune_min_share,
+        prune_rank_share / n)`` of ``params``).
     target_gap : float
         Column generation stops once its certified gap is at most half of this.
     eps : float
         Garg-Konemann step size.
     gk_iterations : int, optional
-        Multiplicative-weights iterations (default ``min(2n, 32)``).
+        Multiplicative-weights iterations (default ``params.weights_iterations_per_rank`` per
+        rank, at most ``params.max_weights_iterations``).
     columns_per_round : int
         Roots priced per kind and column-generation round.
     max_rounds, time_limit_s : int, float
@@ -299,7 +301,7 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
     if not model.constrained:
         return _unconstrained(n)
     if min_share is None:
-        min_share = min(0.01, 0.25 / n)
+        min_share = min(params.prune_min_share, params.prune_rank_share / n)
     zeros = np.zeros(n)
 
     pool = TreePool(model, lazy_rows)
@@ -320,7 +322,8 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
     best_bound, phase, dual = known_bound or (np.inf, "no dual point priced", None)
     history: List[Tuple[float, float]] = []
     iterations = 0
-    gk_count = gk_iterations if gk_iterations is not None else min(2 * n, 32)
+    gk_count = gk_iterations if gk_iterations is not None else min(
+        params.weights_iterations_per_rank * n, params.max_weights_iterations)
     # A seeded pool (the hierarchical planner's) is often at the optimum already: its LP's
     # duals, priced once, certify it, and then the multiplicative weights (three Edmonds runs
     # per tree, most of the packing's time at hundreds of machines) would add nothing. That
@@ -361,7 +364,7 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
         flow = float(np.min(cap[used] / load[used]))
         y = y * (1.0 + eps * flow * load / cap)
         y /= float(cap @ y)  # only the direction of y matters; keep it from overflowing
-        if time.process_time() - start > 0.2 * time_limit_s:
+        if time.process_time() - start > params.packing_weights_share * time_limit_s:
             break
 
     # Phase 2: column generation on the LP duals, stabilized (Wentges smoothing): pricing at a
@@ -389,7 +392,8 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
         if bound < best_bound:
             best_bound, phase = bound, PHASE_COLUMNS
             center = dual = (ys / (d1 + d2), (pis + d2) / (d1 + d2))
-        if filled_dual and rounds % 5 == 0 and not (rounds == 0 and reused):
+        if filled_dual and rounds % params.filled_dual_period == 0 and not (rounds == 0
+                                                                           and reused):
             best_bound, phase, dual = _filled_bound(model, pool, rates,
                                                     (best_bound, phase, dual))
         # The pool's LP rate is feasible, so it can never exceed a true bound.
@@ -401,7 +405,7 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
             say(f"column generation round {rounds}: R {r_pool / 1e6:.3f} MB/s, bound "
                 f"{best_bound / 1e6:.3f} MB/s, gap {gap * 100:.3f}%, {len(pool.halves)} trees")
         if gap <= target_gap / 2 or rounds >= max_rounds \
-                or time.process_time() - start > 0.8 * time_limit_s:
+                or time.process_time() - start > params.packing_columns_share * time_limit_s:
             break
         added = 0
         for _, h in found_a + found_b:
@@ -418,7 +422,8 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
         rates, y, pi = pool.solve()
     inward = np.array([h[0] for h in pool.halves])
     r_full = float(rates[inward].sum())
-    if filled_dual and rounds % 5:  # the loop tried it in every fifth round
+    # once more, unless the last round of the loop priced it
+    if filled_dual and rounds % params.filled_dual_period:
         best_bound, phase, dual = _filled_bound(model, pool, rates, (best_bound, phase, dual))
         check_certificate(best_bound, r_full, topology=topology.name, phase=phase,
                           achieved_by="the column pool's LP")

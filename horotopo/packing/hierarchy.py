@@ -491,8 +491,9 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     # contracts one cycle per level): one tree per kind and round there. The multiplicative-
     # weights trees stay (capped at a fifth of the time): on racks at 4096 ranks they lift R
     # from the ring's 195 to 307 MB/s.
-    huge = model.n > 4 * params.hierarchical_large_machines
-    pack_args.setdefault("columns_per_round", 1 if huge else 2 if large
+    huge = model.n > params.huge_machines_factor * params.hierarchical_large_machines
+    pack_args.setdefault("columns_per_round", params.huge_columns_per_round if huge
+                         else params.large_columns_per_round if large
                          else params.columns_per_round)
     # Trees built for their bottleneck (slow hosts as leaves, fast ones as the backbone), with
     # the machine cut's bound: on racks with slow NICs they meet it at once, where column
