@@ -564,3 +564,35 @@ def test_the_predictions_charge_the_window_the_plan_was_made_with():
     assert flow_time == pytest.approx(flows.plan_time(topology, plan, size,
                                                       window=engine_window), rel=1e-12)
     assert flow_time > flows.plan_time(topology, as_default, size)
+
+
+def test_objects_built_at_construction_take_the_environments_parameters(monkeypatch, tmp_path):
+    from horotopo.engine import Engine
+    from horotopo.gpu.staging import Stager
+    from horotopo.plan import plan_from_trees
+    from horotopo.timeline import Timeline
+    from loop_transport import run_ranks
+
+    class Pinned:
+        def pinned(self, nbytes):
+            return bytearray(nbytes)
+
+    monkeypatch.setenv("HOROTOPO_ENGINE_STAGING_SLOTS", "3")
+    assert len(Stager(64, copier=Pinned())._slots) == 3
+    monkeypatch.setenv("HOROTOPO_RUNTIME_TIMELINE_FLUSH_EVENTS", "7")
+    timeline = Timeline(str(tmp_path / "t.json"))
+    try:
+        assert timeline._flush_events == 7
+    finally:
+        timeline.close()
+    # an engine nobody calibrated charges the prior of the parameters it was given
+    prior = params.EngineParams(prior_mpi_latency_s=1e-3, prior_tree_latency_s=2e-3,
+                                prior_per_message_s=3e-5)
+    plan = plan_from_trees(2, [(0, [-1, 0], [-1, 0], 1.0)])
+
+    def model(t):
+        with Engine(t, plan, params=prior) as eng:
+            m = eng.cost_model
+            return m.mpi_latency_s, m.tree_latency_s, m.per_message_s
+
+    assert run_ranks(2, model) == [(1e-3, 2e-3, 3e-5)] * 2
