@@ -192,8 +192,7 @@ def parameter_variable(cls: Type[Any], field_name: str) -> str:
 #: Parameters read where no object built from the environment reaches (per-call paths that
 #: take the module's defaults): their variables refuse a value rather than leave it unread.
 DEFAULT_ONLY: Dict[Type[Any], Tuple[str, ...]] = {
-    _params.EngineParams: ("kept_predictions", "in_flight_extra", "gpu_block_threads",
-                           "gpu_blocks_per_sm"),
+    _params.EngineParams: ("in_flight_extra", "gpu_block_threads", "gpu_blocks_per_sm"),
     _params.RuntimeParams: ("idle_nap_s",)}
 
 #: Earlier spellings of parameter variables, still read beside the scheme's name.

@@ -146,11 +146,12 @@ class Engine:
         is enabled for this transport (as :meth:`Candidates.select
         <horotopo.algorithms.registry.Candidates.select>` runs it), else the plan's trees."""
         recorded = self.plan.planner.get("algorithm", TREE)
+        kept = self.params.kept_predictions
         if recorded == TREE or recorded not in self.allreduce_algorithms.enabled(self.plan,
                                                                                   None):
-            return TopologySide()
+            return TopologySide(kept=kept)
         candidate = self.allreduce_algorithms.get(recorded).candidate
-        return TopologySide(recorded, candidate.predict, topology)
+        return TopologySide(recorded, candidate.predict, topology, kept=kept)
 
     def choose(self, nbytes: int, buffer: Any = None) -> str:
         """The allreduce algorithm the engine picks for ``nbytes`` (of ``buffer``'s dtype, or

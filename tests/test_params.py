@@ -587,12 +587,12 @@ def test_objects_built_at_construction_take_the_environments_parameters(monkeypa
         timeline.close()
     # an engine nobody calibrated charges the prior of the parameters it was given
     prior = params.EngineParams(prior_mpi_latency_s=1e-3, prior_tree_latency_s=2e-3,
-                                prior_per_message_s=3e-5)
+                                prior_per_message_s=3e-5, kept_predictions=5)
     plan = plan_from_trees(2, [(0, [-1, 0], [-1, 0], 1.0)])
 
     def model(t):
         with Engine(t, plan, params=prior) as eng:
             m = eng.cost_model
-            return m.mpi_latency_s, m.tree_latency_s, m.per_message_s
+            return m.mpi_latency_s, m.tree_latency_s, m.per_message_s, m.side.kept
 
-    assert run_ranks(2, model) == [(1e-3, 2e-3, 3e-5)] * 2
+    assert run_ranks(2, model) == [(1e-3, 2e-3, 3e-5, 5)] * 2

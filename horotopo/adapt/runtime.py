@@ -398,7 +398,7 @@ class AdaptiveEngine:
         if forced is None or forced == engine.topology_side.algorithm:
             return engine.topology_side
         return TopologySide(forced, engine.allreduce_algorithms.get(forced).candidate.predict,
-                            self.topology)
+                            self.topology, kept=engine.params.kept_predictions)
 
     def _install(self, plan: Plan, topology: Optional[Topology]) -> None:
         """Swap in the engine for ``plan`` (collective; the constructor checks the digest)."""

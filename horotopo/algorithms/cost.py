@@ -68,6 +68,8 @@ class TopologySide:
         What the transport makes of the declared links, for a peer's model: the chooser's
         (:func:`horotopo.algorithms.choice.predictions`), so that a peer is predicted as the
         plan recorded it.
+    kept : int
+        Predictions kept (:attr:`~horotopo.params.EngineParams.kept_predictions`).
 
     A peer's time (:meth:`seconds`) comes from its own model on ``topology``. Without one it is
     the figure the plan records for its target size (``planner["predicted_s"]``), scaled to
@@ -80,6 +82,7 @@ class TopologySide:
     predict: Optional[Predict] = None
     topology: Optional[Topology] = None
     network: NetworkModel = TCP_NETWORK
+    kept: int = ENGINE.kept_predictions
     _memo: Dict[Tuple[Any, ...], Tuple[Any, Optional[float]]] = field(
         default_factory=dict, compare=False, repr=False)
 
@@ -97,7 +100,7 @@ class TopologySide:
             return hit[1]
         got = (plan.predict_time(int(nbytes), chunk, costs=costs) if self.algorithm == TREE
                else self._predict(plan, int(nbytes), chunk, costs))
-        if len(self._memo) >= ENGINE.kept_predictions:
+        if len(self._memo) >= self.kept:
             self._memo.clear()
         # A weak reference: the memo names a plan (plans are immutable) without keeping it.
         self._memo[key] = (weakref.ref(plan), got)
@@ -106,7 +109,8 @@ class TopologySide:
     def __reduce__(self) -> Tuple[Any, ...]:
         # Without the kept predictions: they name plans of this process (a cost model
         # travels between ranks, and is compared there).
-        return (TopologySide, (self.algorithm, self.predict, self.topology, self.network))
+        return (TopologySide, (self.algorithm, self.predict, self.topology, self.network,
+                               self.kept))
 
     def _predict(self, plan: Plan, nbytes: int, chunk: int,
                  costs: SoftwareCosts) -> Optional[float]:
