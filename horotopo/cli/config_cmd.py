@@ -40,6 +40,8 @@ def _show(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, tuple):
+        return ",".join(_show(v) for v in value)  # as the variable is written
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
