@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import pathlib
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Tuple
 
 import pytest
 
@@ -180,7 +181,8 @@ def _neutral(node: ast.AST) -> bool:
         for v in NEUTRAL_DEFAULTS)
 
 
-def default_numbers(source: str) -> List[str]:
+@functools.lru_cache(maxsize=None)  # the scans and their failing twin parse the same modules
+def default_numbers(source: str) -> Tuple[str, ...]:
     """``function:parameter`` of every parameter (of a function, method or lambda, at any
     depth) whose default holds a number literal and is not one of NEUTRAL_DEFAULTS."""
     out = []
@@ -193,7 +195,7 @@ def default_numbers(source: str) -> List[str]:
         pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
         name = getattr(node, "name", "<lambda>")
         out += [f"{name}:{a.arg}" for a, d in pairs if _has_number(d) and not _neutral(d)]
-    return out
+    return tuple(out)
 
 
 def stray_defaults(sources: Mapping[str, str]) -> List[str]:
