@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 
 from horotopo import costs as cost_profiles
 from horotopo.generate import SCALE_TABLE_SPECS, generate
+from horotopo.algorithms.choice import forest_predictor
 from horotopo.packing.forests import kind_names
 from horotopo.plan import make_plan, parse_size
 from horotopo.topology import from_dict
@@ -50,7 +51,8 @@ def row(spec: str, n: int, ranks_are: str, size: int, chunk: Optional[int],
     load = os.getloadavg()[0]
     with cost_profiles.charging(profile, ranks_are):
         start = time.perf_counter()
-        plan = make_plan(topology, size=size, chunk_bytes=chunk)
+        plan = make_plan(topology, size=size, chunk_bytes=chunk,
+                         predict=forest_predictor(topology))
         seconds = time.perf_counter() - start
     record = plan.planner["forest"]
     predicted = {k: record[k]["predicted_s"] for k in kind_names() if k in record}

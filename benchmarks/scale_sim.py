@@ -45,7 +45,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from horotopo import costs as cost_profiles
 from horotopo.generate import SCALE_TABLE_SPECS
-from horotopo.algorithms.choice import predictions, recorded_algorithm, with_choice
+from horotopo.algorithms.choice import (forest_predictor, predictions, recorded_algorithm,
+                                        with_choice)
 from horotopo.algorithms.simcheck import measure_network, simulated_costs
 from horotopo.cli.simulate_cmd import ALGORITHMS, parse_algorithms, resolve, simulate
 from horotopo.algorithms.flows import TCP_NETWORK
@@ -145,7 +146,7 @@ def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: 
     say(f"{topo.name} ({costs_name(ranks_are, cuda_aware)} ranks): planning")
     w0 = time.perf_counter()
     with cost_profiles.charging(profile, ranks_are, cuda_aware):
-        plan = make_plan(topo, size=size, chunk_bytes=chunk)
+        plan = make_plan(topo, size=size, chunk_bytes=chunk, predict=forest_predictor(topo))
         planner_s = time.perf_counter() - w0
         plan = with_choice(plan, topo, size)  # as init records it
     choice_s = time.perf_counter() - w0 - planner_s

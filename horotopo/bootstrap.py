@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from . import config
 from . import costs as cost_profiles
-from .algorithms.choice import recorded_algorithm
+from .algorithms.choice import forest_predictor, recorded_algorithm
 from .params import PLANNER, PROBE, RELIABILITY
 from .plan import Plan, make_plan, ring_plan
 from .planning_protocol import share_plan
@@ -204,7 +204,8 @@ def setup(transport: Transport, *, env: Optional[Mapping[str, str]] = None,
         topology = model()
         try:
             return (ring_plan(topology, params=planner_params) if use_ring
-                    else make_plan(topology, params=planner_params)), topology
+                    else make_plan(topology, params=planner_params,
+                                   predict=forest_predictor(topology))), topology
         except Exception as exc:  # noqa: BLE001 - every rank must learn of the failure
             raise BootstrapError(f"planning {topology.name!r} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc

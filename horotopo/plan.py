@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -461,7 +461,8 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
               forest: str = "auto", network: Optional[_ab.NetworkModel] = None,
               hierarchy: Optional[str] = None,
               max_host_trees: Optional[int] = None,
-              params: Optional[PlannerParams] = None) -> Plan:
+              params: Optional[PlannerParams] = None,
+              predict: Optional[Callable[["Plan", int], float]] = None) -> Plan:
     """Plan ``topology``: the certified packing, pruned, and the forest predicted fastest.
 
     ``hierarchy`` (default ``HOROTOPO_HIERARCHY``: ``auto``, ``on`` or ``off``) packs trees over
@@ -473,7 +474,10 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     chunk sizes are chosen for it, and of the forest kinds the topology offers
     (:mod:`horotopo.packing.forests`: the certified deep one, host forests) the one with the
     lowest predicted time for it is kept (``forest="auto"``; a kind's name forces it),
-    predicted on ``network`` (default: the links as declared).
+    predicted on ``network`` (default: the links as declared) by :meth:`Plan.predict_time`, or
+    by ``predict(plan, size)`` where given: init passes the flow model that the algorithm
+    choice predicts with (:func:`horotopo.algorithms.choice.forest_predictor`; this layer
+    cannot import it), so that forests and algorithms are weighed on one model.
     ``plan.planner["forest"]`` records the choice and every kind's prediction.
 
     ``max_host_trees`` bounds the host forest's host-level trees (default
@@ -514,7 +518,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
     plan, record = choose_forest(
         Candidates(topology, packing, hierarchical, max_host_trees, host_model, params),
         lambda p: _from_packing(topology, p, ring, chunk_bytes, size, params=params), size,
-        forest=forest, network=network, progress=progress)
+        forest=forest, network=network, predict=predict, progress=progress)
     return replace(plan, planner=dict(plan.planner, forest=record))
 
 

@@ -350,3 +350,21 @@ def test_a_few_host_trees_are_kept_a_hair_below_rings_throughput():
     assert plan.throughput_Bps == pytest.approx(1.25e9 / 2, rel=1e-9)
     assert plan.ring_Bps * (1 - 1 / 128) <= plan.throughput_Bps < plan.ring_Bps
     assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"]
+
+
+def test_a_given_predictor_chooses_the_forest():
+    """make_plan(predict=...) weighs every candidate with the predictor given (init passes the
+    flow model's), not the plan's own prediction: scoring by tree count keeps the candidate
+    with the fewest trees, scoring by minus the count the one with the most."""
+    topo = from_dict(generate(SITES, 64))
+    for sign in (1.0, -1.0):
+        plan = make_plan(topo, size=64 * MiB,
+                         predict=lambda p, size, sign=sign: sign * len(p.trees))
+        record = plan.planner["forest"]
+        assert record["model"] == "flows"
+        counts = [c for k in ("deep", "hosts") for c in
+                  [record[k]["trees"]] + [int(x) * 8 for x in record[k].get("tried", {})
+                                         if k == "hosts"]]
+        want = min(counts) if sign > 0 else max(counts)
+        assert len(plan.trees) == want, (sign, record)
+    assert make_plan(topo, size=64 * MiB).planner["forest"]["model"] == "plan"

@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import config
 from ..params import ADAPT, RELIABILITY, AdaptParams, EngineParams
+from ..algorithms.choice import forest_predictor
 from ..algorithms.cost import TREE, Selector, TopologySide, agree_max
 from ..engine import Engine
 from ..packing.hierarchy import machines
@@ -427,7 +428,7 @@ class AdaptiveEngine:
         planner = self.planner or (lambda t: make_plan(
             t, chunk_bytes=self.plan.chunk_bytes, size=size, forest=forest,
             hierarchy=over_hosts, max_host_trees=record.get("max_host_trees"),
-            params=self.plan.planner_params))
+            params=self.plan.planner_params, predict=forest_predictor(t)))
 
         def build() -> Tuple[Plan, Optional[Topology]]:
             assert topo is not None  # share_plan calls build on rank 0, which has the model

@@ -58,6 +58,7 @@ def build_group(comm: Any, ranks: Tuple[int, ...], rank: int, topology: Topology
     model is cut from the job's)."""
     from horotopo.adapt import AdaptiveEngine
     from horotopo.adapt.runtime import RUNTIME_DEFAULTS
+    from horotopo.algorithms.choice import forest_predictor
     from horotopo.plan import make_plan, ring_plan
     from horotopo.planning_protocol import share_plan
     from horotopo.transport import mpi as door
@@ -70,7 +71,8 @@ def build_group(comm: Any, ranks: Tuple[int, ...], rank: int, topology: Topology
     try:
         plan, _ = share_plan(
             transport,
-            lambda: ((ring_plan(model) if ring or len(ranks) < 3 else make_plan(model)), None),
+            lambda: ((ring_plan(model) if ring or len(ranks) < 3
+                      else make_plan(model, predict=forest_predictor(model))), None),
             what=f"process set {list(ranks)}: plan")
     finally:
         transport.close()

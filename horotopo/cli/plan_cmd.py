@@ -7,7 +7,7 @@ import math
 import sys
 import time
 
-from ..algorithms.choice import with_choice
+from ..algorithms.choice import forest_predictor, with_choice
 from ..packing import format_percent, plural
 from ..packing.forests import FORESTS, check_forest
 from ..packing.hierarchy import use_hierarchy
@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     plan = make_plan(topology, chunk_bytes=args.chunk, max_trees_per_root=args.max_trees_per_root,
                      target_gap=args.target_gap, progress=progress, size=size,
                      forest=args.forest,
-                     max_host_trees=args.max_host_trees)
+                     max_host_trees=args.max_host_trees,
+                     predict=forest_predictor(topology))
     plan = with_choice(plan, topology, size)
     progress(f"planned in {time.perf_counter() - start:.2f} s")
     chosen = plan.planner["algorithm"]

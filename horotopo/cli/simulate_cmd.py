@@ -227,7 +227,8 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
               timeout_s: Optional[float], algorithms: Sequence[str], plan: Optional[Plan],
               chunk_bytes: Optional[int], software_costs: bool, simgrid_config: Sequence[str],
               max_host_trees: Optional[int], window: Optional[int]) -> Dict[str, Any]:
-    from ..algorithms.choice import predictions, recorded_algorithm, with_choice
+    from ..algorithms.choice import (forest_predictor, predictions, recorded_algorithm,
+                                     with_choice)
     from ..algorithms.simcheck import timed_allreduce
     from ..planning_protocol import share_plan
     from ..probe import probe as run_probe
@@ -290,7 +291,8 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
             # planned for this run's size, as `horotopo plan --size` (chunks and forest)
             made = (ring_plan(model, size=size) if probe == "off"
                     else make_plan(model, size=size, chunk_bytes=chunk_bytes,
-                                   max_host_trees=max_host_trees))
+                                   max_host_trees=max_host_trees,
+                                   predict=forest_predictor(model)))
             made = with_choice(made, model, size)
             planner["s"] = time.perf_counter() - w0
             return made, model

@@ -132,6 +132,7 @@ def check_forest(forest: str, topology: Optional[Topology] = None,
 
 def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int, *,
                   forest: str = "auto", network: Any = None,
+                  predict: Optional[Callable[[Any, int], float]] = None,
                   progress: Optional[Callable[[str], None]] = None
                   ) -> Tuple[Any, Dict[str, Any]]:
     """The plan of the candidate predicted fastest for an allreduce of ``size`` bytes.
@@ -139,7 +140,8 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     ``build`` turns a packing into a plan (anything with ``predict_time(size)``,
     ``throughput_Bps`` and ``trees`` whose items have ``depth``); ``network`` (a
     :class:`~horotopo.packing.alphabeta.NetworkModel`, default the links as declared) is what
-    the predictions are made on. ``forest`` names a kind to force it: that kind alone is
+    ``predict_time`` predicts on; ``predict(plan, size)``, where given, predicts instead (the
+    flow model of the algorithm choice); ``record["model"]`` says which predicted. ``forest`` names a kind to force it: that kind alone is
     built, but for fewer than three ranks or a network where nothing binds, where the deep
     forest stands. Every candidate carries the certified packing's bound, which bounds every
     packing.
@@ -151,7 +153,12 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     """
     topology = given.topology
     check_forest(forest, topology, given.hierarchical, given.params)
-    record: Dict[str, Any] = {"size": int(size)}
+    record: Dict[str, Any] = {"size": int(size),
+                              "model": "plan" if predict is None else "flows"}
+    if predict is None:
+        def predict(plan: Any, nbytes: int) -> float:
+            return (plan.predict_time(nbytes) if network is None
+                    else plan.predict_time(nbytes, network=network))
     if forest != "auto":
         record["forced"] = True
     if given.max_host_trees is not None:
@@ -169,7 +176,7 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
         if not wanted or not kind.offered(topology, given.hierarchical, given.params):
             continue
         start = time.perf_counter()
-        tried = [_candidate(kind, found, packing, build, size, network)
+        tried = [_candidate(kind, found, packing, build, size, predict)
                  for found in kind.pack(given)]
         if not tried:
             continue
@@ -189,8 +196,8 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
 
 
 def _candidate(kind: ForestKind, found: Packing, packing: Packing,
-               build: Callable[[Packing], Any], size: int, network: Any
-               ) -> Tuple[Any, Dict[str, Any]]:
+               build: Callable[[Packing], Any], size: int,
+               predict: Callable[[Any, int], float]) -> Tuple[Any, Dict[str, Any]]:
     """The plan of one candidate ``found`` of ``kind`` and its summary."""
     if found is not packing:
         # the plan carries the deep packing's certificate, so its statistics too (a plan over
@@ -200,8 +207,7 @@ def _candidate(kind: ForestKind, found: Packing, packing: Packing,
                         columns=packing.columns, seconds=packing.seconds,
                         extra=dict(packing.extra, **found.extra))
     plan = build(found)
-    pred = plan.predict_time(size) if network is None else plan.predict_time(size,
-                                                                            network=network)
+    pred = float(predict(plan, size))
     summary: Dict[str, Any] = {"predicted_s": pred, "throughput_Bps": plan.throughput_Bps,
                                "trees": len(plan.trees),
                                "max_hops": max(t.depth for t in plan.trees)}
