@@ -35,7 +35,6 @@ __all__ = ["ConfigError", "Setting", "Effective", "SETTINGS", "get", "lookup", "
            "TRUE_WORDS", "FALSE_WORDS", "LOG_LEVELS", "PARAMETER_SETTINGS", "parameters",
            "engine_params", "adapt_params", "probe_params", "planner_params", "runtime_params",
            "reliability_params", "reliability_params_or_defaults", "parameter_variable",
-           "DEFAULT_ONLY",
            "parameters_markdown"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -76,8 +75,6 @@ class Setting:
     #: ``(parameter object, field)`` for a setting that overrides a field of
     #: :mod:`horotopo.params` (the object checks the value: :func:`parameters`).
     parameter: Optional[Tuple[Type[Any], str]] = None
-    #: A parameter that no code reads from the environment: any value set is refused.
-    default_only: bool = False
 
     def allowed(self) -> str:
         """What the setting accepts, in words (for errors and the README table)."""
@@ -117,10 +114,6 @@ class Setting:
         """
         name = source or self.name
         text = raw.strip()
-        if self.default_only:
-            raise ConfigError(f"{name}={raw!r}: the code that reads this parameter takes its "
-                              f"default ({self.show_default()}) whatever the environment says; "
-                              f"unset it")
 
         def bad() -> ConfigError:
             return ConfigError(f"{name}={raw!r}: must be {self.allowed()}")
@@ -189,12 +182,6 @@ def parameter_variable(cls: Type[Any], field_name: str) -> str:
     return f"HOROTOPO_{cls.__name__[:-len('Params')].upper()}_{field_name.upper()}"
 
 
-#: Parameters read where no object built from the environment reaches (per-call paths that
-#: take the module's defaults): their variables refuse a value rather than leave it unread.
-DEFAULT_ONLY: Dict[Type[Any], Tuple[str, ...]] = {
-    _params.EngineParams: ("in_flight_extra", "gpu_block_threads", "gpu_blocks_per_sm"),
-    _params.RuntimeParams: ("idle_nap_s",)}
-
 #: Earlier spellings of parameter variables, still read beside the scheme's name.
 _PARAMETER_ALIASES: Dict[str, Tuple[str, ...]] = {
     "HOROTOPO_ADAPT_TRIAL_CALLS": ("HOROTOPO_ADAPT_TRIAL",)}
@@ -214,8 +201,7 @@ def _parameter_setting(cls: Type[Any], field: "dataclasses.Field[Any]",
     return Setting(name, kind_name, field.default,
                    f"{cls.__name__}.{field.name} (see Parameters below).",
                    item=item, aliases=_PARAMETER_ALIASES.get(name, ()),
-                   parameter=(cls, field.name),
-                   default_only=field.name in DEFAULT_ONLY.get(cls, ()))
+                   parameter=(cls, field.name))
 
 
 def _parameter_settings() -> List[Setting]:
@@ -563,8 +549,6 @@ def parameters_markdown() -> str:
         for f in dataclasses.fields(cls):
             setting = lookup(parameter_variable(cls, f.name))
             variable = " or ".join(f"`{v}`" for v in (setting.name,) + setting.aliases)
-            if setting.default_only:
-                variable += " (refused: read from the default only)"
             cells = [f"`{f.name}`", _show_parameter(f.default), variable, f.metadata["why"]]
             out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         out.append("")

@@ -124,9 +124,9 @@ class Engine:
         # Every registered candidate, bound to this transport and plan once; a call only asks
         # which are enabled and runs one.
         self.allreduce_algorithms = Candidates.bind(ALLREDUCE, self.transport, plan,
-                                                    self._pool, window)
+                                                    self._pool, window, params=params)
         self.broadcast_algorithms = Candidates.bind(BROADCAST, self.transport, plan,
-                                                    self._pool, window)
+                                                    self._pool, window, params=params)
         self._codes = {name: k + 1 for k, name in enumerate(self.allreduce_algorithms.names)}
         self.topology_side = self._topology_side(topology)
         # The model's "tree" is what runs for it: calibration and the selector time that.

@@ -281,7 +281,8 @@ def _broadcast_peers(plan: Plan, rank: int, root: int) -> Tuple[TreeTable, ...]:
 
 
 def compile_allreduce(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems: int,
-                      window: Optional[int] = None) -> Schedule:
+                      window: Optional[int] = None,
+                      in_flight_extra: int = ENGINE.in_flight_extra) -> Schedule:
     """Rank ``rank``'s step table for an allreduce of ``count`` elements of ``dtype``.
 
     Parameters
@@ -298,6 +299,9 @@ def compile_allreduce(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems
         Elements per chunk message.
     window : int, optional
         Chunks of scratch per tree and reduce child; None picks :func:`window_for`.
+    in_flight_extra : int
+        Chunks in flight per tree beyond the window and the hops (:func:`in_flight_for`; the
+        engine's :attr:`~horotopo.params.EngineParams.in_flight_extra`).
 
     Returns
     -------
@@ -306,11 +310,12 @@ def compile_allreduce(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems
     """
     _check_rank(plan, rank)
     return _assemble("allreduce", plan, plan.digest, rank, _allreduce_peers(plan, rank), count,
-                     dtype, chunk_elems, window, -1)
+                     dtype, chunk_elems, window, -1, in_flight_extra)
 
 
 def compile_broadcast(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems: int,
-                      root: int, window: Optional[int] = None) -> Schedule:
+                      root: int, window: Optional[int] = None,
+                      in_flight_extra: int = ENGINE.in_flight_extra) -> Schedule:
     """Rank ``rank``'s step table for a broadcast of ``count`` elements from ``root``.
 
     Tree ``t`` carries ``share_t`` of the buffer down its broadcast tree re-rooted at ``root``
@@ -320,7 +325,7 @@ def compile_broadcast(plan: Plan, rank: int, count: int, dtype: Any, chunk_elems
     """
     _check_rank(plan, rank)
     return _assemble("broadcast", plan, plan.digest, rank, _broadcast_peers(plan, rank, root),
-                     count, dtype, chunk_elems, window, root)
+                     count, dtype, chunk_elems, window, root, in_flight_extra)
 
 
 def _check_rank(plan: Plan, rank: int) -> None:
@@ -330,7 +335,7 @@ def _check_rank(plan: Plan, rank: int) -> None:
 
 def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[TreeTable],
               count: int, dtype: Any, chunk_elems: int, window: Optional[int],
-              root: int) -> Schedule:
+              root: int, in_flight_extra: int) -> Schedule:
     """The table of ``kind`` from each tree's ``peers`` (:func:`_peers`): segments, chunks,
     scratch and streams for this shape."""
     if chunk_elems < 1:
@@ -362,7 +367,8 @@ def _assemble(kind: str, plan: Plan, digest: str, rank: int, peers: Sequence[Tre
         up, down = (2 * p.tree, 2 * p.tree + 1) if allreduce else (p.tree, p.tree)
         tables.append(replace(
             p, chunks=tuple(chunk_bounds(lo, hi, per)),
-            in_flight=in_flight_for(win, p.hops), stream_up=up, stream_down=down,
+            in_flight=in_flight_for(win, p.hops, in_flight_extra),
+            stream_up=up, stream_down=down,
             scratch_offset=at if rows else 0, scratch_rows=rows, scratch_width=width if rows else 0))
         at += rows * width
     return Schedule(kind=kind, plan_digest=digest, n=plan.n, rank=rank, count=count,
@@ -388,10 +394,12 @@ class ScheduleCache:
         Fixed window for every table; None sizes it from the chunk size.
     capacity : int
         Tables kept; the least recently used one goes when a new one would exceed it.
+    in_flight_extra : int
+        Chunks in flight per tree beyond the window and the hops, in every table.
     """
 
     def __init__(self, plan: Plan, rank: int, window: Optional[int] = None,
-                 capacity: int = 64) -> None:
+                 capacity: int = 64, in_flight_extra: int = ENGINE.in_flight_extra) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         _check_rank(plan, rank)
@@ -399,6 +407,7 @@ class ScheduleCache:
         self.rank = rank
         self.window = window
         self.capacity = capacity
+        self.in_flight_extra = in_flight_extra
         self.compiled = 0  # tables compiled so far (misses), for tests and overhead checks
         self._tables: "OrderedDict[tuple, Schedule]" = OrderedDict()
         # What depends only on the plan and rank is worked out once: a miss then costs only
@@ -414,7 +423,7 @@ class ScheduleCache:
         if table is None:
             table = self._put(key, _assemble("allreduce", self.plan, self._digest, self.rank,
                                              self._allreduce, count, dtype, chunk_elems,
-                                             self.window, -1))
+                                             self.window, -1, self.in_flight_extra))
         return table
 
     def broadcast(self, count: int, dtype: Any, chunk_elems: int, root: int) -> Schedule:
@@ -427,7 +436,7 @@ class ScheduleCache:
                 peers = self._broadcast[root] = _broadcast_peers(self.plan, self.rank, root)
             table = self._put(key, _assemble("broadcast", self.plan, self._digest, self.rank,
                                              peers, count, dtype, chunk_elems, self.window,
-                                             root))
+                                             root, self.in_flight_extra))
         return table
 
     def _get(self, key: tuple) -> Optional[Schedule]:

@@ -413,11 +413,6 @@ def test_every_field_has_a_variable_read_as_its_type(cls):
     for f in dataclasses.fields(cls):
         variable = config.parameter_variable(cls, f.name)
         assert variable == f"HOROTOPO_{concern}_{f.name.upper()}"
-        if f.name in config.DEFAULT_ONLY.get(cls, ()):
-            # read where no object from the environment reaches: a value is refused, not lost
-            with pytest.raises(config.ConfigError, match=f"{variable}=.*takes its default"):
-                config.parameters(cls, {variable: _as_text(f.default)})
-            continue
         # the default written out comes back as the default, of the field's own type
         got = getattr(config.parameters(cls, {variable: _as_text(f.default)}), f.name)
         assert got == f.default and type(got) is type(f.default), (variable, got)
@@ -598,3 +593,107 @@ def test_objects_built_at_construction_take_the_environments_parameters(monkeypa
             return m.mpi_latency_s, m.tree_latency_s, m.per_message_s, m.side.kept
 
     assert run_ranks(2, model) == [(1e-3, 2e-3, 3e-5, 5)] * 2
+
+
+def test_the_engines_in_flight_extra_reaches_its_tree_tables(monkeypatch):
+    from horotopo.engine import Engine
+    from horotopo.plan import plan_from_trees
+    from loop_transport import run_ranks
+
+    # a chain 0 <- 1 <- 2: rank 1's tree has one hop each way
+    plan = plan_from_trees(3, [(0, [-1, 0, 1], [-1, 0, 1], 1.0)])
+
+    def in_flight(t, engine_params):
+        with Engine(t, plan, window=4, params=engine_params) as eng:
+            tree = eng.allreduce_algorithms.get("tree").runner.schedules
+            bcast = eng.broadcast_algorithms.get("tree").runner.schedules
+            tables = (tree.allreduce(1 << 12, "float32", 64).trees[0],
+                      bcast.broadcast(1 << 12, "float32", 64, 0).trees[0])
+            # the window, a chunk per hop each way, and the extra
+            return [t.in_flight - 4 - 2 * t.hops for t in tables]
+
+    assert run_ranks(3, lambda t: in_flight(t, params.ENGINE)) == [
+        [params.ENGINE.in_flight_extra] * 2] * 3
+    monkeypatch.setenv("HOROTOPO_ENGINE_IN_FLIGHT_EXTRA", "7")
+    assert config.engine_params().in_flight_extra == 7 != params.ENGINE.in_flight_extra
+    assert run_ranks(3, lambda t: in_flight(t, config.engine_params())) == [[7, 7]] * 3
+
+
+def test_the_gpu_grid_takes_the_parameters_it_is_given(monkeypatch):
+    from horotopo.gpu import kernels
+
+    assert kernels.grid_blocks(10 ** 6, 100) == 100 * params.ENGINE.gpu_blocks_per_sm
+    narrow = params.EngineParams(gpu_block_threads=128, gpu_blocks_per_sm=2)
+    assert kernels.grid_blocks(1000, 100, narrow) == 8  # ceil(1000 / 128)
+    assert kernels.grid_blocks(10 ** 6, 100, narrow) == 200
+    assert kernels.grid_blocks(0, 100, narrow) == 1
+    # the launches' geometry is the environment's, read when the kernels are first loaded
+    # (whether or not this machine can load them: the value is checked first)
+    monkeypatch.setattr(kernels._NativeState, "modules", {})
+    monkeypatch.setattr(kernels._NativeState, "error", None)
+    monkeypatch.setattr(kernels._NativeState, "params", params.ENGINE)
+    monkeypatch.setenv("HOROTOPO_ENGINE_GPU_BLOCK_THREADS", "128")
+    monkeypatch.setenv("HOROTOPO_ENGINE_GPU_BLOCKS_PER_SM", "2")
+    kernels.load_native()
+    got = kernels._NativeState.params
+    assert (got.gpu_block_threads, got.gpu_blocks_per_sm) == (128, 2)
+    monkeypatch.setattr(kernels._NativeState, "modules", {})
+    monkeypatch.setattr(kernels._NativeState, "error", None)
+    monkeypatch.setenv("HOROTOPO_ENGINE_GPU_BLOCK_THREADS", "0")
+    with pytest.raises(config.ConfigError, match="HOROTOPO_ENGINE_GPU_BLOCK_THREADS='0'"):
+        kernels.load_native()
+
+
+def test_a_transports_idle_pauses_are_the_ones_it_was_built_with(monkeypatch):
+    import time
+
+    from horotopo.transport.base import Transport, WrappedTransport
+
+    class Never(Transport):
+        """A transport whose one request never completes: it counts the polls of a wait."""
+
+        def __init__(self, idle_nap_s=None):
+            self.polls = 0
+            if idle_nap_s is not None:
+                self.idle_nap_s = idle_nap_s
+
+        rank, size = 0, 2
+
+        def test(self, request):
+            self.polls += 1
+            return False
+
+        def cancel(self, request):
+            pass
+
+    def polls(transport, wait_s=0.2):
+        from horotopo.transport.poll import TransportTimeout
+
+        with pytest.raises(TransportTimeout):
+            transport.wait([object()], time.perf_counter() + wait_s, peers=[1])
+        return getattr(transport, "inner", transport).polls
+
+    assert Never().idle_nap_s == params.RUNTIME.idle_nap_s
+    # 50 ms pauses: a handful of polls in 0.2 s, where the default's 1 ms pauses make hundreds
+    slow = polls(Never((0.05, 0.05)))
+    assert slow <= 6 and polls(Never()) > 4 * slow
+
+    class Wrapped(WrappedTransport):
+        def test(self, request):
+            return self.inner.test(request)
+
+        def cancel(self, request):
+            self.inner.cancel(request)
+
+    # a wrapper (failure tracking, staging) waits as the transport it wraps
+    assert polls(Wrapped(Never((0.05, 0.05)))) <= 6
+    # the MPI transport takes the environment's at construction
+    from mpi4py import MPI
+    from horotopo.transport.mpi import MPITransport
+
+    monkeypatch.setenv("HOROTOPO_RUNTIME_IDLE_NAP_S", "0.002,0.004")
+    t = MPITransport(MPI.COMM_SELF)
+    try:
+        assert t.idle_nap_s == (0.002, 0.004)
+    finally:
+        t.close()

@@ -127,10 +127,10 @@ def test_a_registered_candidate_is_bound_in_its_place_and_can_be_forced(monkeypa
             out[...] = 2 * src
 
     register(Candidate("double", ALLREDUCE, "nothing", lambda t, plan, buf: True,
-                       lambda t, plan, pool, window: Doubling()), before="ring")
+                       lambda t, plan, pool, window, params: Doubling()), before="ring")
     with pytest.raises(ValueError, match="registered"):
         register(Candidate("double", ALLREDUCE, "nothing", lambda t, plan, buf: True,
-                           lambda t, plan, pool, window: Doubling()))
+                           lambda t, plan, pool, window, params: Doubling()))
 
     def body(t):
         eng = Engine(t, _ring(2, chunk=64))
@@ -203,7 +203,7 @@ def test_enabled_is_asked_once_per_buffer_type_and_dtype_of_the_bound_plan(monke
         return buf is not None and buf.dtype == np.float64
 
     register(Candidate("f64", ALLREDUCE, "float64", only_float64,
-                       lambda t, plan, pool, window: None), before="tree")
+                       lambda t, plan, pool, window, params: None), before="tree")
     plan = _ring(4)
     bound = _bound(LoopWorld(4).transports()[0], plan)
     f32, f64 = np.zeros(3, np.float32), np.zeros(5, np.float64)

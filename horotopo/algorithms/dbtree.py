@@ -25,6 +25,7 @@ from typing import Any, List, Optional, Tuple
 
 from ..buffers import ScratchPool
 from ..packing.alphabeta import ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts
+from ..params import ENGINE
 from ..plan import Plan, modelled_rate_on, plan_from_trees
 from ..topology import Topology
 from ..transport.base import Transport
@@ -139,11 +140,12 @@ class DoubleBinaryTreeAllreduce:
     """
 
     def __init__(self, transport: Transport, pool: Optional[ScratchPool] = None,
-                 window: Window = None) -> None:
+                 window: Window = None, in_flight_extra: int = ENGINE.in_flight_extra) -> None:
         self.transport = transport
         self.plan = double_tree_plan(transport.size) if transport.size > 1 else None
         self._trees = None if self.plan is None else \
-            TreeAllreduce(transport, self.plan, window=window, pool=pool)
+            TreeAllreduce(transport, self.plan, window=window, pool=pool,
+                          in_flight_extra=in_flight_extra)
         self.last_messages = 0
 
     def run(self, src: Any, out: Any, op: str, chunk_elems: int) -> None:

@@ -32,6 +32,7 @@ from .. import ops as _ops
 from ..ops import is_allreduce_dtype
 from ..buffers import ScratchPool
 from ..packing.alphabeta import NetworkModel, SoftwareCosts
+from ..params import ENGINE, EngineParams
 from ..plan import Plan
 from ..topology import Topology
 from ..transport.base import Transport
@@ -70,8 +71,9 @@ class Chooser(Protocol):
 #: bound to ``plan``, with the software ``costs`` on the ``network`` the transport makes of the
 #: declared links.
 Predict = Callable[[Topology, Plan, int, int, SoftwareCosts, NetworkModel], float]
-#: Builds an algorithm's runner over ``(transport, plan, pool, window)``.
-Factory = Callable[[Transport, Plan, ScratchPool, Optional[int]], Any]
+#: Builds an algorithm's runner over ``(transport, plan, pool, window, params)``: ``params`` are
+#: the engine's (:class:`~horotopo.params.EngineParams`), fixed at set-up.
+Factory = Callable[[Transport, Plan, ScratchPool, Optional[int], EngineParams], Any]
 #: ``enabled(transport, plan, buffer)``: the transport is the engine's (fixed at set-up);
 #: ``buffer`` is the call's flat array, or None when only the size is known (any dtype the
 #: kind supports).
@@ -95,7 +97,7 @@ class Candidate:
         and the buffer's type and dtype, never on its size or contents: a bound engine asks
         once per (buffer type, dtype) and keeps the answer (the size is the cost model's).
     make : callable
-        ``make(transport, plan, pool, window)``: the runner; an allreduce runner has
+        ``make(transport, plan, pool, window, params)``: the runner; an allreduce runner has
         ``run(src, out, op, chunk_elems)``, a broadcast runner ``run(buf, root, chunk_elems)``,
         and either may count its messages in ``last_messages``.
     predict : callable, optional
@@ -125,12 +127,12 @@ class Bound:
     __slots__ = ("candidate", "name", "runner", "_check", "_transport")
 
     def __init__(self, candidate: Candidate, transport: Transport, plan: Plan,
-                 pool: ScratchPool, window: Window) -> None:
+                 pool: ScratchPool, window: Window, params: EngineParams = ENGINE) -> None:
         self.candidate = candidate
         self.name = candidate.name
         self._check = candidate.enabled
         self._transport = transport
-        self.runner = candidate.make(transport, plan, pool, window)
+        self.runner = candidate.make(transport, plan, pool, window, params)
 
     def enabled(self, plan: Plan, buffer: Any) -> bool:
         return self._check(self._transport, plan, buffer)
@@ -160,12 +162,14 @@ class Candidates:
     @classmethod
     def bind(cls, kind: str, transport: Transport, plan: Plan, pool: ScratchPool,
              window: Window = None,
-             registry: Optional[Dict[str, List[Candidate]]] = None) -> "Candidates":
+             registry: Optional[Dict[str, List[Candidate]]] = None,
+             params: EngineParams = ENGINE) -> "Candidates":
         """Build every registered candidate of ``kind`` over ``transport`` (once, at set-up)."""
         table = REGISTRY if registry is None else registry
         if kind not in table:
             raise ValueError(f"no algorithms are registered for {kind!r}")
-        return cls(kind, [Bound(c, transport, plan, pool, window) for c in table[kind]], plan)
+        return cls(kind, [Bound(c, transport, plan, pool, window, params)
+                          for c in table[kind]], plan)
 
     @property
     def names(self) -> Tuple[str, ...]:
@@ -274,29 +278,32 @@ def _broadcast_enabled(transport: Transport, plan: Plan, buffer: Any) -> bool:
 REGISTRY: Dict[str, List[Candidate]] = {
     ALLREDUCE: [
         Candidate("tree", ALLREDUCE, "a plan with trees and an allreduce dtype", _tree_enabled,
-                  lambda t, plan, pool, window: TreeAllreduce(t, plan, window=window,
-                                                              pool=pool), _tree_predict),
+                  lambda t, plan, pool, window, params: TreeAllreduce(
+                      t, plan, window=window, pool=pool,
+                      in_flight_extra=params.in_flight_extra), _tree_predict),
         Candidate("ring", ALLREDUCE, "an allreduce dtype", _ring_enabled,
-                  lambda t, plan, pool, window: RingAllreduce(t, pool=pool), _ring_predict),
+                  lambda t, plan, pool, window, params: RingAllreduce(t, pool=pool),
+                  _ring_predict),
         Candidate("mpi", ALLREDUCE, "a transport with a library allreduce and an allreduce "
                   "dtype", _library_enabled,
-                  lambda t, plan, pool, window: MPIAllreduce(t, pool)),
+                  lambda t, plan, pool, window, params: MPIAllreduce(t, pool)),
         # NCCL's double binary tree in rank order.
         Candidate("dbtree", ALLREDUCE, "an allreduce dtype", _ring_enabled,
-                  lambda t, plan, pool, window: DoubleBinaryTreeAllreduce(t, pool=pool,
-                                                                          window=window),
+                  lambda t, plan, pool, window, params: DoubleBinaryTreeAllreduce(
+                      t, pool=pool, window=window, in_flight_extra=params.in_flight_extra),
                   _dbtree_predict),
         # Horovod's hierarchical allreduce over the ranks' hosts (processor names, exchanged
         # at its first call).
         Candidate("hierarchical", ALLREDUCE, "an allreduce dtype", _ring_enabled,
-                  lambda t, plan, pool, window: HierarchicalAllreduce(t, pool=pool),
+                  lambda t, plan, pool, window, params: HierarchicalAllreduce(t, pool=pool),
                   _hierarchical_predict),
     ],
     BROADCAST: [
         Candidate("tree", BROADCAST, "a plan with trees and a broadcast dtype",
                   _broadcast_enabled,
-                  lambda t, plan, pool, window: TreeBroadcast(t, plan, window=window,
-                                                              pool=pool)),
+                  lambda t, plan, pool, window, params: TreeBroadcast(
+                      t, plan, window=window, pool=pool,
+                      in_flight_extra=params.in_flight_extra)),
     ],
 }
 

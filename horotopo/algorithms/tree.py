@@ -30,6 +30,7 @@ from typing import Any, Callable, List, Optional, Union
 
 from .. import timeline as _timeline
 from ..buffers import ScratchPool, combine_into, reduce_into, synchronize
+from ..params import ENGINE
 from ..plan import Plan
 from ..schedule import ScheduleCache, TreeTable, window_for
 from ..transport.base import Transport
@@ -244,7 +245,8 @@ class _TreeAlgorithm:
     """Shared set-up: this rank's step tables of the plan, compiled once per buffer shape."""
 
     def __init__(self, transport: Transport, plan: Plan, window: Window = None,
-                 pool: Optional[ScratchPool] = None) -> None:
+                 pool: Optional[ScratchPool] = None,
+                 in_flight_extra: int = ENGINE.in_flight_extra) -> None:
         if plan.n != transport.size:
             raise ValueError(f"the plan is for {plan.n} ranks but the transport has "
                              f"{transport.size}")
@@ -256,7 +258,8 @@ class _TreeAlgorithm:
         self.plan = plan
         self.window = window
         self.pool = pool or ScratchPool()
-        self.schedules = ScheduleCache(plan, transport.rank, window)
+        self.schedules = ScheduleCache(plan, transport.rank, window,
+                                       in_flight_extra=in_flight_extra)
         self.last_messages = 0
 
     def _run(self, runs: List[_TreeRun], prog: Progress) -> None:
@@ -291,6 +294,9 @@ class TreeAllreduce(_TreeAlgorithm):
         given the plan.
     pool : ScratchPool, optional
         Where the scratch comes from (the engine shares one across calls).
+    in_flight_extra : int
+        Chunks of a tree in flight beyond the window and a chunk per hop each way (the
+        engine's :attr:`~horotopo.params.EngineParams.in_flight_extra`).
     """
 
     def run(self, src: Any, out: Any, op: str, chunk_elems: int) -> None:

@@ -96,9 +96,9 @@ in capitals: `ProbeParams.slow_ratio` is `HOROTOPO_PROBE_SLOW_RATIO`), parsed as
 type (a tuple as numbers separated by commas) and checked by the object itself, together with
 the object's other variables; `python -m horotopo config` lists them with the others. `init()`
 and the commands build each object from the environment once and hand it down; code called
-directly takes the defaults below unless given an object. A few fields are read on per-call
-paths that take the defaults whatever the environment says: their variables are marked
-"refused" below, and setting one is an error rather than a value silently unread. A plan records the planner's fields
+directly takes the defaults below unless given an object; an object that works per call (the
+engine, a transport, the device kernels) reads its fields once, when it is built, so every
+variable below reaches the code it tunes. A plan records the planner's fields
 that differ from the defaults in its JSON (`planner.params`), and the engine and the plan's
 predictions use the window of the parameters the plan was made with.
 

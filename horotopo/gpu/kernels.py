@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import config
 from ..ops import ReduceOp
-from ..params import ENGINE
+from ..params import ENGINE, EngineParams
 from .env import (OPS, canonical_dtype_name, check_op, cupy_module, is_cupy_array,
                    is_gpu_buffer, is_torch_cuda, synchronize, torch_bfloat16_as_int16)
 from .elementwise import bfloat16_dtype, reduce_arrays, scale_array
@@ -124,6 +124,9 @@ class _NativeState:
     error: Optional[str] = None
     warned = False
     sm_count: Dict[int, int] = {}
+    #: The launch geometry's parameters, read from the environment once, when the kernels
+    #: are first loaded (a launch is per chunk: it must not parse settings).
+    params: EngineParams = ENGINE
 
 
 def load_native() -> Optional[Any]:
@@ -137,6 +140,8 @@ def load_native() -> Optional[Any]:
     with st.lock:
         if st.error is not None:
             return None
+        if not st.modules:  # a bad value is the user's error, not a reason to fall back
+            st.params = config.engine_params()
         try:
             cp = cupy_module()
             dev = cp.cuda.Device().id
@@ -182,15 +187,22 @@ def backend_for(dtype: str, contiguous: bool) -> str:
     return "fallback"
 
 
+def grid_blocks(work: int, sms: int, params: EngineParams = ENGINE) -> int:
+    """Blocks of a reduce kernel's grid for ``work`` items (vectors or elements) on a device
+    of ``sms`` streaming multiprocessors: one item per thread of ``params.gpu_block_threads``
+    per block, at most ``params.gpu_blocks_per_sm`` blocks per SM (the kernels' grid-stride
+    loop covers the rest), and at least one block."""
+    return max(1, min(math.ceil(work / params.gpu_block_threads),
+                      sms * params.gpu_blocks_per_sm))
+
+
 def _grid(cp: Any, work: int) -> int:
     dev = cp.cuda.Device().id
     sms = _NativeState.sm_count.get(dev)
     if sms is None:
         sms = cp.cuda.Device(dev).attributes["MultiProcessorCount"]
         _NativeState.sm_count[dev] = sms
-    # Enough blocks to fill every SM several times over; the grid-stride loop covers the rest.
-    return max(1, min(math.ceil(work / ENGINE.gpu_block_threads),
-                      sms * ENGINE.gpu_blocks_per_sm))
+    return grid_blocks(work, sms, _NativeState.params)
 
 
 def _aligned(*arrays: Any) -> bool:
@@ -212,7 +224,7 @@ def launch_reduce(out: Any, a: Any, b: Any, op: str, dtype: str, sa: float, sb: 
     vector = n >= lanes and _aligned(out, a, b)
     fn = module.get_function(kernel_name(op, dtype, vector))
     work = n // lanes if vector else n
-    fn((_grid(cp, work),), (ENGINE.gpu_block_threads,),
+    fn((_grid(cp, work),), (_NativeState.params.gpu_block_threads,),
        (a, b, out, np.float64(sa), np.float64(sb), np.float64(post), np.uint64(n)))
 
 
@@ -223,7 +235,8 @@ def launch_scale(out: Any, a: Any, dtype: str, factor: float) -> None:
         return
     cp = cupy_module()
     fn = load_native().get_function(scale_kernel_name(dtype))
-    fn((_grid(cp, n),), (ENGINE.gpu_block_threads,), (a, out, np.float64(factor), np.uint64(n)))
+    fn((_grid(cp, n),), (_NativeState.params.gpu_block_threads,),
+       (a, out, np.float64(factor), np.uint64(n)))
 
 
 # -- device steps on CuPy arrays and CUDA torch tensors (re-exported by horotopo.gpu) ------

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from ..transport.base import Transport, TransportTimeout
-from ..params import RELIABILITY, RUNTIME
+from ..params import RELIABILITY
 from ..transport.poll import DONE, IDLE, PROGRESS, deadline_after, poll
 
 __all__ = ["LivenessResponder", "FAULTY", "faulty", "verdict"]
@@ -125,7 +125,7 @@ class LivenessResponder:
         try:
             # Back off from the poll loop's shortest pause to poll_s: a ping is answered within
             # poll_s, and an idle responder costs about nothing.
-            poll(step, nap_s=(min(RUNTIME.idle_nap_s[0], self._poll_s), self._poll_s))
+            poll(step, nap_s=(min(t.idle_nap_s[0], self._poll_s), self._poll_s))
         finally:
             t.cancel(pending[0])
             try:

@@ -35,6 +35,11 @@ class Transport:
     non-overtaking rule); the algorithms rely on this to reuse a tag for every chunk of a stream.
     """
 
+    #: The first and longest pause between idle polls of :meth:`wait` when the caller names
+    #: none; a transport that the runtime builds holds the environment's
+    #: (:attr:`horotopo.params.RuntimeParams.idle_nap_s`), read once at its construction.
+    idle_nap_s: Tuple[float, float] = RUNTIME.idle_nap_s
+
     @property
     def rank(self) -> int:
         raise NotImplementedError
@@ -116,17 +121,18 @@ class Transport:
     def wait(self, requests: List[Any], deadline: Optional[float], *,
              peers: Optional[Sequence[int]] = None, what: Describe = "wait",
              on_done: Any = None, busy: bool = False, spin_polls: int = 0,
-             nap_s: Tuple[float, float] = RUNTIME.idle_nap_s) -> None:
+             nap_s: Optional[Tuple[float, float]] = None) -> None:
         """Wait for every request, or raise :class:`TransportTimeout` at ``deadline`` (a
         :meth:`now` value; None waits for ever).
 
         The transport's one poll loop with back-off (see :func:`horotopo.transport.p2p.
         wait_requests` for the parameters): ``peers[k]`` names request ``k``'s peer in the
         timeout, and ``on_done(k)`` may append requests while waiting. The requests may also
-        be those of :meth:`iallreduce_control`.
+        be those of :meth:`iallreduce_control`. ``nap_s`` None pauses by :attr:`idle_nap_s`.
         """
         p2p.wait_requests(self, requests, deadline, peers=peers, what=what, on_done=on_done,
-                          busy=busy, spin_polls=spin_polls, nap_s=nap_s, clock=self.now)
+                          busy=busy, spin_polls=spin_polls,
+                          nap_s=self.idle_nap_s if nap_s is None else nap_s, clock=self.now)
 
     # ---- the small collective steps (every rank calls them, in the same order) -------------
 
@@ -212,6 +218,10 @@ class WrappedTransport(Transport):
     def __init__(self, inner: Transport, owns: bool = True) -> None:
         self.inner = inner
         self._owns = owns
+
+    @property
+    def idle_nap_s(self) -> Tuple[float, float]:  # type: ignore[override]
+        return self.inner.idle_nap_s
 
     @property
     def rank(self) -> int:

@@ -49,7 +49,8 @@ class MPITransport(Transport):
 
     def __init__(self, comm: "MPI.Comm", poll_sleep_s: Optional[float] = None,
                  spin_polls: Optional[int] = None,
-                 named_max_ranks: int = RUNTIME.named_max_ranks) -> None:
+                 named_max_ranks: int = RUNTIME.named_max_ranks,
+                 idle_nap_s: Optional[Tuple[float, float]] = None) -> None:
         # Waiting polls with Testsome and, after `spin_polls` empty polls, sleeps
         # `poll_sleep_s` between polls instead of spinning inside MPI_Waitsome: on a node
         # with more ranks than cores (and on emulated networks, where the kernel moves the
@@ -60,6 +61,8 @@ class MPITransport(Transport):
         self.spin_polls = (spin_polls if spin_polls is not None
                            else config.get("HOROTOPO_SPIN_POLLS"))
         self.named_max_ranks = named_max_ranks
+        self.idle_nap_s = (idle_nap_s if idle_nap_s is not None
+                           else config.runtime_params().idle_nap_s)
         self._comm: Optional[MPI.Comm] = comm.Dup()
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()
@@ -178,7 +181,7 @@ class MPITransport(Transport):
     def _finish(self, request: Any, deadline: Optional[float], what: str,
                 timeout_s: Optional[float], missing: Sequence[int] = ()) -> None:
         """Poll one nonblocking collective to completion or raise at ``deadline``."""
-        if not poll(lambda: DONE if request.Test() else IDLE, deadline):
+        if not poll(lambda: DONE if request.Test() else IDLE, deadline, nap_s=self.idle_nap_s):
             self.cancel(request)
             who = (f"nothing from rank {missing[0]}" if len(missing) == 1
                    else "not every rank arrived")
@@ -387,9 +390,9 @@ def abort_world(code: int) -> None:
 ARRIVAL_TAG = 0x6874
 
 
-def _done_by(request: Any, deadline: float) -> bool:
+def _done_by(request: Any, deadline: float, nap_s: Tuple[float, float]) -> bool:
     """Poll ``request`` until it completes (True) or ``deadline`` passes (False; left posted)."""
-    return poll(lambda: DONE if request.Test() else IDLE, deadline)
+    return poll(lambda: DONE if request.Test() else IDLE, deadline, nap_s=nap_s)
 
 
 def missing_ranks(comm: "MPI.Comm", timeout_s: float,
@@ -437,11 +440,13 @@ def absent_ranks(comm: "MPI.Comm", timeout_s: float,
     ranks = list(range(comm.Get_size())) if members is None else [int(r) for r in members]
     first, others = ranks[0], ranks[1:]
     deadline = time.perf_counter() + timeout_s
+    # read here, once per job: this runs before any transport (and its parameters) exists
+    nap_s = config.runtime_params().idle_nap_s
     gone = _Departures(comm)
     try:
         if comm.Get_rank() != first:
-            return _arrive(comm, ranks, gone, deadline, timeout_s)
-        return _gather_arrivals(comm, ranks, gone, deadline, timeout_s)
+            return _arrive(comm, ranks, gone, deadline, timeout_s, nap_s)
+        return _gather_arrivals(comm, ranks, gone, deadline, timeout_s, nap_s)
     finally:
         gone.close()
 
@@ -481,7 +486,7 @@ class _Departures:
 
 
 def _arrive(comm: "MPI.Comm", ranks: List[int], gone: _Departures, deadline: float,
-            timeout_s: float) -> Tuple[List[int], List[int]]:
+            timeout_s: float, nap_s: Tuple[float, float]) -> Tuple[List[int], List[int]]:
     """A member other than the first: say it arrived, then take the first member's outcome."""
     first = ranks[0]
     outcome = np.zeros(len(ranks), dtype=np.int8)
@@ -498,7 +503,7 @@ def _arrive(comm: "MPI.Comm", ranks: List[int], gone: _Departures, deadline: flo
             state["hello"] = bool(hello.Test())
         return DONE if state["hello"] and answer.Test() else IDLE
 
-    poll(step, deadline + timeout_s)
+    poll(step, deadline + timeout_s, nap_s=nap_s)
     if first in gone.ranks:
         return [first], [first]
     if not state["hello"] or not answer.Test():
@@ -512,7 +517,8 @@ def _arrive(comm: "MPI.Comm", ranks: List[int], gone: _Departures, deadline: flo
 
 
 def _gather_arrivals(comm: "MPI.Comm", ranks: List[int], gone: _Departures,
-                     deadline: float, timeout_s: float) -> Tuple[List[int], List[int]]:
+                     deadline: float, timeout_s: float,
+                     nap_s: Tuple[float, float]) -> Tuple[List[int], List[int]]:
     """The first member: take the arrivals until every member came or left, or the deadline."""
     others = ranks[1:]
     tokens = [np.zeros(1, dtype=np.int8) for _ in others]
@@ -526,7 +532,7 @@ def _gather_arrivals(comm: "MPI.Comm", ranks: List[int], gone: _Departures,
                 got[k] = True
         return DONE if all(g or r in gone.ranks for g, r in zip(got, others)) else IDLE
 
-    poll(step, deadline)
+    poll(step, deadline, nap_s=nap_s)
     for k, req in enumerate(recvs):
         if not got[k]:  # named below; a receive cancels cleanly
             try:
@@ -540,7 +546,7 @@ def _gather_arrivals(comm: "MPI.Comm", ranks: List[int], gone: _Departures,
     # The arrived ranks are waiting for exactly this message, so it completes at once.
     left = time.perf_counter() + timeout_s
     for r, req in zip(to, sends):
-        if not _done_by(req, left):
+        if not _done_by(req, left, nap_s):
             raise TransportTimeout(f"init: telling the ranks who arrived: rank {r} took no "
                                    f"answer within {timeout_s:g} s", [r])
     missing = [r for r, g in zip(others, got) if not g]
@@ -575,4 +581,4 @@ def announce_departure(wait_s: float = RELIABILITY.departure_wait_s) -> None:
             heard.add(int(theirs[0]))
         return DONE if MPI.Request.Testall(sends) and len(heard) == size - 1 else IDLE
 
-    poll(step, time.perf_counter() + wait_s)
+    poll(step, time.perf_counter() + wait_s, nap_s=config.runtime_params().idle_nap_s)

@@ -30,6 +30,7 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 import numpy as np
 import torch
 
+from ... import config
 from ...buffers import device_scope
 from ...transport.base import Transport, TransportTimeout
 from ...transport.poll import DONE, IDLE, PROGRESS, poll
@@ -143,11 +144,12 @@ class _Progress:
         return op.future
 
     def _run(self) -> None:
+        nap_s = config.runtime_params().idle_nap_s  # once: the thread lives as long as the job
         while True:
             with self._cond:
                 while not self._ops:
                     self._cond.wait()
-            poll(self._sweep)  # the transport's idle naps (RuntimeParams.idle_nap_s)
+            poll(self._sweep, nap_s=nap_s)
 
     def _sweep(self) -> int:
         with self._cond:
