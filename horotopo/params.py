@@ -366,6 +366,28 @@ class PlannerParams:
     prune_rank_share: float = _param(
         0.25, "With n ranks, pruning also keeps trees down to this over n of the packed rate, "
               "so that a large job, whose fair trees are many and each small, keeps them.")
+    smoothing_mix: float = _param(
+        0.5, "Column generation prices at this mix of the best certified dual point and the LP "
+             "duals (Wentges smoothing) once a certified point exists: the midpoint, the usual "
+             "first choice for this stabilization (not measured against other mixes here).")
+    smoothing_shrink: int = _param(
+        4, "When nothing prices out at the smoothed duals, the mix is divided by this and the "
+           "round is priced again, trusting the LP duals more (not measured against other "
+           "factors here).")
+    smoothing_min_mix: float = _param(
+        1e-3, "Below this mix the smoothed duals are the LP duals for any purpose: nothing "
+              "pricing out there means the pool's LP is optimal, and column generation stops.")
+    prune_gap_share: float = _param(
+        0.25, "Pruning may lose up to this share of target_gap of the packed rate when it "
+              "keeps only the ring or each root's top trees, leaving the rest of the gap to "
+              "the packing itself (not measured against other shares here).")
+    prune_passes_per_rank: int = _param(
+        4, "Passes of the pruning loop per rank, plus prune_min_passes: a bound on a loop "
+           "that bans at least one tree per pass and usually ends far earlier; it stops a "
+           "cycling re-pricing, it does not shape a finished pruning.")
+    prune_min_passes: int = _param(
+        20, "Passes of the pruning loop beyond prune_passes_per_rank per rank (the same "
+            "bound, for small jobs).")
     filled_dual_period: int = _param(
         5, "Every this many column-generation rounds, the hierarchical packing also prices "
            "lengths 1/c on the resources the pool's LP fills (another certified bound): a "
@@ -530,6 +552,7 @@ class PlannerParams:
                   "max_rounds", "seed_roots", "packing_cpu_full_machines", "host_tree_arity",
                   "rotation_passes", "weights_iterations_per_rank", "max_weights_iterations",
                   "filled_dual_period", "large_columns_per_round", "huge_columns_per_round",
+                  "smoothing_shrink", "prune_passes_per_rank", "prune_min_passes",
                   "huge_machines_factor")
         _require_at_least(self, 1, counts)
         for name in counts:
@@ -552,7 +575,8 @@ class PlannerParams:
                              f"{self.host_tree_counts!r}")
         _require_at_least(self, 1, ("group_latency_factor", "host_fabric_factor"))
         _require_positive(self, ("packing_eps", "packing_time_limit_s", "prune_rank_share"))
-        for name in ("packing_weights_share", "packing_columns_share", "prune_min_share"):
+        for name in ("packing_weights_share", "packing_columns_share", "prune_min_share",
+                     "smoothing_mix", "smoothing_min_mix", "prune_gap_share"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name}: must be in (0, 1], got {getattr(self, name)!r}")
         if not self.hierarchical_packing_cpu_s > 0:
@@ -627,13 +651,47 @@ class RuntimeParams:
              "far more than the agreement's log2(n) rounds take (a few WAN round trips), and "
              "free, since idle simulated time costs no wall time.")
 
+    simulation_probe_bytes: int = _param(
+        64 << 20, "Bytes of the long messages that measure the simulator's network "
+                  "(horotopo.algorithms.simcheck.measure_network: its bandwidth factor, a "
+                  "message's rate cap, the cross traffic, the sharing of a link, and the chain "
+                  "allreduce): large enough that bandwidth, not latency, sets their time (half "
+                  "a second over the 1 gbps test link; not measured against other sizes "
+                  "here).")
+    simulation_stream_sizes: Tuple[int, ...] = _param(
+        (64 << 10, 1 << 20), "Message sizes at which two messages of one stream tell how the "
+                             "simulator sends a stream (shared, held back always, or past the "
+                             "bandwidth-delay product): one below and one above the 625 KB "
+                             "product of the 1 gbps, 5 ms test link.")
+    simulation_capped_below: float = _param(
+        0.9, "A long message over the 10 gbps, 5 ms test link is read as capped by a TCP "
+             "window when its rate, its latency taken off, is below this fraction of the "
+             "link's rate as the simulator scales it: a margin for the rounding of a simulated "
+             "transfer (not measured against other fractions here).")
+    simulation_shared_within: float = _param(
+        0.1, "Two messages of one stream posted together count as sharing the link when they "
+             "end within this fraction of one message's time of each other (not measured "
+             "against other fractions here).")
+    simulation_held_beyond: float = _param(
+        1.5, "The second of two messages of one stream posted together counts as held back "
+             "when it ends later than this many times one message alone (not measured against "
+             "other factors here).")
+
     def __post_init__(self) -> None:
         _check_nap("control_nap_s", self.control_nap_s)
         _check_nap("idle_nap_s", self.idle_nap_s)
         _require_at_least(self, 0, ("control_spin_polls", "named_max_ranks",
                                     "control_p2p_max_ranks"))
         _require_at_least(self, 1, ("timeline_flush_events", "simulation_progress_messages"))
-        _require_positive(self, ("simulation_progress_s", "simulation_start_margin_s"))
+        _require_positive(self, ("simulation_progress_s", "simulation_start_margin_s",
+                                 "simulation_capped_below", "simulation_shared_within",
+                                 "simulation_held_beyond"))
+        _require_at_least(self, 1, ("simulation_probe_bytes",))
+        sizes = self.simulation_stream_sizes
+        if not (len(sizes) == 2 and all(int(s) == s for s in sizes) and 1 <= sizes[0] < sizes[1]):
+            raise ValueError(f"simulation_stream_sizes: (below, above) the test link's "
+                             f"bandwidth-delay product in whole bytes, 1 <= below < above, got "
+                             f"{sizes!r}")
 
 
 @dataclass(frozen=True)

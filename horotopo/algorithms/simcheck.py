@@ -19,6 +19,7 @@ import numpy as np
 from ..engine import Engine
 from .flows import TCP_NETWORK, FlowNetwork
 from ..packing.alphabeta import NetworkModel, SoftwareCosts, window_for
+from ..params import RUNTIME, RuntimeParams
 from ..plan import Plan, plan_from_trees
 from ..simulation.runner import run_simulated
 from ..simulation.support import SimCosts
@@ -74,8 +75,8 @@ def _two_messages(topology: Topology, nbytes: int) -> Tuple[float, float]:
     return run_simulated(topology, body, scale=nbytes, costs=SimCosts(0.0, 0.0)).results[1]
 
 
-def _two_flows(long_ms: float, short_ms: float) -> Tuple[float, float]:
-    """Simulated seconds until the first and the second of two flows of 64 MiB into one rank
+def _two_flows(long_ms: float, short_ms: float, nbytes: int) -> Tuple[float, float]:
+    """Simulated seconds until the first and the second of two flows of ``nbytes`` into one rank
     over its 1 gbps link have arrived: one from a rank behind a 10 gbps link of ``long_ms``,
     one from a rank behind a 10 gbps link of ``short_ms``."""
     topology = from_dict({"name": "two-flows", "switches": ["s"],
@@ -97,13 +98,13 @@ def _two_flows(long_ms: float, short_ms: float) -> Tuple[float, float]:
         t.waitall(reqs)
         return first, t.now() - start
 
-    return run_simulated(topology, body, scale=64 << 20, costs=SimCosts(0.0, 0.0)).results[2]
+    return run_simulated(topology, body, scale=nbytes, costs=SimCosts(0.0, 0.0)).results[2]
 
 
-def _chain_time(unequal: bool) -> float:
-    """Simulated seconds of a 64 MiB allreduce, without software costs, down a chain of three
-    ranks behind 10 gbps links (rank 2 reduces to rank 1, rank 1 to rank 0, and the result
-    comes back): all on one switch, or (``unequal``) rank 2 behind a second switch, so that
+def _chain_time(unequal: bool, size: int) -> float:
+    """Simulated seconds of an allreduce of ``size`` bytes, without software costs, down a
+    chain of three ranks behind 10 gbps links (rank 2 reduces to rank 1, rank 1 to rank 0,
+    and the result comes back): all on one switch, or (``unequal``) rank 2 behind a second switch, so that
     rank 1's reduce flow to rank 0 and its broadcast flow to rank 2 leave it over routes of
     unequal latency, their weights about 1.7 times apart."""
     far = "t" if unequal else "s"
@@ -115,7 +116,6 @@ def _chain_time(unequal: bool) -> float:
     chain = (-1, 0, 1)
     plan = plan_from_trees(3, [(0, chain, chain, 1.0)], chunk_bytes=128 << 10,
                            topology=topology)
-    size = 64 << 20
     elems = SMALL_ELEMS
     scale = size / (elems * 4)
     chunk = max(4, int((128 << 10) / scale) // 4 * 4)
@@ -124,8 +124,12 @@ def _chain_time(unequal: bool) -> float:
     return max(r["time_s"] for r in run.results)
 
 
-def measure_network() -> NetworkModel:
+def measure_network(params: RuntimeParams = RUNTIME) -> NetworkModel:
     """The simulator's network as a :class:`NetworkModel`, from single messages.
+
+    The long messages are ``params.simulation_probe_bytes`` (64 MiB), the stream's
+    ``params.simulation_stream_sizes``, and the thresholds that read them the ``simulation_*``
+    fields of :class:`~horotopo.params.RuntimeParams`.
 
     A byte over a 1 ms link gives the latency factor; 64 MiB each way at once over a 1 gbps
     link without latency the bandwidth factor, in the regime of an allreduce, whose traffic
@@ -142,18 +146,19 @@ def measure_network() -> NetworkModel:
     have unequal weights (:func:`_chain_time`) gives what such flows keep of a link.
     """
     lat_factor = one_message(pair(1.0, 1.0), 1) / 1e-3
-    big = 64 << 20
+    big = params.simulation_probe_bytes
     bw_factor = big / 125e6 / one_message(pair(1.0, 0.0), big, both=True)
     capped = one_message(pair(10.0, 5.0), big) - 5e-3 * lat_factor
     rate = big / capped
-    window = rate * 2 * 5e-3 / bw_factor if rate < 0.9 * bw_factor * 1.25e9 else None
+    window = (rate * 2 * 5e-3 / bw_factor
+              if rate < params.simulation_capped_below * bw_factor * 1.25e9 else None)
     shared = False
     held = []
-    for size in (64 << 10, 1 << 20):
+    for size in params.simulation_stream_sizes:
         single = one_message(pair(1.0, 5.0), size)
         first, second = _two_messages(pair(1.0, 5.0), size)
-        shared = shared or second - first < 0.1 * single
-        held.append(second > 1.5 * single)
+        shared = shared or second - first < params.simulation_shared_within * single
+        held.append(second > params.simulation_held_beyond * single)
     streams = "serial" if held[0] else ("bdp" if held[1] else "free")
     # a flow alone against one with a flow the other way: what its acknowledgements take
     alone = big / 125e6 / one_message(pair(1.0, 0.0), big)
@@ -161,7 +166,7 @@ def measure_network() -> NetworkModel:
     # two flows into one link, over routes of 0.2 ms and 1 us: the link shared in the inverse
     # ratio of their penalties (route latency plus weight_bytes over each link's rate)
     long_s, short_s = 0.2e-3 * lat_factor, 1e-6 * lat_factor
-    first, _ = _two_flows(long_s / lat_factor * 1e3, short_s / lat_factor * 1e3)
+    first, _ = _two_flows(long_s / lat_factor * 1e3, short_s / lat_factor * 1e3, big)
     link = alone * 125e6
     fast = big / first                 # the short route's rate while both flow
     ratio = fast / max(link - fast, 1e-9)
@@ -169,7 +174,7 @@ def measure_network() -> NetworkModel:
     weight = ((long_s - ratio * short_s) / (per_byte * (ratio - 1)) if ratio > 1.001
               else 0.0)
     # one tree's flows of unequal weights over one link: what the chain keeps of its time
-    mixed = _chain_time(False) / _chain_time(True)
+    mixed = _chain_time(False, big) / _chain_time(True, big)
     return FlowNetwork(latency_factor=lat_factor, bandwidth_factor=bw_factor,
                        tcp_window_bytes=window, shared_messages=shared, streams=streams,
                        weight_bytes=weight, crosstraffic=crosstraffic, mixed_efficiency=mixed,

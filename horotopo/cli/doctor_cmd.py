@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import CommandError, writable_path, write_text
 from .. import config
 from ..params import ProbeParams
+from ..probe.config import ProbeConfig
 from ..probe.diagnose import Diagnosis, PlanSummary, diagnose, format_ranks, report_lines
 from ..topology import plural
 
@@ -81,8 +82,9 @@ def _check(args: argparse.Namespace, ranks: int) -> Tuple[Optional[str], Dict[st
             if top < 1:
                 return f"--max-bytes must be positive, got {args.max_bytes}", {}
             settings["max_bytes"] = top
-            settings["start_bytes"] = min(64 << 10, top)
-            settings["min_bytes"] = min(4 << 10, settings["start_bytes"])
+            # the probe's own first and smallest sizes, lowered to fit under the cap
+            settings["start_bytes"] = min(ProbeConfig.start_bytes, top)
+            settings["min_bytes"] = min(ProbeConfig.min_bytes, settings["start_bytes"])
         if args.size is not None:
             size = parse_size(args.size)
             if size < 1:

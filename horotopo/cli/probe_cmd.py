@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 
 from . import CommandError, writable_path, write_text
 from .. import config
+from ..probe.config import ProbeConfig
 
 __all__ = ["add_parser", "run", "measure"]
 
@@ -84,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
         overrides["params"] = config.probe_params()
         config.reliability_params()
         if args.max_bytes is not None:
+            # the probe's own first and smallest sizes, lowered to fit under the cap
             overrides["max_bytes"] = parse_size(args.max_bytes)
-            overrides["start_bytes"] = min(64 << 10, overrides["max_bytes"])
-            overrides["min_bytes"] = min(4 << 10, overrides["start_bytes"])
+            overrides["start_bytes"] = min(ProbeConfig.start_bytes, overrides["max_bytes"])
+            overrides["min_bytes"] = min(ProbeConfig.min_bytes, overrides["start_bytes"])
         if args.timeout is not None:
             overrides["timeout_s"] = args.timeout
         if args.concurrent_pairs:

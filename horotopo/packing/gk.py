@@ -374,7 +374,7 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
     rates, y, pi = seeded[0] if seeded else pool.solve()
     rounds = 0
     center: Optional[Tuple[np.ndarray, np.ndarray]] = None
-    mix = 0.5
+    mix = params.smoothing_mix
     while True:
         r_pool = float(rates[[h[0] for h in pool.halves]].sum())
         if center is None:
@@ -415,9 +415,9 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
                 added += pool.add(h)
         rounds += 1
         if not added:
-            if center is None or mix < 1e-3:
+            if center is None or mix < params.smoothing_min_mix:
                 break  # nothing prices out at the LP duals: the pool's LP is optimal
-            mix /= 4  # mis-priced: trust the LP duals more
+            mix /= params.smoothing_shrink  # mis-priced: trust the LP duals more
             continue
         rates, y, pi = pool.solve()
     inward = np.array([h[0] for h in pool.halves])
@@ -430,7 +430,8 @@ def pack(topology: Topology, *, max_trees_per_root: Optional[int] = None,
 
     # Phase 3: prune to the quota, re-solving and re-pricing.
     rates = _prune(pool, rates, max_trees_per_root, min_share, start, time_limit_s,
-                   target_gap / 4, aware_ring)
+                   target_gap * params.prune_gap_share, aware_ring,
+                   params.prune_passes_per_rank * pool.model.n + params.prune_min_passes)
     if max_roots is not None:
         rates = _keep_roots(pool, rates, max_roots)
     inward = np.array([h[0] for h in pool.halves])
@@ -503,13 +504,14 @@ def _top_per_root(rates: np.ndarray, inward: np.ndarray, roots: np.ndarray, per_
 
 def _prune(pool: TreePool, rates: np.ndarray, per_root: int, min_share: float,
            start: float, time_limit_s: float, tolerance: float,
-           aware_ring: Sequence[int]) -> np.ndarray:
+           aware_ring: Sequence[int], max_passes: int) -> np.ndarray:
     """Cut the support to at most ``per_root`` trees of each kind per root.
 
     A root whose support reaches the quota is frozen to its ``per_root`` best trees (every
     other tree of that kind at that root is banned), so re-solving cannot shift its rate to
     yet another tree there; trees below ``min_share`` are banned. Roots still under quota may
-    then take up new trees priced on the restricted LP's duals.
+    then take up new trees priced on the restricted LP's duals, for at most ``max_passes``
+    passes.
     """
     model = pool.model
     n = model.n
@@ -529,7 +531,7 @@ def _prune(pool: TreePool, rates: np.ndarray, per_root: int, min_share: float,
             return trial
     allowed = np.ones(len(pool.halves), dtype=bool)
     full = np.zeros((2, n), dtype=bool)
-    for _ in range(4 * n + 20):
+    for _ in range(max_passes):
         inward = np.array([h[0] for h in pool.halves])
         roots = np.array([h[1] for h in pool.halves])
         total = float(rates[inward].sum())
