@@ -697,3 +697,148 @@ def test_a_transports_idle_pauses_are_the_ones_it_was_built_with(monkeypatch):
         assert t.idle_nap_s == (0.002, 0.004)
     finally:
         t.close()
+
+
+#: Numbers inside a function body that tune nothing wherever they stand: none, identities, a
+#: pair, and unit conversions (bits per byte, percent, KiB, kilo/mega/giga, milli/micro/nano).
+NEUTRAL_BODY_NUMBERS = (0, 1, -1, 2, 8, 100, 1024, 1e3, 1e6, 1e9, 1e-3, 1e-6, 1e-9)
+#: Shift counts that are units (``64 << 10`` is 64 KiB): the number shifted is the one judged.
+UNIT_SHIFTS = (10, 20, 30)
+
+#: Numbers in function bodies that tune nothing, by ``path:function:value`` (``path:function:*``
+#: for a whole function, ``path:*`` for a whole module), each with the reason.
+NOT_TUNING_BODY: Dict[str, str] = {
+    "generate.py:*": "generator model data: the clusters a user asks for by name",
+    "cli/draw.py:*": "drawing layout",
+    "cli/doctor_cmd.py:draw_network:*": "drawing layout",
+    "config.py:_number:10": "the base of a decimal number",
+    "engine.py:__init__:15": "hex digits of the plan digest the ranks compare",
+    "engine.py:__init__:16": "the base of a hex digest",
+    "engine.py:time_algorithms:4": "bytes of a float32",
+    "algorithms/simcheck.py:simulate_allreduce:4": "bytes of a float32",
+    "algorithms/simcheck.py:_chain_time:4": "bytes of a float32",
+    "algorithms/simcheck.py:_chain_time:3": "the three ranks of the test chain",
+    **{f"algorithms/simcheck.py:{function}:{value!r}":
+       "the design of a test network of measure_network (its links' rates and latencies, "
+       "the chain's chunk and window, a message tag): the figures measured are ratios to "
+       "what the design declares"
+       for function, values in (("_chain_time", (0.002, 0.01, 10.0, 128, 16)),
+                                ("_two_flows", (10.0,)), ("body", (7,)),
+                                ("measure_network", (0.0002, 0.005, 10.0, 5.0)))
+       for value in values},
+    "algorithms/simcheck.py:measure_network:125000000.0": "1 gbps in bytes per second",
+    "algorithms/simcheck.py:measure_network:1250000000.0": "10 gbps in bytes per second",
+    "algorithms/simcheck.py:measure_network:1.001": "a tolerance: a ratio of one, rounded",
+    "algorithms/tree.py:__init__:3": "a step count: a non-root's reduce send, and its "
+                                     "broadcast receive and copy",
+    "api/controller.py:__init__:63": "bits of a 64-bit word, less one (a ceiling division)",
+    "api/controller.py:__init__:64": "bits of a 64-bit word",
+    "api/controller.py:bits_of:64": "bits of a 64-bit word",
+    "gpu/awareness.py:self_test:64": "elements of a self-test's buffer: any few will do",
+    "gpu/elementwise.py:*": "IEEE 754 and bfloat16 bit patterns and shifts",
+    "gpu/kernels.py:backend_for:3": "a warning's stack level",
+    "gpu/transport.py:_size_class:16": "64 KiB, the smallest pooled slot: a memory bound, the "
+                                       "copies are the same at any slot size",
+    "packing/gk.py:pack:10": "a progress line every ten rounds: text, not behaviour",
+    "packing/model.py:ring_packing:1000000000000000.0": "a figure reported where nothing "
+                                                        "constrains (one host)",
+    "packing/model.py:stats:4": "digits of a rounded figure in a report",
+    "probe/config.py:check:10": "a guard on a probe setting (seconds per transfer)",
+    "transport/base.py:__init__:64": "a guard: the fewest tags a transport must offer",
+    "transport/mpi.py:__init__:32767": "the least MPI_TAG_UB the MPI standard guarantees",
+}
+
+#: Modules whose function bodies are not judged yet: their numbers are neither moved nor
+#: listed, and the scan skips them. Each must still hold a number (finished ones leave).
+UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
+    "adapt/runtime.py", "adapt/slowdown.py", "algorithms/cost.py", "algorithms/flows.py",
+    "api/executors.py", "api/ops.py", "api/queue.py", "api/runtime.py", "api/set_table.py",
+    "api/settings.py", "bootstrap.py", "buffers.py", "cli/calibrate_cmd.py",
+    "cli/simulate_cmd.py", "packing/alphabeta.py", "packing/forests.py", "packing/hierarchy.py",
+    "packing/sharing.py", "plan.py", "planning_protocol.py", "probe/cluster.py",
+    "probe/diagnose.py", "probe/flows.py", "probe/hostinfer.py", "probe/hosts.py",
+    "probe/measure.py", "probe/pairing.py", "probe/phases.py", "reliability/liveness.py",
+    "reliability/targets.py", "reliability/versus_mpi.py", "reliability/watchdog.py",
+    "simulation/actors.py", "simulation/runner.py", "timeline.py", "topology.py",
+    "torch/distributed/p2p.py", "validate.py")
+
+
+def _neutral_body_number(value: object) -> bool:
+    return any(value == v for v in NEUTRAL_BODY_NUMBERS)
+
+
+@functools.lru_cache(maxsize=None)  # the scan and its failing twin parse the same modules
+def body_numbers(source: str) -> Tuple[str, ...]:
+    """``function:value`` of every number literal in a function's body (statements of a
+    nested function count for that one; defaults are the signature scan's) that is not one of
+    NEUTRAL_BODY_NUMBERS, nor a unit shift."""
+    out: List[str] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for statement in node.body:
+                visit(statement, node.name)
+            return
+        if isinstance(node, ast.Lambda):
+            visit(node.body, function)
+            return
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.LShift)
+                and isinstance(node.right, ast.Constant) and node.right.value in UNIT_SHIFTS):
+            visit(node.left, function)
+            return
+        if (function and isinstance(node, ast.Constant)
+                and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+                and not _neutral_body_number(node.value)):
+            out.append(f"{function}:{node.value!r}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(source), "")
+    return tuple(out)
+
+
+def _body_listed(path: str, item: str) -> bool:
+    function = item.rsplit(":", 1)[0]
+    return any(key in NOT_TUNING_BODY for key in
+               (f"{path}:{item}", f"{path}:{function}:*", f"{path}:*"))
+
+
+def stray_body_numbers(sources: Mapping[str, str]) -> List[str]:
+    """``path:function:value`` of every number in a function body of ``sources`` that
+    NOT_TUNING_BODY does not list, outside UNJUDGED_BODY_MODULES."""
+    return sorted({f"{path}:{item}" for path, text in sources.items()
+                   if path not in UNJUDGED_BODY_MODULES
+                   for item in body_numbers(text) if not _body_listed(path, item)})
+
+
+def test_body_numbers_finds_the_forms_a_tuning_number_takes():
+    source = ("X = 5\n"
+              "def f(a, b=3):\n    y = a * 0.9 + 64 << 10\n    z = 1 << 20\n"
+              "    def g():\n        return 12\n    return [0, 1, -1, 2, 8, 1e6, 1e-9, -7]\n"
+              "class K:\n    def m(self):\n        return (lambda q: q / 4)(self) + 2.5\n")
+    assert sorted(body_numbers(source)) == sorted(
+        ["f:0.9", "f:64", "f:7", "g:12", "m:4", "m:2.5"])
+
+
+def test_a_new_tuning_number_in_a_function_body_fails_the_scan():
+    sources = _package_sources()
+    sources["packing/gk.py"] += "\ndef refine(packing):\n    return packing * 0.75\n"
+    sources["packing/new_search.py"] = "def search(x):\n    return x[:12]\n"
+    # a value listed in one function allows it in no other
+    sources["engine.py"] += "\ndef slice_digest(d):\n    return d[:15]\n"
+    assert stray_body_numbers(sources) == ["engine.py:slice_digest:15",
+                                           "packing/gk.py:refine:0.75",
+                                           "packing/new_search.py:search:12"]
+
+
+def test_no_tuning_number_in_a_function_body():
+    sources = _package_sources()
+    found = {f"{path}:{item}" for path, text in sources.items()
+             for item in body_numbers(text)}
+    found |= {f"{path}:{item.rsplit(':', 1)[0]}:*" for path, text in sources.items()
+              for item in body_numbers(text)} | {f"{path}:*" for path in sources}
+    _assert_all_listed(stray_body_numbers(sources), "numbers in function bodies",
+                       "NOT_TUNING_BODY (or UNJUDGED_BODY_MODULES)",
+                       sorted(set(NOT_TUNING_BODY) - found))
+    judged = [path for path in UNJUDGED_BODY_MODULES if not body_numbers(sources.get(path, ""))]
+    assert not judged, f"UNJUDGED_BODY_MODULES lists modules without a number left: {judged}"
