@@ -6,7 +6,8 @@ For each generator and rank count (and each ``--topology`` file: a probe's measu
 topology, which stays outside the repository and is named in the results by its SHA-256) it
 prints: the wall time to load the topology (for a file: read, check and build, apart from the
 planning), to plan it
-(``make_plan(topology, hierarchy=...)``: what ``init`` does, the packing, the flat bound, every
+(``make_plan(topology, hierarchy=..., predict=forest_predictor(topology))``: what ``init``
+does, the forest chosen on the flow model, the packing, the flat bound, every
 rank-level tree's critical-path profile and chunk size and the plan's checks), the CPU time of
 that (this process's, so other load on the machine does not count), and of the wall time the
 packing alone; the wall and CPU time of the algorithm choice that ``init`` then makes on the
@@ -34,7 +35,7 @@ from pathlib import Path
 import time
 from typing import Any, Dict, List, Optional
 
-from horotopo.algorithms.choice import with_choice
+from horotopo.algorithms.choice import forest_predictor, with_choice
 from horotopo.generate import SCALE_TABLE_SPECS, generate
 from horotopo.packing.hierarchy import pack_hierarchical, ring_throughput
 from horotopo.plan import make_plan
@@ -70,7 +71,7 @@ def row(spec: str, n: int, hierarchy: str, stage: str) -> Dict[str, Any]:
     loaded = time.perf_counter() - start
     start, cpu = time.perf_counter(), time.process_time()
     if stage == "plan":
-        plan = make_plan(topology, hierarchy=hierarchy)
+        plan = make_plan(topology, hierarchy=hierarchy, predict=forest_predictor(topology))
         p, rate, bound, gap = plan.planner, plan.throughput_Bps, plan.upper_bound_Bps, plan.gap
         ring, trees = plan.ring_Bps, len(plan.trees)
     else:
