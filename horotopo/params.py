@@ -716,6 +716,11 @@ class ReliabilityParams:
         0.01, "How often the liveness responder's thread looks for pings when idle: an answer "
               "within 10 ms is far inside the ping timeout, and an idle responder costs about "
               "nothing.")
+    teardown_wait_s: float = _param(
+        5.0, "Seconds a closing watchdog or liveness responder waits for its thread to end, and "
+             "the responder for its cancelled receive: with a working transport both end "
+             "within a poll; the bound only keeps a broken one from holding up the shutdown "
+             "(not measured against other bounds here).")
     ping_timeout_s: float = _param(
         2.0, "Seconds a liveness ping waits for the peers' answers, by default, before a "
              "silent peer is blamed for a stuck wait.")

@@ -757,9 +757,8 @@ UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
     "cli/simulate_cmd.py", "packing/alphabeta.py", "packing/forests.py", "packing/hierarchy.py",
     "packing/sharing.py", "plan.py", "planning_protocol.py", "probe/cluster.py",
     "probe/diagnose.py", "probe/flows.py", "probe/hostinfer.py", "probe/hosts.py",
-    "probe/measure.py", "probe/pairing.py", "probe/phases.py", "reliability/liveness.py",
-    "reliability/targets.py", "reliability/versus_mpi.py", "reliability/watchdog.py",
-    "simulation/actors.py", "simulation/runner.py", "timeline.py", "topology.py",
+    "probe/measure.py", "probe/pairing.py", "probe/phases.py",
+    "reliability/targets.py", "reliability/versus_mpi.py", "simulation/actors.py", "simulation/runner.py", "timeline.py", "topology.py",
     "torch/distributed/p2p.py", "validate.py")
 
 
@@ -842,3 +841,26 @@ def test_no_tuning_number_in_a_function_body():
                        sorted(set(NOT_TUNING_BODY) - found))
     judged = [path for path in UNJUDGED_BODY_MODULES if not body_numbers(sources.get(path, ""))]
     assert not judged, f"UNJUDGED_BODY_MODULES lists modules without a number left: {judged}"
+
+
+def test_the_watchdog_and_the_liveness_responder_take_the_environments_teardown_wait(
+        monkeypatch):
+    from horotopo.reliability import LivenessResponder
+    from horotopo.reliability.watchdog import Watchdog
+    from loop_transport import run_ranks
+
+    monkeypatch.setenv("HOROTOPO_RELIABILITY_TEARDOWN_WAIT_S", "0.25")
+    dog = Watchdog(60.0)
+    try:
+        assert dog.teardown_wait_s == 0.25 != params.RELIABILITY.teardown_wait_s
+    finally:
+        dog.close()
+
+    def waits(t):
+        responder = LivenessResponder(t)
+        try:
+            return responder.teardown_wait_s
+        finally:
+            responder.close()
+
+    assert run_ranks(2, waits) == [0.25, 0.25]

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from .. import config
 from ..transport.base import Transport, TransportTimeout
 from ..params import RELIABILITY
 from ..transport.poll import DONE, IDLE, PROGRESS, deadline_after, poll
@@ -88,6 +89,7 @@ class LivenessResponder:
     def __init__(self, link: Any, poll_s: float = RELIABILITY.liveness_poll_s,
                  ping_timeout_s: float = RELIABILITY.ping_timeout_s) -> None:
         self.ping_timeout_s = float(ping_timeout_s)
+        self.teardown_wait_s = config.reliability_params().teardown_wait_s
         self.transport, self._owns = _opened(link)
         self.rank, self.size = self.transport.rank, self.transport.size
         base = self.transport.alloc_tags(2)
@@ -129,7 +131,8 @@ class LivenessResponder:
         finally:
             t.cancel(pending[0])
             try:
-                t.wait(pending, deadline_after(5.0), what="liveness responder: cancelling")
+                t.wait(pending, deadline_after(self.teardown_wait_s),
+                       what="liveness responder: cancelling")
             except TransportTimeout:
                 pass  # at teardown after a failure; the transport is closed next anyway
 
@@ -193,7 +196,7 @@ class LivenessResponder:
     def close(self) -> None:
         """Stop the thread; close the transport when the responder opened it."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=self.teardown_wait_s)
         if self._owns:
             try:
                 self.transport.close()

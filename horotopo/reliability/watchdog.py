@@ -62,6 +62,7 @@ class Watchdog:
             raise ConfigError(f"watchdog timeout must be a positive number of seconds, "
                               f"got {timeout_s!r}")
         self.timeout_s = float(timeout_s)
+        self.teardown_wait_s = config.reliability_params().teardown_wait_s
         self.describe = describe or (lambda: "no description of the wait")
         self.on_expire = on_expire
         self._cv = threading.Condition()
@@ -98,7 +99,7 @@ class Watchdog:
         with self._cv:
             self._stop = True
             self._cv.notify()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=self.teardown_wait_s)
 
     def _loop(self) -> None:
         while True:
