@@ -746,20 +746,45 @@ NOT_TUNING_BODY: Dict[str, str] = {
     "probe/config.py:check:10": "a guard on a probe setting (seconds per transfer)",
     "transport/base.py:__init__:64": "a guard: the fewest tags a transport must offer",
     "transport/mpi.py:__init__:32767": "the least MPI_TAG_UB the MPI standard guarantees",
+    "adapt/runtime.py:_inband:4": "the four matrices of the in-band report",
+    "adapt/runtime.py:_replan:4": "digits of a rounded figure in a report",
+    "adapt/slowdown.py:run_slowdown:4": "bytes of a float32",
+    **{f"adapt/slowdown.py:{function}:8e-09": "bytes per second in gbps"
+       for function in ("run_slowdown", "body", "series_lines")},
+    "adapt/slowdown.py:slowed:200": "text layout: characters of a message",
+    "api/executors.py:adasum_pair:0.5": "Adasum's formula",
+    "api/ops.py:handle_average_backwards_compatibility:3": "a warning's stack level",
+    "api/set_table.py:build_group:3": "a structural minimum: two ranks have one plan, the ring",
+    "bootstrap.py:describe:12": "text layout: digest characters shown",
+    "buffers.py:order_keys:16": "bits of a float16",
+    "cli/calibrate_cmd.py:__init__:15": "a tag space (32768 tags) for the mirror transport",
+    "cli/calibrate_cmd.py:measure:4": "bytes of a float32",
+    "packing/alphabeta.py:plan_chunks:3": "an index into a tree record",
+    "packing/hierarchy.py:pack_hierarchical:4": "digits of a rounded figure in a report",
+    "plan.py:digest:16": "hex characters of a digest",
+    "plan.py:plan_from_trees:3": "an index into a tree record",
+    "plan.py:validate:3": "the length of a hop record",
+    "planning_protocol.py:_one_line:3": "the length of an ellipsis",
+    "probe/measure.py:_probe:3": "digits of a rounded figure in a report",
+    "reliability/targets.py:summarize:3": "digits of a rounded figure in a report",
+    "simulation/runner.py:_current_cpu:36": "the index of /proc/self/stat's processor field",
+    "timeline.py:_us:3": "digits of a rounded figure in the trace",
+    "timeline.py:complete:3": "digits of a rounded figure in the trace",
+    "topology.py:_best_error:64": "a bound on the schema errors looked at for the message",
+    "topology.py:digest:16": "hex characters of a digest",
+    "torch/distributed/p2p.py:_open:32": "the tag space split for process groups: protocol",
+    "validate.py:validate:16": "the check's coverage: every root up to 16 ranks, three above",
+    "validate.py:validate:3": "the check's shape: several chunks per tree",
 }
 
 #: Modules whose function bodies are not judged yet: their numbers are neither moved nor
 #: listed, and the scan skips them. Each must still hold a number (finished ones leave).
 UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
-    "adapt/runtime.py", "adapt/slowdown.py", "algorithms/cost.py", "algorithms/flows.py",
-    "api/executors.py", "api/ops.py", "api/queue.py", "api/runtime.py", "api/set_table.py",
-    "api/settings.py", "bootstrap.py", "buffers.py", "cli/calibrate_cmd.py",
-    "cli/simulate_cmd.py", "packing/alphabeta.py", "packing/forests.py", "packing/hierarchy.py",
-    "packing/sharing.py", "plan.py", "planning_protocol.py", "probe/cluster.py",
-    "probe/diagnose.py", "probe/flows.py", "probe/hostinfer.py", "probe/hosts.py",
-    "probe/measure.py", "probe/pairing.py", "probe/phases.py",
-    "reliability/targets.py", "reliability/versus_mpi.py", "simulation/actors.py", "simulation/runner.py", "timeline.py", "topology.py",
-    "torch/distributed/p2p.py", "validate.py")
+    "algorithms/cost.py", "algorithms/flows.py", "api/queue.py", "api/runtime.py",
+    "api/settings.py", "cli/simulate_cmd.py", "packing/forests.py", "packing/sharing.py",
+    "probe/cluster.py", "probe/diagnose.py", "probe/flows.py", "probe/hostinfer.py",
+    "probe/hosts.py", "probe/pairing.py", "probe/phases.py", "reliability/versus_mpi.py",
+    "simulation/actors.py")
 
 
 def _neutral_body_number(value: object) -> bool:
