@@ -631,6 +631,18 @@ class RuntimeParams:
         (5e-5, 1e-3), "Idle polls of a deadline-bounded transport wait sleep from 50 us, "
                       "doubling up to 1 ms: short waits stay short, and a rank that waits for "
                       "seconds (a peer still planning) costs about nothing.")
+    reroute_max_s: float = _param(
+        5.0, "A cached request that waits longer than this (or than half the stall check, "
+             "whichever is shorter) is sent through rank 0 again, so that a stall report can "
+             "name the missing ranks: far below the stall check's 60 s default, and far above "
+             "a control cycle (not measured against other bounds here).")
+    handle_check_s: float = _param(
+        0.2, "Seconds between a waiting handle's looks at whether the background thread "
+             "still runs: a runtime that died is reported within this, and a wake-up five "
+             "times a second costs nothing measurable.")
+    start_check_s: float = _param(
+        0.1, "Seconds between init()'s looks at whether the background thread, still setting "
+             "up, has died: its error is raised within this.")
     named_max_ranks: int = _param(
         64, "Up to this many ranks the MPI transport's small collective steps with deadlines "
             "run point to point, so that a timeout names the missing peers; above, MPI's "
@@ -683,7 +695,8 @@ class RuntimeParams:
         _require_at_least(self, 0, ("control_spin_polls", "named_max_ranks",
                                     "control_p2p_max_ranks"))
         _require_at_least(self, 1, ("timeline_flush_events", "simulation_progress_messages"))
-        _require_positive(self, ("simulation_progress_s", "simulation_start_margin_s",
+        _require_positive(self, ("reroute_max_s", "handle_check_s", "start_check_s",
+                                 "simulation_progress_s", "simulation_start_margin_s",
                                  "simulation_capped_below", "simulation_shared_within",
                                  "simulation_held_beyond"))
         _require_at_least(self, 1, ("simulation_probe_bytes",))

@@ -780,8 +780,8 @@ NOT_TUNING_BODY: Dict[str, str] = {
 #: Modules whose function bodies are not judged yet: their numbers are neither moved nor
 #: listed, and the scan skips them. Each must still hold a number (finished ones leave).
 UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
-    "algorithms/cost.py", "algorithms/flows.py", "api/queue.py", "api/runtime.py",
-    "api/settings.py", "cli/simulate_cmd.py", "packing/forests.py", "packing/sharing.py",
+    "algorithms/cost.py", "algorithms/flows.py", "cli/simulate_cmd.py", "packing/forests.py",
+    "packing/sharing.py",
     "probe/cluster.py", "probe/diagnose.py", "probe/flows.py", "probe/hostinfer.py",
     "probe/hosts.py", "probe/pairing.py", "probe/phases.py", "reliability/versus_mpi.py",
     "simulation/actors.py")
@@ -889,3 +889,19 @@ def test_the_watchdog_and_the_liveness_responder_take_the_environments_teardown_
             responder.close()
 
     assert run_ranks(2, waits) == [0.25, 0.25]
+
+
+def test_the_runtimes_waits_and_reroute_bound_come_from_the_environment(monkeypatch):
+    from horotopo.api.runtime import Runtime
+    from horotopo.api.settings import Settings
+
+    assert Settings.from_env({}).reroute_s == params.RUNTIME.reroute_max_s
+    env = {"HOROTOPO_RUNTIME_REROUTE_MAX_S": "2.5"}
+    assert Settings.from_env(env).reroute_s == 2.5
+    # half the stall check when that is shorter; never without the stall check
+    assert Settings.from_env(dict(env, HOROVOD_STALL_CHECK_TIME_SECONDS="4")).reroute_s == 2.0
+    assert Settings.from_env(dict(env, HOROVOD_STALL_CHECK_DISABLE="1")).reroute_s == float("inf")
+    monkeypatch.setenv("HOROTOPO_RUNTIME_HANDLE_CHECK_S", "0.05")
+    monkeypatch.setenv("HOROTOPO_RUNTIME_START_CHECK_S", "0.03")
+    runtime = Runtime()
+    assert (runtime.queue.check_s, runtime._start_check_s) == (0.05, 0.03)

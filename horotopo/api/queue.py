@@ -9,6 +9,7 @@ import itertools
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from ..params import RUNTIME
 from .errors import DUPLICATE_NAME, SHUT_DOWN, HorovodInternalError
 from .ops import Average
 from .records import BROADCAST, Entry, Handle, Signature, dtype_name
@@ -22,6 +23,9 @@ Item = Tuple[str, Optional[Any], Optional[Any]]
 class RequestQueue:
     """Requests waiting for the background thread, and the handles of every call in flight.
 
+    ``check_s`` is how often a waiting handle looks whether the runtime still runs
+    (:attr:`horotopo.params.RuntimeParams.handle_check_s`).
+
     Attributes
     ----------
     size : int
@@ -31,7 +35,8 @@ class RequestQueue:
         Why the runtime ended, once it has (every later call fails with it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, check_s: float = RUNTIME.handle_check_s) -> None:
+        self.check_s = check_s
         self.size = -1
         self.dead: Optional[str] = None
         self._lock = threading.Lock()
@@ -110,7 +115,7 @@ class RequestQueue:
         if not handle.done:
             with self._done_cv:
                 while not handle.done:
-                    self._done_cv.wait(0.2)
+                    self._done_cv.wait(self.check_s)
                     if not handle.done and not alive():
                         self._handles.pop(hid, None)
                         raise _error(self.dead or SHUT_DOWN)

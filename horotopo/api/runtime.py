@@ -62,7 +62,9 @@ class Runtime:
         self.settings = Settings.from_env(**settings)
         apply_log_level(config.get("HOROVOD_LOG_LEVEL"))
         self._user_comm = comm
-        self.queue = RequestQueue()
+        runtime_params = config.runtime_params()
+        self.queue = RequestQueue(runtime_params.handle_check_s)
+        self._start_check_s = runtime_params.start_check_s
         self.pending: "OrderedDict[str, Entry]" = OrderedDict()
         self._end_reason: Optional[str] = None
         self._ready = threading.Event()
@@ -91,7 +93,7 @@ class Runtime:
         global _started
         _started = True
         self._thread.start()
-        while not self._ready.wait(0.1):
+        while not self._ready.wait(self._start_check_s):
             if not self._thread.is_alive():
                 break
         if self._init_error is not None:

@@ -82,7 +82,8 @@ class Settings:
                    stall_check=stall_check, stall_check_s=stall_check_s,
                    stall_shutdown_s=float(cfg["stall_shutdown_s"]),
                    shutdown_timeout_s=float(cfg["shutdown_timeout_s"]),
-                   reroute_s=min(5.0, stall_check_s / 2) if stall_check else math.inf)
+                   reroute_s=(min(config.runtime_params(env).reroute_max_s, stall_check_s / 2)
+                              if stall_check else math.inf))
 
 
 _LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
