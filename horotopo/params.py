@@ -274,6 +274,9 @@ class ProbeParams:
     group_density: float = _param(
         0.75, "A host group found with fewer of its own pairs keeping their rate is split "
               "further, with a stricter overlap (nothing inside a rack is shared).")
+    group_overlap_step: float = _param(
+        0.1, "How much more overlap each further split of a host group asks for (up to an "
+             "overlap of 1) (not measured against other steps here).")
     universal_ratio: float = _param(
         2.0, "A host that kept its rate with more than this many times the median host's count "
              "is placed by nothing: it stays a group of its own.")
@@ -317,7 +320,7 @@ class ProbeParams:
         _require_positive(self, ("pair_cost", "subset_factor", "min_target_s", "universal_ratio",
                                  "fan_headroom", "wait_budgets", "long_rtt_s"))
         _require_at_least(self, 0, ("test_overhead_s",))
-        for name in ("group_overlap", "group_density", "intra_share"):
+        for name in ("group_overlap", "group_density", "intra_share", "group_overlap_step"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name}: must be in (0, 1], got {getattr(self, name)!r}")
 

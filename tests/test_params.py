@@ -775,14 +775,14 @@ NOT_TUNING_BODY: Dict[str, str] = {
     "torch/distributed/p2p.py:_open:32": "the tag space split for process groups: protocol",
     "validate.py:validate:16": "the check's coverage: every root up to 16 ranks, three above",
     "validate.py:validate:3": "the check's shape: several chunks per tree",
+    "probe/hostinfer.py:split:0.5": "the cut of a matrix of 0s and 1s",
 }
 
 #: Modules whose function bodies are not judged yet: their numbers are neither moved nor
 #: listed, and the scan skips them. Each must still hold a number (finished ones leave).
 UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
     "algorithms/cost.py", "algorithms/flows.py", "cli/simulate_cmd.py", "packing/forests.py",
-    "packing/sharing.py",
-    "probe/cluster.py", "probe/diagnose.py", "probe/flows.py", "probe/hostinfer.py",
+    "packing/sharing.py", "probe/cluster.py", "probe/diagnose.py", "probe/flows.py",
     "probe/hosts.py", "probe/pairing.py", "probe/phases.py", "reliability/versus_mpi.py",
     "simulation/actors.py")
 
@@ -905,3 +905,4 @@ def test_the_runtimes_waits_and_reroute_bound_come_from_the_environment(monkeypa
     monkeypatch.setenv("HOROTOPO_RUNTIME_START_CHECK_S", "0.03")
     runtime = Runtime()
     assert (runtime.queue.check_s, runtime._start_check_s) == (0.05, 0.03)
+

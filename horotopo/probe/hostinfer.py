@@ -195,7 +195,7 @@ def _profile_groups(kept_all: np.ndarray, nodes: List[int],
             # A group whose own pairs lost their rate is two groups that a host kept with
             # both: ask for more overlap inside it.
             if dense < params.group_density and threshold < 1.0:
-                found += split(members, min(1.0, threshold + 0.1))
+                found += split(members, min(1.0, threshold + params.group_overlap_step))
             else:
                 found.append(members)
         return found
