@@ -354,7 +354,7 @@ class Engine:
             mpi.append(rows["mpi"][0])
             spent += (1 + repeats) * (tree[-1] + mpi[-1])
         self.cost_model = calibrated_model(self.plan, done, tree, mpi, self.chunk_bytes,
-                                           prior=self.cost_model)
+                                           prior=self.cost_model, params=self.params)
         self.calibration = {"sizes": done, "tree_s": tree, "mpi_s": mpi, "algorithm": side}
         return self.cost_model
 

@@ -74,6 +74,11 @@ class EngineParams:
     prior_per_message_s: float = _param(
         34e-6, "Wall time per chunk message in that uncalibrated model, from the same run; "
                "a calibration replaces it by the fitted scale.")
+    single_size_latency_share: float = _param(
+        0.5, "When calibration timed a single size (a slow network spent the budget on it), "
+             "each latency of the fitted model is at most this share of that size's measured "
+             "time, the prior's when smaller, so the rest of the time is read as bandwidth "
+             "(not measured against other shares here).")
     kept_predictions: int = _param(
         1024, "Predictions of the topology side's time that the cost model keeps (per plan, "
               "size and costs; it asks on every call, and one costs a pipeline prediction of "
@@ -131,6 +136,9 @@ class EngineParams:
         for name in ("prior_mpi_latency_s", "prior_tree_latency_s", "prior_per_message_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
+        if not 0 < self.single_size_latency_share < 1:
+            raise ValueError(f"single_size_latency_share: must be in (0, 1), got "
+                             f"{self.single_size_latency_share!r}")
         if int(self.kept_predictions) < 1:
             raise ValueError(f"kept_predictions: must be at least 1, got "
                              f"{self.kept_predictions!r}")

@@ -791,12 +791,15 @@ NOT_TUNING_BODY: Dict[str, str] = {
     "simulation/actors.py:run:64": "mailboxes made ahead per rank, so that a rank rarely "
                                    "makes one in its own thread: the simulation's wall time",
     "simulation/actors.py:run:16": "text layout: ranks named in a deadlock's message",
+    "algorithms/cost.py:fit_affine:1e-15": "a floor that keeps a fitted slope positive",
+    "algorithms/cost.py:calibrated_model:1e-12": "a guard against a division by zero",
+    "algorithms/cost.py:summary:4": "digits of a rounded figure in a report",
 }
 
 #: Modules whose function bodies are not judged yet: their numbers are neither moved nor
 #: listed, and the scan skips them. Each must still hold a number (finished ones leave).
 UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
-    "algorithms/cost.py", "algorithms/flows.py", "cli/simulate_cmd.py", "packing/forests.py",
+    "algorithms/flows.py", "cli/simulate_cmd.py", "packing/forests.py",
     "packing/sharing.py", "probe/flows.py", "probe/hosts.py", "probe/phases.py")
 
 
@@ -919,3 +922,18 @@ def test_the_runtimes_waits_and_reroute_bound_come_from_the_environment(monkeypa
     runtime = Runtime()
     assert (runtime.queue.check_s, runtime._start_check_s) == (0.05, 0.03)
 
+
+
+def test_a_single_size_calibration_caps_the_latencies_at_the_engines_share():
+    from horotopo.algorithms.cost import DEFAULT_COST_MODEL, calibrated_model
+    from horotopo.plan import plan_from_trees
+
+    plan = plan_from_trees(2, [(0, [-1, 0], [-1, 0], 1.0)])
+    prior = DEFAULT_COST_MODEL.with_(mpi_latency_s=1.0, tree_latency_s=1.0)
+    sizes, tree_s, mpi_s = [1 << 20], [0.02], [0.01]
+    model = calibrated_model(plan, sizes, tree_s, mpi_s, prior=prior)
+    share = params.ENGINE.single_size_latency_share
+    assert (model.mpi_latency_s, model.tree_latency_s) == (share * 0.01, share * 0.02)
+    quarter = config.engine_params({"HOROTOPO_ENGINE_SINGLE_SIZE_LATENCY_SHARE": "0.25"})
+    model = calibrated_model(plan, sizes, tree_s, mpi_s, prior=prior, params=quarter)
+    assert (model.mpi_latency_s, model.tree_latency_s) == (0.25 * 0.01, 0.25 * 0.02)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..packing.alphabeta import ENGINE_COSTS, NetworkModel, SoftwareCosts, rank_degrees
-from ..params import ADAPT, ENGINE, AdaptParams
+from ..params import ADAPT, ENGINE, AdaptParams, EngineParams
 from ..plan import Plan
 from ..topology import Topology
 from .flows import TCP_NETWORK
@@ -294,7 +294,8 @@ DEFAULT_COST_MODEL = CostModel(mpi_latency_s=ENGINE.prior_mpi_latency_s, mpi_Bps
 
 def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
                      mpi_s: Sequence[float], chunk_bytes: Optional[int] = None,
-                     prior: CostModel = DEFAULT_COST_MODEL) -> CostModel:
+                     prior: CostModel = DEFAULT_COST_MODEL,
+                     params: EngineParams = ENGINE) -> CostModel:
     """The cost model fitted to agreed calibration timings (pure; every rank gets the same).
 
     MPI_Allreduce: ``latency + bytes / bandwidth`` (:func:`fit_line`). The topology side
@@ -302,15 +303,17 @@ def calibrated_model(plan: Plan, sizes: Sequence[int], tree_s: Sequence[float],
     ``latency + tree_scale * prediction(bytes)`` (:func:`fit_affine` against that algorithm's
     own prediction, :meth:`CostModel.plan_time`), so its extrapolation to larger sizes keeps
     the algorithm's modelled shape, and the scale carries over to a new plan. With a single
-    size, the latencies stay the prior's and only the rates are fitted.
+    size, each latency is the prior's, at most ``params.single_size_latency_share`` of that
+    size's time, and only the rates are fitted.
     """
     if not (len(sizes) == len(tree_s) == len(mpi_s)) or not sizes:
         raise ValueError("calibrated_model needs one tree and one MPI time per size")
     model = prior.with_(per_message_s=0.0)  # calibrated: tree_scale holds the software cost
     pred = [model.plan_time(plan, int(s), chunk_bytes) for s in sizes]
     if len(sizes) == 1:
-        mpi_lat = min(prior.mpi_latency_s, 0.5 * mpi_s[0])
-        tree_lat = min(prior.tree_latency_s, 0.5 * tree_s[0])
+        share = params.single_size_latency_share
+        mpi_lat = min(prior.mpi_latency_s, share * mpi_s[0])
+        tree_lat = min(prior.tree_latency_s, share * tree_s[0])
         mpi_bw = sizes[0] / max(mpi_s[0] - mpi_lat, 1e-12)
         scale = (tree_s[0] - tree_lat) / pred[0] if pred[0] > 0 else 1.0
     else:
