@@ -263,6 +263,22 @@ class ProbeParams:
     listed_links: int = _param(
         10, "Slow host pairs the doctor's text names one by one before it counts the rest "
             "(its JSON has all).")
+    warm_share: float = _param(
+        0.25, "A timed message follows a warm-up of at least this share of its size (and "
+              "ProbeConfig.warm_bytes, at most the size itself), so that a connection's slow "
+              "start is over before the timing (not measured against other shares here).")
+    growth_attempts: int = _param(
+        12, "Attempts of a test beyond its max_samples: those whose transfers were too short "
+            "(below half the target) and grew the message, so that a test that starts far "
+            "too small still reaches its samples.")
+    max_growth: float = _param(
+        64.0, "Most a too-short transfer's message grows at once (it at least doubles): the "
+              "target over a transfer's time overestimates the growth needed when latency "
+              "took most of that time (not measured against other caps here).")
+    next_pair_start_share: float = _param(
+        0.25, "The pairwise scheme starts a pair's bandwidth test at this share of the last "
+              "test's size: a slower pair would make a full-size first attempt last long, a "
+              "faster one costs one cheap attempt to grow.")
     pair_cost: float = _param(
         5.0, "A test costs about this many times its target transfer (growing the message, "
              "then the samples): what the time bound's shortening of the targets assumes.")
@@ -326,7 +342,11 @@ class ProbeParams:
         _require_at_least(self, 1, ("pairs_up_to", "scan_max_ranks", "listed_links",
                                     "local_max_bytes", "round_pings", "fan_partners"))
         _require_positive(self, ("pair_cost", "subset_factor", "min_target_s", "universal_ratio",
-                                 "fan_headroom", "wait_budgets", "long_rtt_s"))
+                                 "fan_headroom", "wait_budgets", "long_rtt_s", "max_growth"))
+        _require_at_least(self, 0, ("growth_attempts",))
+        for name in ("warm_share", "next_pair_start_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be in (0, 1], got {getattr(self, name)!r}")
         _require_at_least(self, 0, ("test_overhead_s",))
         for name in ("group_overlap", "group_density", "intra_share", "group_overlap_step"):
             if not 0 < getattr(self, name) <= 1:

@@ -794,13 +794,14 @@ NOT_TUNING_BODY: Dict[str, str] = {
     "algorithms/cost.py:fit_affine:1e-15": "a floor that keeps a fitted slope positive",
     "algorithms/cost.py:calibrated_model:1e-12": "a guard against a division by zero",
     "algorithms/cost.py:summary:4": "digits of a rounded figure in a report",
+    "probe/flows.py:_run_flows:3": "three tags per test and three timings per flow: protocol",
 }
 
 #: Modules whose function bodies are not judged yet: their numbers are neither moved nor
 #: listed, and the scan skips them. Each must still hold a number (finished ones leave).
 UNJUDGED_BODY_MODULES: Tuple[str, ...] = (
     "algorithms/flows.py", "cli/simulate_cmd.py", "packing/forests.py",
-    "packing/sharing.py", "probe/flows.py", "probe/hosts.py", "probe/phases.py")
+    "packing/sharing.py", "probe/hosts.py")
 
 
 def _neutral_body_number(value: object) -> bool:

@@ -40,7 +40,8 @@ class ProbeConfig:
     min_bytes, max_bytes, start_bytes : int
         Message size bounds per transfer, and the first size tried.
     warm_bytes : int
-        Each timed message follows a warm-up of ``min(size, max(size / 4, warm_bytes))``.
+        Each timed message follows a warm-up of ``min(size, max(size * params.warm_share,
+        warm_bytes))``.
     chunk_bytes : int
         Warm-up and timed bytes go as trains of messages of at most this size (MPICH over
         UCX can move single messages of a few MiB unevenly).

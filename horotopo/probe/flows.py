@@ -242,7 +242,7 @@ class Prober:
     # ---- the timed transfer ------------------------------------------------------------------
 
     def _warm(self, nbytes: int) -> int:
-        return min(nbytes, max(nbytes // 4, self.cfg.warm_bytes))
+        return min(nbytes, max(int(nbytes * self.cfg.params.warm_share), self.cfg.warm_bytes))
 
     def _run_flows(self, flows: Sequence[Pair], sizes: Sequence[int]) -> np.ndarray:
         """One attempt: flow ``f`` times ``sizes[f]`` bytes, all flows at once.
@@ -368,7 +368,7 @@ class Prober:
         rtt = np.array([self.rtt[s, d] for s, d in flows])
         figures = _Figures(len(flows), subsets)
         scale = float(start)
-        attempts = cfg.max_samples + 12
+        attempts = cfg.max_samples + cfg.params.growth_attempts
         # An aggregate counts the warm-ups too (it cannot tell where, between the receivers,
         # the link stopped carrying warm-up bytes), so it needs longer transfers for a token
         # bucket's burst to matter little.
@@ -396,7 +396,7 @@ class Prober:
                     break  # too short: the paired run is too (same sizes), both go
                 figures.add(sample[1], sample[2])
             if span < target / 2 and scale < cfg.max_bytes:
-                grow = max(2.0, min(64.0, target / span))
+                grow = max(2.0, min(cfg.params.max_growth, target / span))
                 scale = float(pow2(scale * grow, cfg.min_bytes, cfg.max_bytes))
                 continue
             _, _, stable = figures.estimates(cfg.tolerance)

@@ -58,10 +58,11 @@ def pair_rates(pr: Prober) -> np.ndarray:
         # One direction at a time: through a shaped link with a deep queue, the reverse
         # stream's TCP acknowledgements wait behind data, and both directions measure low.
         for flows in ([(a, b) for a, b in pairs], [(b, a) for a, b in pairs]):
-            # Start at a quarter of the last test's size: this pair may be much slower
-            # (a wasted attempt would last long) or faster (one cheap attempt to grow).
-            rates, _, scale = pr.measure(flows, [], f"bandwidth {flows}",
-                                         int(max(pr.cfg.start_bytes, scale / 4)))
+            # Start below the last test's size: this pair may be much slower (a wasted
+            # attempt would last long) or faster (one cheap attempt to grow).
+            rates, _, scale = pr.measure(
+                flows, [], f"bandwidth {flows}",
+                int(max(pr.cfg.start_bytes, scale * pr.cfg.params.next_pair_start_share)))
             for (s, d), r in zip(flows, rates):
                 bw[s, d] = r
         done += len(pairs)
