@@ -279,6 +279,11 @@ class ProbeParams:
         0.25, "The pairwise scheme starts a pair's bandwidth test at this share of the last "
               "test's size: a slower pair would make a full-size first attempt last long, a "
               "faster one costs one cheap attempt to grow.")
+    hosts_per_group_guess: int = _param(
+        4, "Before the host scheme knows the host groups, its budget keeps time for two "
+           "aggregate tests (out of and into a group) per this many hosts, at least two: a "
+           "guess at the groups' count, which only sets how the targets shorten (not measured "
+           "against other guesses here).")
     pair_cost: float = _param(
         5.0, "A test costs about this many times its target transfer (growing the message, "
              "then the samples): what the time bound's shortening of the targets assumes.")
@@ -340,6 +345,7 @@ class ProbeParams:
         if not self.slow_ratio > 1:
             raise ValueError(f"slow_ratio: must be above 1, got {self.slow_ratio!r}")
         _require_at_least(self, 1, ("pairs_up_to", "scan_max_ranks", "listed_links",
+                                    "hosts_per_group_guess",
                                     "local_max_bytes", "round_pings", "fan_partners"))
         _require_positive(self, ("pair_cost", "subset_factor", "min_target_s", "universal_ratio",
                                  "fan_headroom", "wait_budgets", "long_rtt_s", "max_growth"))

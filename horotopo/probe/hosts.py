@@ -124,7 +124,8 @@ def _leaders(pr: Prober, cfg: ProbeConfig) -> Dict[str, Any]:
     h = pr.n
     margin = cfg.margin
     count = min(cfg.sample_pairs, h * (h - 1))
-    concurrent = round_rates(pr, "hosts", count + 2 * max(1, h // 4))
+    groups_guess = max(1, h // cfg.params.hosts_per_group_guess)
+    concurrent = round_rates(pr, "hosts", count + 2 * groups_guess)
     ratio = depression(concurrent)
     alone: Dict[Pair, float] = {}
     trusted = True
