@@ -266,14 +266,19 @@ def _tree_weights(arcs: Tuple[np.ndarray, ...], trees: int, links: int, load: np
     return np.where(count > 0, total / np.maximum(count, 1.0), 1.0)
 
 
-def _mixed(arcs: Tuple[np.ndarray, ...], trees: int, links: int, ratio: float) -> np.ndarray:
-    """``(links, trees)``: 1 where a tree's ``arcs`` (:func:`_arc_weights`) over the link have
-    weights ``ratio`` or more apart, else 0."""
+def _mixed(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, width: int,
+           ratio: float) -> np.ndarray:
+    """``(len(used), trees)``: 1 where a tree's ``arcs`` (:func:`_arc_weights`) over the link
+    ``used[i]`` (of ``width`` resources, every arc's among them) have weights ``ratio`` or more
+    apart, else 0."""
     which, tree_of, ptr, res, weight = arcs
+    links = len(used)
+    row = np.full(width, -1, dtype=np.int64)
+    row[used] = np.arange(links)
     lens = np.diff(ptr)[which]
     occurrence = np.repeat(np.arange(len(which)), lens)
     offset = np.arange(len(occurrence)) - np.repeat(np.cumsum(lens) - lens, lens)
-    key = tree_of[occurrence] * links + res[ptr[which][occurrence] + offset]
+    key = tree_of[occurrence] * links + row[res[ptr[which][occurrence] + offset]]
     w = weight[which][occurrence]
     low = np.full(trees * links, np.inf)
     high = np.zeros(trees * links)
@@ -310,21 +315,24 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     profiles = [profiles[k] for k in live]
     win = window if window is not None else window_for(int(chunk_a.max()), len(live), params)
     g = len(live)
-    # the links: each tree's arcs over them, and its acknowledgements over their reverse
-    forward = usage_of(topology, shapes).matrix()
-    total = forward.T.toarray()
+    # the links: each tree's arcs over them, and its acknowledgements over their reverse;
+    # dense over the loaded links only (a measured topology has a resource per rank pair)
+    forward = usage_of(topology, shapes).matrix().T.tocsr()
     cross = network.crosstraffic if isinstance(network, FlowNetwork) else 0.0
-    if cross > 0:
-        back = usage_of(topology, [(r, b, a) for r, a, b in shapes]).matrix()
-        total = total + cross * back.T.toarray()
-    width = total.shape[0]
+    back = (usage_of(topology, [(r, b, a) for r, a, b in shapes]).matrix().T.tocsr()
+            if cross > 0 else None)
+    width = forward.shape[0]
+    loaded = forward.getnnz(axis=1) > 0
+    if back is not None:
+        loaded |= back.getnnz(axis=1) > 0
+    used = np.flatnonzero(loaded)
+    out = forward[used].toarray()
+    links = out if back is None else out + cross * back[used].toarray()
     arcs = _arc_weights(topology, shapes, network) if sharing_matters(network) else None
     if arcs is not None and network.mixed_efficiency < 1.0:
         # a tree's flows of unequal weights over a link hold each other back
-        total = total + (1.0 / network.mixed_efficiency - 1.0) * forward.T.toarray() * _mixed(
-            arcs, g, width, network.mixed_ratio)
-    used = np.flatnonzero(total.sum(axis=1) > 0)
-    links = total[used]
+        links = links + (1.0 / network.mixed_efficiency - 1.0) * out * _mixed(
+            arcs, g, used, width, network.mixed_ratio)
     link_cap = (topology.capacity_array[used]
                 * network.bandwidth_factor * (1.0 + cross))
     # the ranks' CPUs: seconds of software work per byte of each tree
