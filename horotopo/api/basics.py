@@ -13,6 +13,7 @@ from typing import Any, Dict, Sequence, Union
 
 from .. import config
 from .. import timeline
+from ..reliability.abort import abort
 from . import state
 from .objects import allgather_object
 from .process_sets import (ProcessSet, add_process_set, allow_dynamic, check_duplicates,
@@ -134,8 +135,9 @@ def _exit_on_settings_error(exc: BaseException) -> None:
     place = door.world_rank_size() if door is not None else None
     if place is not None and place[0] != 0 and place[1] > 1:
         time.sleep(config.reliability_params_or_defaults().settings_error_grace_s)
-        _say(f"horotopo: rank {place[0]}: {exc}")
-        door.abort_world(SETTINGS_ERROR_EXIT)
+        # the one abort path: the line, then a pause for the launcher to forward it before
+        # MPI_Abort's clean-up ends the launcher's proxy (which lost the line now and then)
+        abort(f"horotopo: rank {place[0]}: {exc}", SETTINGS_ERROR_EXIT)
     else:
         _say(f"horotopo: {exc}")
     os._exit(SETTINGS_ERROR_EXIT)
