@@ -139,8 +139,8 @@ def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: 
     topo = resolve(spec, n)
     key = row_key(spec, n, size, probe, costs_name(ranks_are, cuda_aware))
     rec = cache.doc["rows"].get(key)
-    # the forest is chosen for the engine's chunk (each candidate's pipeline fill depends on it), so
-    # a row cached at another chunk is planned again
+    # the forest is chosen for the engine's chunk (each candidate's pipeline fill depends on
+    # it), so a row cached at another chunk is planned again
     if rec is not None and not replan and rec.get("plan_chunk") == chunk:
         return topo, Plan.from_json(rec["plan"]), rec
     say(f"{topo.name} ({costs_name(ranks_are, cuda_aware)} ranks): planning")
@@ -453,7 +453,9 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
         f"the software costs the simulator charges, on the "
         f"{PREDICT_ON[args.predict_on]} network"
         f"{MEASURED if args.predict_on == 'simulator' else ''}, while \"horotopo runs\" is the "
-        f"choice init makes on TCP's network (horotopo.algorithms.flows.TCP_NETWORK: the declared links as TCP shares them) for an engine at the row's chunk; \"/ optimum\" is the optimum's time (the size over the certified "
+        f"choice init makes on TCP's network (horotopo.algorithms.flows.TCP_NETWORK: the "
+        f"declared links as TCP shares them) for an engine at the row's chunk; \"/ optimum\" "
+        f"is the optimum's time (the size over the certified "
         f"upper bound on any packing of trees) divided by the algorithm's time. Chunk "
         f"of every algorithm (\"plan\": the row's plan's, as horotopo's engine runs any "
         f"algorithm; a size: that full-size chunk, where the simulator's speed forbids the "

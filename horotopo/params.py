@@ -561,9 +561,9 @@ class PlannerParams:
                     "offered besides where the machines are at most max_host_trees): fewer "
                     "trees mean fewer messages per rank and larger chunks, more trees better "
                     "balanced loads and a shorter pipeline fill; the prediction for the "
-                    "planned size decides. Each count is a plan to build and predict. 32 of "
-                    "128 machines' rotations at 1 MiB chunks ran past ten times their "
-                    "prediction in the simulator (1024 ranks of racks, gpu costs).")
+                    "planned size decides. Each count is a plan to build and predict. A count "
+                    "above 16 is offered only as every rotation: 32 of 128 machines' "
+                    "rotations ran many times slower than predicted in the simulator.")
     host_tree_arity: int = _param(
         2, "Children per machine in a host forest's trees (a heap of machines, rotated per "
            "tree): in a binary tree a machine exchanges each chunk with at most three others (its "

@@ -23,7 +23,7 @@ from .packing import (ArcModel, Packing, check_certificate, format_percent, pack
 from .packing.model import hops_to_root
 from .packing.profiles import fill_crowding, forest_depths, tree_profiles
 from .packing.profiles import plan_latency as _plan_latency
-from .packing.sharing import share_fairly, sharing_note
+from .packing.sharing import share_fairly, sharing_note, usage_of
 from .packing import alphabeta as _ab
 from .packing import hierarchy as _hierarchy
 from .packing.certificate import RTOL
@@ -397,16 +397,8 @@ def modelled_rate_on(plan: Plan, topology: Topology) -> float:
     A plan made from a probed model is thus judged on the real (declared) network, without the
     noise of a measurement.
     """
-    # From the arcs' routes alone: an arc model of every rank pair costs O(n^2) routes
-    # (40 s at 1024 ranks), a plan's arcs O(n) per tree.
-    load = np.zeros(len(topology.capacity_Bps))
-    for t in plan.trees:
-        for v, p in enumerate(t.reduce_parent):
-            if p >= 0:
-                load[list(topology.route(v, p))] += t.share
-        for v, p in enumerate(t.bcast_parent):
-            if p >= 0:
-                load[list(topology.route(p, v))] += t.share
+    # From the plan's arcs' routes alone: an arc model of every rank pair costs O(n^2) routes
+    load = usage_of(topology, plan.trees).load(np.array([t.share for t in plan.trees]))
     worst = float((load / topology.capacity_array).max(initial=0.0))
     return float("inf") if worst <= 0 else 1.0 / worst
 

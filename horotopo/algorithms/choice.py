@@ -108,10 +108,8 @@ def forest_predictor(topology: Topology, *, costs: SoftwareCosts = ENGINE_COSTS,
     """``make_plan(predict=...)``: the flow model's time of a candidate forest's plan
     (:func:`~horotopo.algorithms.flows.plan_time`), so that the planner keeps the forest this
     chooser ranks highest. The planner's own :meth:`Plan.predict_time` shares no link among
-    trees as TCP does, and it ranked one deep tree ahead of host forests that run faster:
-    on two sites of 1024 ranks at 1 MiB chunks (gpu costs) it kept that tree at a predicted
-    348 ms against 363 for 16 host trees; the flow model puts them at 386 and 323, and the
-    tree simulates at 650.5 ms."""
+    trees as TCP does, and it ranked single deep trees ahead of host forests that simulate
+    faster (docs/results/forest_kinds.md lists each row's candidates)."""
     def predict(plan: Plan, nbytes: int) -> float:
         return plan_time(topology, plan, nbytes, costs=costs, network=network)
     return predict

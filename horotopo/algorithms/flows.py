@@ -349,9 +349,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     fill = np.array([fill_time(h, c, costs) for h, c in zip(hops, chunk_a)])
     # every tree's first chunk reaches a rank before any pipeline runs full, and one CPU
     # handles them one after another: the busiest rank's work on the other trees' first
-    # chunks delays a fill (with one chunk per tree, nearly all of a rank's work). Measured in
-    # the simulator on 256 ranks of host forests, 256 trees of one 256 KiB chunk each:
-    # 229.1 ms where the fills alone give 154.7 and this work 74.7.
+    # chunks delays a fill (with one chunk per tree, nearly all of a rank's work, which the
+    # simulator adds to the fills: docs/results/predict_check_scale.md)
     first = cpu * chunk_a[None, :]
     crowd = float((first.sum(axis=1) - first.max(axis=1)).max())
     finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)

@@ -11,8 +11,8 @@ This forest is built, not packed. The machines (:func:`~.hierarchy.machines`) ar
 ``group_latency_factor`` (:class:`~horotopo.params.PlannerParams`) times the smallest route
 latency between two machines, both counted beyond the latency between two ranks of one
 machine (a site across a WAN, a rack behind its uplink), and groups close to each other form
-groups of the next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in every finest group
-the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
+groups of the next level (the racks of one site). Tree ``t`` has machine ``t`` as root; in
+every finest group the machines, in the network's depth-first order rotated by ``t``, form a binary heap, and at
 each level the heads of the groups (the machine where the tree enters each) form a binary heap
 too, from the group the tree enters the level by: a reduce tree crosses the WAN once and has
 one arc per rack it enters (a single level of rack groups would cross the WAN twice), about
@@ -305,10 +305,9 @@ def host_tree_counts(h_count: int, counts: Optional[Sequence[int]] = None,
     ascending.
 
     Every rotation roots a host tree at each machine once, which balances the machines' loads
-    exactly; a subset of the rotations balances them only as well as
-    :func:`pick_rotations` finds. Simulated at 1 MiB chunks, every rotation of 32 machines
-    (256 ranks) ran within 16% of its prediction and faster than 16 host trees, while 32 of
-    128 machines' rotations (1024 ranks) ran past ten times its prediction."""
+    exactly; a subset of the rotations balances them only as well as :func:`pick_rotations`
+    finds, and in the simulator 32 of 128 machines' rotations ran many times slower than
+    predicted (docs/results/scale_sim.md keeps the rows that every rotation runs)."""
     if h_count < 1:
         raise ValueError(f"a host forest needs machines, got {h_count}")
     counts = params.host_tree_counts if counts is None else counts
@@ -316,8 +315,9 @@ def host_tree_counts(h_count: int, counts: Optional[Sequence[int]] = None,
     if limit < 1:
         raise ValueError(f"at most {limit} host trees: need at least 1")
     top = min(h_count, limit)
-    return sorted({c for c in counts if 1 <= c <= top} | ({top} if top < max(counts) else set())
-                  | ({h_count} if h_count <= limit else set()))
+    # every rotation where the limit allows them all, else the limit where no count reaches it
+    every = h_count <= limit or top < max(counts)
+    return sorted({c for c in counts if 1 <= c <= top} | ({top} if every else set()))
 
 
 def pack_host_forests(topology: Topology, counts: Sequence[int], arity: Optional[int] = None,
