@@ -215,7 +215,7 @@ def _parameter_settings() -> List[Setting]:
 
 _S = Setting
 #: Every variable, in the order of the README table, then the parameter objects' fields.
-#: Aliases map to their setting too. Aliases map to their setting too.
+#: Aliases map to their setting too.
 SETTINGS: Dict[str, Setting] = _registry(
     # -- Horovod's knobs (the runtime's control cycle) --------------------------------------
     _S("HOROVOD_CYCLE_TIME", "float", 1.0, "Milliseconds between two control cycles of the "
