@@ -40,45 +40,47 @@ def _gather(matrix, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarra
     return owner, matrix.indices[pos], matrix.data[pos]
 
 
-class _Rows:
-    """Entries grouped by row, as the parts of a CSR matrix that :func:`_gather` reads."""
-
-    def __init__(self, owner: np.ndarray, indices: np.ndarray, data: np.ndarray, rows: int):
-        order = np.argsort(owner, kind="stable")  # each row's entries in the order given
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=rows))])
-        self.indices, self.data = indices[order], data[order]
-
-
-def _pair_table(model) -> _Rows:
+class _PairTable:
     """Entries of every pair ``(child, parent)``, row ``child * n + parent``: its reduce arc
     child -> parent and its broadcast arc parent -> child. A resource on both arcs is counted
-    per arc (they run opposite ways on links). Built once, so that each step of the greedy
-    reads one row per pair instead of gathering every arc part again."""
-    n = model.n
-    child, parent = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)
-    parts = [_gather(m, np.asarray(r, dtype=np.int64))
-             for m, r in model.arc_parts(child, parent) + model.arc_parts(parent, child)]
-    owner, res, weight = (np.concatenate(x) for x in zip(*parts))
-    return _Rows(owner, res, weight, n * n)
+    per arc (they run opposite ways on links).
 
+    Rows are padded to one width with weight 0 on an extra resource that never binds (no load,
+    infinite capacity), so that a step of the greedy reads its pairs as one dense block: the
+    pairs of a model carry a dozen entries each, all about alike, and a ragged gather cost
+    more per step than the arithmetic."""
 
-def _pair_entries(table: _Rows, n: int, v: int, others: np.ndarray, child_is_v: bool):
-    """Entries (as :func:`_gather`) of the pairs of ``v`` with each node of ``others``, ``v``
-    the child (``child_is_v``) or the parent."""
-    others = np.asarray(others, dtype=np.int64)
-    return _gather(table, v * n + others if child_is_v else others * n + v)
+    def __init__(self, model) -> None:
+        n = model.n
+        self.n, self.spare = n, len(model.capacity)
+        child, parent = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)
+        parts = [_gather(m, np.asarray(r, dtype=np.int64))
+                 for m, r in model.arc_parts(child, parent) + model.arc_parts(parent, child)]
+        owner, res, weight = (np.concatenate(x) for x in zip(*parts))
+        order = np.argsort(owner, kind="stable")  # each row's entries in the order given
+        owner, res, weight = owner[order], res[order], weight[order]
+        count = np.bincount(owner, minlength=n * n)
+        width = max(1, int(count.max())) if len(count) else 1
+        slot = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
+        self.resource = np.full((n * n, width), self.spare, dtype=np.int64)
+        self.weight = np.zeros((n * n, width))
+        self.resource[owner, slot], self.weight[owner, slot] = res, weight
 
+    def rows(self, v: int, others: np.ndarray, child_is_v: bool) -> np.ndarray:
+        """Rows of the pairs of ``v`` with each node of ``others``, ``v`` the child
+        (``child_is_v``) or the parent."""
+        others = np.asarray(others, dtype=np.int64)
+        return v * self.n + others if child_is_v else others * self.n + v
 
-def _utilisation(entries, count: int, load: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """Per pair: the highest ``(load + weight) / c`` over its entries (0 with none)."""
-    owner, res, weight = entries
-    util = np.zeros(count)
-    np.maximum.at(util, owner, (load[res] + weight) / cap[res])
-    return util
+    def utilisation(self, rows: np.ndarray, load: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        """Per row: the highest ``(load + weight) / c`` over its entries (0 with none);
+        ``load`` and ``cap`` carry the spare resource last."""
+        res = self.resource[rows]
+        return ((load[res] + self.weight[rows]) / cap[res]).max(axis=1, initial=0.0)
 
 
 def bottleneck_pair(model, root: int, target: float = np.inf,
-                    table: Optional[_Rows] = None) -> Tuple[int, ...]:
+                    table: Optional[_PairTable] = None) -> Tuple[int, ...]:
     """Parent array of a tree over ``model``'s nodes, rooted at ``root``, that serves as both
     the reduce tree (arcs to the parent) and the broadcast tree (arcs from it) of a seed pair.
 
@@ -92,7 +94,7 @@ def bottleneck_pair(model, root: int, target: float = np.inf,
         within it count as free, so depth and cost choose among them (else the greedy fills
         the least loaded nodes first, which are the newest, and grows chains).
     table : optional
-        :func:`_pair_table` of ``model``, where the caller grows several trees on it.
+        :class:`_PairTable` of ``model``, where the caller grows several trees on it.
 
     Returns
     -------
@@ -104,9 +106,12 @@ def bottleneck_pair(model, root: int, target: float = np.inf,
     lengths = 1.0 / cap
     unit = float(lengths.max())  # utilisations are compared in units of the slowest resource
     load = model.half_load([-1] * n, True) + model.half_load([-1] * n, False)  # fixed stage
-    table = _pair_table(model) if table is None else table
+    table = _PairTable(model) if table is None else table
+    # the table's spare resource last: no load, never binding
+    load, cap = np.append(load, 0.0), np.append(cap, np.inf)
     w = model.arc_costs(lengths)
-    pair_cost = w + w.T  # [child, parent]: its reduce arc and its broadcast arc
+    # [child, parent]: its reduce arc and its broadcast arc, in units of the slowest resource
+    pair_cost = np.round((w + w.T) / unit, _DIGITS)
     parent = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
     inside = np.zeros(n, dtype=bool)
@@ -120,57 +125,56 @@ def bottleneck_pair(model, root: int, target: float = np.inf,
     # that of the target rate: an arc that stays below it costs no rate.
     top = [1.0 / target]
 
-    def key(u_util: np.ndarray, u_cost: np.ndarray, parents: np.ndarray) -> np.ndarray:
-        """Sort key (last is first): raising the bottleneck, then cost, then the parent's
-        depth, which keeps the trees shallow where the rate does not care."""
-        return np.stack([depth[parents], np.round(u_cost / unit, _DIGITS),
-                         np.round(np.maximum(u_util, top[0]) / unit, _DIGITS)])
+    def rank(u_util: np.ndarray) -> np.ndarray:
+        """The sort key's first part: how far an arc raises the bottleneck."""
+        return np.round(np.maximum(u_util, top[0]) / unit, _DIGITS)
 
-    def first(keys: np.ndarray) -> np.ndarray:
-        return np.lexsort(keys)
+    def first(u_util: np.ndarray, u_cost: np.ndarray, parents: np.ndarray) -> int:
+        """Position of the best arc: raising the bottleneck least, then cost, then the
+        parent's depth, which keeps the trees shallow where the rate does not care."""
+        return int(np.lexsort((depth[parents], u_cost, rank(u_util)))[0])
 
     def offer(u: int) -> None:
         """Arcs from every outside node to the new inside node ``u``."""
         out = np.flatnonzero(~inside)
         if not len(out):
             return
-        u_util = _utilisation(_pair_entries(table, n, u, out, False), len(out), load, cap)
+        u_util = table.utilisation(table.rows(u, out, False), load, cap)
         u_cost = pair_cost[out, u]
-        new_key = key(u_util, u_cost, np.full(len(out), u))
-        old_key = key(util[out], cost[out], best[out])
-        # new before old in lexicographic order (last row most significant)
+        new_key = (rank(u_util), u_cost, np.full(len(out), depth[u]))
+        old_key = (rank(util[out]), cost[out], depth[best[out]])
+        # new before old in lexicographic order
         better = np.zeros(len(out), dtype=bool)
         decided = np.zeros(len(out), dtype=bool)
-        for row in (2, 1, 0):
-            better |= ~decided & (new_key[row] < old_key[row])
-            decided |= new_key[row] != old_key[row]
+        for new, old in zip(new_key, old_key):
+            better |= ~decided & (new < old)
+            decided |= new != old
         take = out[better]
         util[take], cost[take], best[take] = u_util[better], u_cost[better], u
 
     def refresh(v: int) -> None:
         """``v``'s best parent among all inside nodes at the current loads."""
         ins = np.flatnonzero(inside)
-        v_util = _utilisation(_pair_entries(table, n, v, ins, True), len(ins), load, cap)
+        v_util = table.utilisation(table.rows(v, ins, True), load, cap)
         v_cost = pair_cost[v, ins]
-        i = first(key(v_util, v_cost, ins))[0]
+        i = first(v_util, v_cost, ins)
         util[v], cost[v], best[v] = v_util[i], v_cost[i], ins[i]
 
     offer(root)
     while not inside.all():
         out = np.flatnonzero(~inside)
-        pick = out[first(key(util[out], cost[out], best[out]))[0]]
-        entries = _pair_entries(table, n, int(pick), np.array([best[pick]]), True)
-        now = _utilisation(entries, 1, load, cap)
-        if key(now, cost[[pick]], best[[pick]])[2, 0] > key(util[[pick]], cost[[pick]],
-                                                            best[[pick]])[2, 0]:
-            refresh(int(pick))  # loads grew since this key was computed
+        pick = int(out[first(util[out], cost[out], best[out])])
+        row = table.rows(pick, np.array([best[pick]]), True)
+        now = table.utilisation(row, load, cap)
+        if rank(now)[0] > rank(util[[pick]])[0]:
+            refresh(pick)  # loads grew since this key was computed
             continue
         u = int(best[pick])
         parent[pick], depth[pick], inside[pick] = u, depth[u] + 1, True
-        np.add.at(load, entries[1], entries[2])
+        np.add.at(load, table.resource[row[0]], table.weight[row[0]])
         top[0] = max(top[0], float(now[0]))
         util[pick] = np.inf
-        offer(int(pick))
+        offer(pick)
     return tuple(int(p) for p in parent)
 
 
@@ -182,7 +186,7 @@ def seed_pairs(model, roots: int = PLANNER.seed_roots, target: float = np.inf
     w = model.arc_costs(1.0 / np.asarray(model.capacity, dtype=float))
     central = np.argsort(w.sum(axis=0) + w.sum(axis=1), kind="stable")[:roots]
     halves = []
-    table = _pair_table(model)
+    table = _PairTable(model)
     for r in central:
         parent = bottleneck_pair(model, int(r), target, table)
         halves += [(True, int(r), parent), (False, int(r), parent)]
