@@ -178,7 +178,7 @@ def test_the_chooser_predicts_on_the_network_the_simulator_measures(network):
     from horotopo.algorithms.flows import TCP_NETWORK
 
     for field in ("latency_factor", "bandwidth_factor", "tcp_window_bytes", "weight_bytes",
-                  "crosstraffic", "mixed_efficiency", "mixed_ratio"):
+                  "crosstraffic", "mixed_efficiency"):
         assert getattr(TCP_NETWORK, field) == pytest.approx(getattr(network, field), rel=0.02)
     assert (TCP_NETWORK.streams, TCP_NETWORK.shared_messages) == (network.streams,
                                                                   network.shared_messages)

@@ -59,13 +59,15 @@ class FlowNetwork(NetworkModel):
 
     weight_bytes: float = 0.0
     crosstraffic: float = 0.0
-    #: The fraction of a link's rate that one tree's flows over it keep where their weights
-    #: differ by ``mixed_ratio`` or more (a rank's reduce flow and broadcast flow over routes
-    #: of unequal latency): the simulator lets them hold each other back rather than pace
-    #: together (:func:`~horotopo.algorithms.simcheck.measure_network` times a three-rank
-    #: chain with and without such a pair).
+    #: The fraction of a link's rate that two flows of one tree over it keep, against two flows
+    #: of equal weights, where their weights are far apart (a rank's reduce flow and broadcast
+    #: flow over routes of unequal latency): the tree's flows move at one pace, the lightest
+    #: one's, and the link gives that one only its weighted share, so each heavier flow costs
+    #: the tree its weight over the lightest's in place of one flow's share, up to
+    #: ``2 / mixed_efficiency - 1`` (:func:`_paced_load`;
+    #: :func:`~horotopo.algorithms.simcheck.measure_network` times a three-rank chain with and
+    #: without such a pair).
     mixed_efficiency: float = 1.0
-    mixed_ratio: float = math.inf
 
 
 #: The network TCP gives the declared links, as SimGrid's LV08 model (fitted to TCP) gives it
@@ -74,13 +76,13 @@ class FlowNetwork(NetworkModel):
 #: 0.924 of the declared ones with traffic both ways, acknowledgements at 5% of a flow's rate on
 #: its reverse route, a flow's share weighted by the inverse of its route's latency plus
 #: 20.5 kB over each of its links' rates, a 4.4 MB TCP window over the round trip, and a
-#: stream's messages past its bandwidth-delay product held back, and a tree's flows over one
-#: link with weights 1.5 times apart or more keeping 0.75 of its rate (a three-rank chain, one
-#: rank's reduce and broadcast flows on routes 1.7 times apart, against the same chain on one
+#: stream's messages past its bandwidth-delay product held back, and two flows of one tree
+#: over a link whose weights are far apart keeping 0.69 of its rate (a three-rank chain, one
+#: rank's reduce and broadcast flows on routes 3 times apart, against the same chain on one
 #: switch). The chooser predicts on it (:mod:`horotopo.algorithms.choice`).
 TCP_NETWORK = FlowNetwork(latency_factor=1.0, bandwidth_factor=0.924, tcp_window_bytes=4.4e6,
                           shared_messages=True, streams="bdp", weight_bytes=20.5e3,
-                          crosstraffic=0.05, mixed_efficiency=0.75, mixed_ratio=1.5)
+                          crosstraffic=0.05, mixed_efficiency=0.69)
 
 
 def sharing_matters(network: NetworkModel) -> bool:
@@ -266,11 +268,13 @@ def _tree_weights(arcs: Tuple[np.ndarray, ...], trees: int, links: int, load: np
     return np.where(count > 0, total / np.maximum(count, 1.0), 1.0)
 
 
-def _mixed(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, width: int,
-           ratio: float) -> np.ndarray:
-    """``(len(used), trees)``: 1 where a tree's ``arcs`` (:func:`_arc_weights`) over the link
-    ``used[i]`` (of ``width`` resources, every arc's among them) have weights ``ratio`` or more
-    apart, else 0."""
+def _paced_load(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, width: int,
+                most: float) -> np.ndarray:
+    """``(len(used), trees)``: what a tree's ``arcs`` (:func:`_arc_weights`) load the link
+    ``used[i]`` (of ``width`` resources, every arc's among them) with per byte of the tree's
+    rate. The tree's flows move at one pace, its lightest flow's over the link, whose weighted
+    share of the link holds it there: each flow counts its weight over the lightest's, at
+    most ``most`` (equal weights: one each, the flows' count)."""
     which, tree_of, ptr, res, weight = arcs
     links = len(used)
     row = np.full(width, -1, dtype=np.int64)
@@ -281,10 +285,10 @@ def _mixed(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, width: in
     key = tree_of[occurrence] * links + row[res[ptr[which][occurrence] + offset]]
     w = weight[which][occurrence]
     low = np.full(trees * links, np.inf)
-    high = np.zeros(trees * links)
     np.minimum.at(low, key, w)
-    np.maximum.at(high, key, w)
-    return ((high >= ratio * low) & np.isfinite(low)).reshape(trees, links).T.astype(float)
+    load = np.zeros(trees * links)
+    np.add.at(load, key, np.minimum(w / low[key], most))
+    return load.reshape(trees, links).T
 
 
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
@@ -327,12 +331,11 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
         loaded |= back.getnnz(axis=1) > 0
     used = np.flatnonzero(loaded)
     out = forward[used].toarray()
-    links = out if back is None else out + cross * back[used].toarray()
     arcs = _arc_weights(topology, shapes, network) if sharing_matters(network) else None
     if arcs is not None and network.mixed_efficiency < 1.0:
-        # a tree's flows of unequal weights over a link hold each other back
-        links = links + (1.0 / network.mixed_efficiency - 1.0) * out * _mixed(
-            arcs, g, used, width, network.mixed_ratio)
+        # a tree's flows of unequal weights over a link move at the lightest one's share
+        out = _paced_load(arcs, g, used, width, 2.0 / network.mixed_efficiency - 1.0)
+    links = out if back is None else out + cross * back[used].toarray()
     link_cap = (topology.capacity_array[used]
                 * network.bandwidth_factor * (1.0 + cross))
     # the ranks' CPUs: seconds of software work per byte of each tree

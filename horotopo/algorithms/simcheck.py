@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from ..engine import Engine
-from .flows import TCP_NETWORK, FlowNetwork
+from .flows import FlowNetwork
 from ..packing.alphabeta import NetworkModel, SoftwareCosts, window_for
 from ..params import RUNTIME, RuntimeParams
 from ..plan import Plan, plan_from_trees
@@ -104,15 +104,16 @@ def _two_flows(long_ms: float, short_ms: float, nbytes: int) -> Tuple[float, flo
 def _chain_time(unequal: bool, size: int) -> float:
     """Simulated seconds of an allreduce of ``size`` bytes, without software costs, down a
     chain of three ranks behind 10 gbps links (rank 2 reduces to rank 1, rank 1 to rank 0,
-    and the result comes back): all on one switch, or (``unequal``) rank 2 behind a second switch, so that
-    rank 1's reduce flow to rank 0 and its broadcast flow to rank 2 leave it over routes of
-    unequal latency, their weights about 1.7 times apart."""
+    and the result comes back): all on one switch, or (``unequal``) rank 2 behind a second
+    switch 50 us away, so that rank 1's reduce flow to rank 0 and its broadcast flow to rank 2
+    leave it over routes of unequal latency, their weights about 3 times apart (the share
+    stops falling past 2: what the model takes as the largest cost of unequal weights)."""
     far = "t" if unequal else "s"
     topology = from_dict({"name": "chain", "switches": ["s", "t"], "ranks": ["a", "b", "c"],
                           "links": [{"ends": ["a", "s"], "gbps": 10.0, "latency_ms": 0.002},
                                     {"ends": ["b", "s"], "gbps": 10.0, "latency_ms": 0.002},
                                     {"ends": ["c", far], "gbps": 10.0, "latency_ms": 0.002},
-                                    {"ends": ["s", "t"], "gbps": 10.0, "latency_ms": 0.01}]})
+                                    {"ends": ["s", "t"], "gbps": 10.0, "latency_ms": 0.05}]})
     chain = (-1, 0, 1)
     plan = plan_from_trees(3, [(0, chain, chain, 1.0)], chunk_bytes=128 << 10,
                            topology=topology)
@@ -177,8 +178,7 @@ def measure_network(params: RuntimeParams = RUNTIME) -> NetworkModel:
     mixed = _chain_time(False, big) / _chain_time(True, big)
     return FlowNetwork(latency_factor=lat_factor, bandwidth_factor=bw_factor,
                        tcp_window_bytes=window, shared_messages=shared, streams=streams,
-                       weight_bytes=weight, crosstraffic=crosstraffic, mixed_efficiency=mixed,
-                       mixed_ratio=TCP_NETWORK.mixed_ratio)
+                       weight_bytes=weight, crosstraffic=crosstraffic, mixed_efficiency=mixed)
 
 
 def simulated_costs() -> SoftwareCosts:

@@ -1,0 +1,57 @@
+"""One tree's flows over one link move at the pace of the lightest: the link gives that flow
+its weighted share, and the heavier ones cost the tree their weight over its (flows.py)."""
+import pytest
+
+from horotopo.algorithms.flows import FlowNetwork, plan_time
+from horotopo.packing.alphabeta import NO_COSTS
+from horotopo.plan import plan_from_trees
+from horotopo.topology import from_dict
+
+MiB = 1 << 20
+GiB = 1 << 30
+NIC_BPS = 1.25e9  # 10 gbps
+
+
+def _chain(far_ms: float):
+    """Rank 2 reduces to rank 1, rank 1 to rank 0, and the result comes back: rank 1's NIC
+    carries its reduce flow to rank 0 and its broadcast flow to rank 2, whose routes are
+    20 us and 20 us plus ``far_ms`` long."""
+    topology = from_dict({"name": "chain", "switches": ["s", "t"], "ranks": ["a", "b", "c"],
+                          "links": [{"ends": ["a", "s"], "gbps": 10.0, "latency_ms": 0.01},
+                                    {"ends": ["b", "s"], "gbps": 10.0, "latency_ms": 0.01},
+                                    {"ends": ["c", "t"], "gbps": 10.0, "latency_ms": 0.01},
+                                    {"ends": ["s", "t"], "gbps": 1000.0, "latency_ms": far_ms}]})
+    chain = (-1, 0, 1)
+    return topology, plan_from_trees(3, [(0, chain, chain, 1.0)], chunk_bytes=64 << 10,
+                                     topology=topology)
+
+
+# a flow's weight: the inverse of its route's latency plus 2.5 kB over each of its links'
+# rates; no acknowledgement traffic
+NETWORK = FlowNetwork(weight_bytes=2500.0, crosstraffic=0.0, mixed_efficiency=0.8)
+
+
+def _penalty(topology, u: int, v: int) -> float:
+    return topology.latency(u, v) + NETWORK.weight_bytes * sum(
+        1.0 / topology.capacity_array[r] for r in topology.route(u, v))
+
+
+@pytest.mark.parametrize("far_ms,ratio", [
+    (0.0, 1.0),      # equal weights: two flows' shares
+    (0.0072, 1.3),   # the reduce flow weighs 1.3 times the broadcast flow: 1.3 shares
+    (0.06, 1.5),     # 3.5 times: at most 2 / 0.8 - 1 = 1.5 shares
+])
+def test_a_rank_whose_two_flows_differ_in_weight_holds_the_tree_to_the_lighter_share(
+        far_ms, ratio):
+    topology, plan = _chain(far_ms)
+    assert min(_penalty(topology, 1, 2) / _penalty(topology, 1, 0), 1.5) == pytest.approx(
+        ratio, rel=0.01)
+    got = plan_time(topology, plan, GiB, costs=NO_COSTS, network=NETWORK)
+    assert got == pytest.approx(GiB * (1.0 + ratio) / NIC_BPS, rel=0.01)
+
+
+def test_without_a_measured_cost_of_unequal_weights_the_flows_share_equally():
+    topology, plan = _chain(0.06)
+    network = FlowNetwork(weight_bytes=NETWORK.weight_bytes, crosstraffic=0.0)
+    assert plan_time(topology, plan, GiB, costs=NO_COSTS, network=network) == pytest.approx(
+        GiB * 2.0 / NIC_BPS, rel=0.01)
