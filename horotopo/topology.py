@@ -125,8 +125,7 @@ class Topology:
         """A declared topology's :class:`HostRoutes` as arrays: ``(node, attach, up, down,
         width, ptr, idx)``, the core path between attachment nodes ``a`` and ``b`` being
         ``idx[ptr[a * width + b]:ptr[a * width + b + 1]]``. Built once per topology, since
-        every route table of a plan's arcs (:func:`horotopo.packing.sharing.route_table`)
-        reads it."""
+        every route table of a plan's arcs (:meth:`arc_routes`) reads it."""
         routes = self.routes
         width = len(routes.core)
         flat = [path for row in routes.core for path in row]
@@ -152,6 +151,61 @@ class Topology:
         return (np.asarray(routes.node), np.asarray(routes.attach), leaf_rate(routes.up),
                 leaf_rate(routes.down), core_rate, np.asarray(lat.leaf, dtype=float),
                 np.asarray(lat.core, dtype=float).reshape(core_rate.shape))
+
+    def arc_routes(self, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """CSR of the routes of the arcs ``keys`` (``i * n + j``): ``(ptr, resources)``, arc
+        ``a``'s route being ``resources[ptr[a]:ptr[a + 1]]``.
+
+        A declared topology's :class:`HostRoutes` is read in closed form (leaf link out, path
+        between attachment nodes, leaf link in), so no ``n x n`` table is built; a measured
+        one's routes are looked up once per distinct arc and kept, since the candidate plans
+        of one planning run share most of their arcs.
+        """
+        keys = np.asarray(keys, dtype=np.int64)
+        if isinstance(self.routes, HostRoutes):
+            return self._host_arc_routes(keys)
+        return self._route_store.lookup(keys)
+
+    def _host_arc_routes(self, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        n = self.n
+        tails, heads = keys // n, keys % n
+        node, attach, up, down, width, ptr, idx = self.host_route_csr
+        far = node[tails] != node[heads]
+        pair = attach[tails] * width + attach[heads]
+        core_len = np.where(far, ptr[pair + 1] - ptr[pair], 0)
+        head = (far & (up[tails] >= 0)).astype(np.int64)
+        tail = (far & (down[heads] >= 0)).astype(np.int64)
+        out_ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+        out_ptr[1:] = np.cumsum(head + core_len + tail)
+        res = np.empty(int(out_ptr[-1]), dtype=np.int64)
+        start = out_ptr[:-1]
+        has = head > 0
+        res[start[has]] = up[tails[has]]
+        # the core path of arc a fills res[start[a] + head[a] : ... + core_len[a]]
+        arc = np.repeat(np.arange(len(keys)), core_len)
+        offset = np.arange(len(arc)) - np.repeat(np.cumsum(core_len) - core_len, core_len)
+        res[start[arc] + head[arc] + offset] = idx[ptr[pair[arc]] + offset]
+        has = tail > 0
+        res[out_ptr[1:][has] - 1] = down[heads[has]]
+        return out_ptr, res
+
+    @cached_property
+    def _route_store(self) -> "_RouteStore":
+        return _RouteStore(self)
+
+    def arc_latencies(self, keys: np.ndarray) -> np.ndarray:
+        """The latency in seconds of each arc ``keys`` (``i * n + j``), as :meth:`latency`
+        reads it."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if getattr(self.latency_s, "pair", None) is None:
+            return self._latency_array.ravel()[keys]
+        n = self.n
+        return np.fromiter((self.latency(int(k) // n, int(k) % n) for k in keys), dtype=float,
+                           count=len(keys))
+
+    @cached_property
+    def _latency_array(self) -> np.ndarray:
+        return np.asarray(self.latency_s, dtype=float).reshape(self.n, self.n)
 
     def pair_capacity_Bps(self, i: int, j: int) -> float:
         """The rate ``i -> j`` gets alone: its tightest resource (inf for same-host ranks)."""
@@ -848,3 +902,47 @@ def measured_document(name: str, hosts: Sequence[str], bandwidth_gbps: Sequence[
         doc["shared"] = [dict(s) for s in shared]
     from_dict(doc)
     return doc
+
+
+class _RouteStore:
+    """The routes of a measured topology's arcs read so far, as a CSR over their sorted keys:
+    a lookup of arcs already read costs no Python per arc."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.ptr = np.zeros(1, dtype=np.int64)
+        self.res = np.zeros(0, dtype=np.int64)
+
+    def lookup(self, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        at = np.searchsorted(self.keys, keys)
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == keys[known]
+        if not known.all():
+            self._add(np.unique(keys[~known]))
+            at = np.searchsorted(self.keys, keys)
+        lo, count = self.ptr[at], self.ptr[at + 1] - self.ptr[at]
+        out_ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum(count, out=out_ptr[1:])
+        pos = np.arange(int(out_ptr[-1])) - np.repeat(out_ptr[:-1], count) + np.repeat(lo, count)
+        return out_ptr, self.res[pos]
+
+    def _add(self, keys: np.ndarray) -> None:
+        n, routes = self.topology.n, self.topology.routes
+        found = [routes[i][j] for i, j in zip((keys // n).tolist(), (keys % n).tolist())]
+        ptr = np.zeros(len(found) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(r) for r in found])
+        res = np.fromiter((r for x in found for r in x), dtype=np.int64, count=int(ptr[-1]))
+        # merged with the arcs read before, kept sorted by key
+        all_keys = np.concatenate([self.keys, keys])
+        all_ptr = np.concatenate([self.ptr[:-1], ptr[:-1] + len(self.res)])
+        all_count = np.concatenate([np.diff(self.ptr), np.diff(ptr)])
+        all_res = np.concatenate([self.res, res])
+        order = np.argsort(all_keys, kind="stable")
+        count = all_count[order]
+        self.keys = all_keys[order]
+        self.ptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(count, out=self.ptr[1:])
+        pos = np.arange(int(self.ptr[-1])) - np.repeat(self.ptr[:-1], count) \
+            + np.repeat(all_ptr[order], count)
+        self.res = all_res[pos]

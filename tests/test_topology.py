@@ -1,6 +1,7 @@
 """Loading both topology forms, routes, and the errors for bad files."""
 import json
 
+import numpy as np
 import pytest
 
 from horotopo import generate
@@ -54,6 +55,40 @@ def test_measured_form_routes_pair_host_and_shared_resources():
     assert [t.resources[r] for r in t.routes[1][0]] == ["pair 1->0"]
     assert t.pair_capacity_Bps(0, 1) == pytest.approx(0.5 * GBPS_TO_BPS)
     assert from_dict(t.to_json()).source == t.source
+
+
+def _routes_of(t, keys):
+    ptr, res = t.arc_routes(np.asarray(keys, dtype=np.int64))
+    return [tuple(res[ptr[a]:ptr[a + 1]].tolist()) for a in range(len(keys))]
+
+
+@pytest.mark.parametrize("kind", ["measured", "declared"])
+def test_arc_routes_and_latencies_read_every_arc_as_route_and_latency_do(kind):
+    """Looked up in batches that repeat, reorder and add arcs (a measured topology keeps
+    what it read): every arc's route and latency are the single-arc lookups'."""
+    if kind == "measured":
+        n = 6
+        rng = np.random.default_rng(3)
+        t = from_dict({"name": "m", "ranks": [f"r{i}" for i in range(n)],
+                       "bandwidth_gbps": [[None if i == j else float(rng.uniform(1, 9))
+                                           for j in range(n)] for i in range(n)],
+                       "latency_ms": [[0 if i == j else float(rng.uniform(0.001, 0.05))
+                                       for j in range(n)] for i in range(n)],
+                       "egress_gbps": [2.0] * n,
+                       "shared": [{"pairs": [[0, 1], [2, 3], [4, 5]], "gbps": 0.5}]})
+    else:
+        t = from_dict(generate.generate("racks:hosts_per_rack=2,gpus=2,oversub=2", 16))
+    n = t.n
+    rng = np.random.default_rng(7)
+    arcs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    for _ in range(4):
+        pick = rng.choice(len(arcs), size=min(len(arcs), 12))
+        keys = [arcs[a][0] * n + arcs[a][1] for a in pick]
+        assert _routes_of(t, keys) == [t.route(k // n, k % n) for k in keys]
+        assert t.arc_latencies(np.asarray(keys)).tolist() == [t.latency(k // n, k % n)
+                                                              for k in keys]
+    every = [i * n + j for i, j in arcs][::-1]
+    assert _routes_of(t, every) == [t.route(k // n, k % n) for k in every]
 
 
 @pytest.mark.parametrize("doc, field", [

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
                                  fill_time, on_network, rank_degrees, window_for, window_rate)
-from ..packing.sharing import progressive_filling, route_table, usage_of
+from ..packing.sharing import progressive_filling, usage_of
 from ..params import PLANNER, PlannerParams
 from ..plan import Plan
 from ..topology import Topology
@@ -246,10 +246,10 @@ def _arc_weights(topology: Topology,
         tree.append(np.full(len(arcs), k))
     # trees share most arcs (the channels of a host forest): each arc's route and weight once
     distinct, which = np.unique(np.concatenate(keys), return_inverse=True)
-    ptr, res = route_table(topology, distinct)
+    ptr, res = topology.arc_routes(distinct)
     per_byte = np.zeros(len(distinct))
     np.add.at(per_byte, np.repeat(np.arange(len(distinct)), np.diff(ptr)), inv_cap[res])
-    latency = np.array([topology.latency(int(key // n), int(key % n)) for key in distinct])
+    latency = topology.arc_latencies(distinct)
     weight = 1.0 / np.maximum(latency + network.weight_bytes * per_byte, 1e-12)
     return which.ravel(), np.concatenate(tree), ptr, res, weight
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from ..topology import HostRoutes, Topology
 from .model import hops_to_root
-from .sharing import route_table
 
 __all__ = ["Profile", "declared_arc", "tree_profiles", "TreeProfiler", "arc_figures_batch",
            "forest_depths", "plan_latency", "Crowding", "fill_crowding"]
@@ -62,13 +61,12 @@ def _figures_generic(topology: Topology, tails: np.ndarray, heads: np.ndarray
     :func:`declared_arc` gives them, the bottleneck rates taken over the arcs' routes at once."""
     n = topology.n
     keys, inverse = np.unique(tails * n + heads, return_inverse=True)
-    ptr, res = route_table(topology, keys)
+    ptr, res = topology.arc_routes(keys)
     rate = np.full(len(keys), math.inf)
     routed = ptr[1:] > ptr[:-1]
     if routed.any():
         rate[routed] = np.minimum.reduceat(topology.capacity_array[res], ptr[:-1][routed])
-    latency = np.fromiter((topology.latency(int(k) // n, int(k) % n) for k in keys),
-                          dtype=float, count=len(keys))
+    latency = topology.arc_latencies(keys)
     return latency[inverse], (1.0 / rate)[inverse]
 
 
@@ -182,7 +180,6 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
                   ) -> Crowding:
     """:class:`Crowding` of every ``(reduce_parent, bcast_parent)`` of a plan: the flows
     counted per resource, half and depth, then each distinct arc's shared rate."""
-    from .sharing import route_table  # sharing imports model only; on use, to keep it light
     n = topology.n
     # the distinct (arc, half, depth) and their flows: channels and rotations repeat most
     found, flows_found = [], []
@@ -200,7 +197,7 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     # each arc's route once (an arc recurs at several depths and in both halves)
     distinct, arc_of = np.unique(arcs, return_inverse=True)
     arc_of = arc_of.ravel()
-    arc_ptr, arc_res = route_table(topology, distinct)
+    arc_ptr, arc_res = topology.arc_routes(distinct)
     lengths = np.diff(arc_ptr)[arc_of]
     ptr = np.zeros(len(keys) + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])

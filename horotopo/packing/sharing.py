@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..params import PLANNER, PlannerParams
-from ..topology import HostRoutes, Topology
+from ..topology import Topology
 from .certificate import plural
 from .model import TreeRate
 
@@ -41,43 +41,6 @@ __all__ = ["Usage", "usage_of", "tree_usage", "fair_rates", "progressive_filling
 #: A resource whose load is within this fraction of its capacity counts as saturated (the
 #: step that fills it leaves a few ulps of rounding).
 SATURATED_RTOL = 1e-9
-
-
-def route_table(topology: Topology, keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """CSR of the routes of the arcs ``keys`` (``i * n + j``): ``(ptr, resources)``.
-
-    A declared topology's :class:`~horotopo.topology.HostRoutes` is read in closed form (leaf
-    link out, path between attachment nodes, leaf link in), so no ``n x n`` table is built; a
-    measured one's routes are looked up once per distinct arc.
-    """
-    n = topology.n
-    tails, heads = keys // n, keys % n
-    routes = topology.routes
-    if isinstance(routes, HostRoutes):
-        node, attach, up, down, width, ptr, idx = topology.host_route_csr
-        far = node[tails] != node[heads]
-        pair = attach[tails] * width + attach[heads]
-        core_len = np.where(far, ptr[pair + 1] - ptr[pair], 0)
-        head = (far & (up[tails] >= 0)).astype(np.int64)
-        tail = (far & (down[heads] >= 0)).astype(np.int64)
-        lens = head + core_len + tail
-        out_ptr = np.zeros(len(keys) + 1, dtype=np.int64)
-        out_ptr[1:] = np.cumsum(lens)
-        res = np.empty(int(out_ptr[-1]), dtype=np.int64)
-        start = out_ptr[:-1]
-        has = head > 0
-        res[start[has]] = up[tails[has]]
-        # the core path of arc a fills res[start[a] + head[a] : ... + core_len[a]]
-        arc = np.repeat(np.arange(len(keys)), core_len)
-        offset = np.arange(len(arc)) - np.repeat(np.cumsum(core_len) - core_len, core_len)
-        res[start[arc] + head[arc] + offset] = idx[ptr[pair[arc]] + offset]
-        has = tail > 0
-        res[out_ptr[1:][has] - 1] = down[heads[has]]
-        return out_ptr, res
-    found = [tuple(routes[i][j]) for i, j in zip(tails.tolist(), heads.tolist())]
-    ptr = np.zeros(len(found) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(r) for r in found])
-    return ptr, np.fromiter((r for x in found for r in x), dtype=np.int64, count=int(ptr[-1]))
 
 
 def _parents(tree: Any) -> Tuple[Sequence[int], Sequence[int]]:
@@ -138,7 +101,7 @@ def usage_of(topology: Topology, trees: Sequence[Any]) -> Usage:
     # trees share most arcs (a hierarchical plan's channels share their intra-host stars), so
     # routes are looked up per distinct arc
     distinct, which = _distinct(keys, n * n)
-    ptr, res = route_table(topology, distinct)
+    ptr, res = topology.arc_routes(distinct)
     arcs = sp.csr_matrix((np.ones(len(keys)), which, starts),
                          shape=(k, len(distinct)))
     return Usage(arcs, sp.csr_matrix((np.ones(len(res)), res, ptr),
