@@ -91,6 +91,17 @@ def _unit_rows(rows: Sequence[Sequence[int]], weight: float, width: int) -> sp.c
     return sp.csr_matrix((np.full(len(r), weight), (r, c)), shape=(len(rows), width))
 
 
+def _route_rows(topology: Topology, rows: np.ndarray, tails: np.ndarray, heads: np.ndarray,
+                count: int, weight: float) -> sp.csr_matrix:
+    """A ``count``-row sparse matrix with ``weight`` at every resource of the route of arc
+    ``tails[i] -> heads[i]`` in row ``rows[i]`` (summed), as :func:`_unit_rows` of those
+    routes listed row by row."""
+    ptr, res = topology.arc_routes(tails * topology.n + heads)
+    r = np.repeat(rows, np.diff(ptr))
+    return sp.csr_matrix((np.full(len(r), weight), (r, res)),
+                         shape=(count, len(topology.capacity_Bps)))
+
+
 class HostModel:
     """The hierarchical model: columns are trees over machines (see module docstring).
 
@@ -135,20 +146,22 @@ class HostModel:
             self.key = np.arange(h_count)
             self.keys = h_count
             out_rows = in_rows = [[] for _ in range(h_count)]
-            core = _unit_rows([[r for c in range(k) for r in topology.route(
-                self.designated[c, h], self.designated[c, g])] if h != g else []
-                for h in range(h_count) for g in range(h_count)], 1.0 / k, width)
+            # row h * H + g: the routes between the machines' designated ranks, channel by
+            # channel (none from a machine to itself)
+            h_of, g_of = np.divmod(np.arange(h_count * h_count), h_count)
+            rows = np.repeat(np.flatnonzero(h_of != g_of), k)
+            tails = self.designated[:, h_of[h_of != g_of]].T.ravel()
+            heads = self.designated[:, g_of[h_of != g_of]].T.ravel()
+            core = _route_rows(topology, rows, tails, heads, h_count * h_count, 1.0 / k)
         out_m = _unit_rows(out_rows, 1.0 / k, width)
         in_m = _unit_rows(in_rows, 1.0 / k, width)
-        star_in, star_out = [], []
-        for c in range(k):
-            for h, m in enumerate(self.members):
-                d = self.designated[c, h]
-                for j in m:
-                    if j != d:
-                        star_in.extend(topology.route(j, d))
-                        star_out.extend(topology.route(d, j))
-        fixed = _unit_rows([star_in, star_out], 1.0 / k, width)
+        # every channel's star inside every machine: row 0 in to the designated rank, row 1 out
+        member = [(d, j) for c in range(k) for h, m in enumerate(self.members)
+                  for d in [self.designated[c, h]] for j in m if j != d]
+        ends = np.array(member, dtype=np.int64).reshape(-1, 2)
+        fixed = _route_rows(topology, np.repeat([0, 1], len(ends)),
+                            np.concatenate([ends[:, 1], ends[:, 0]]),
+                            np.concatenate([ends[:, 0], ends[:, 1]]), 2, 1.0 / k)
         self._merge(topology.capacity_array, out_m, in_m, core, fixed)
 
     def _merge(self, cap: np.ndarray, *parts: sp.csr_matrix) -> None:
