@@ -87,6 +87,12 @@ class EngineParams:
     in_flight_extra: int = _param(
         2, "Chunks of one tree in flight at a rank beyond the scratch window and a chunk per "
            "hop each way (what keeps every link of the tree busy): a small margin over that.")
+    pace_factor: float = _param(
+        0.0, "0 sends a tree's chunks as soon as its pipeline allows; f > 0 holds each tree "
+             "allreduce's sends up and down to f times the tree's planned rate, so that no "
+             "tree takes more of a shared link than the plan gave it. Off until a measurement "
+             "shows it faster: benchmarks/execution_sim.py's pace variants "
+             "(docs/results/execution_sim.md).")
     check_first_bytes: int = _param(
         256 << 10, "From this many bytes up, the library allreduce's float min and max first "
                    "ask the ranks whether any holds a NaN or -0.0 (two passes and a latency) "
@@ -136,6 +142,9 @@ class EngineParams:
         for name in ("prior_mpi_latency_s", "prior_tree_latency_s", "prior_per_message_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: must be >= 0 seconds, got {getattr(self, name)!r}")
+        if not 0 <= self.pace_factor < float("inf"):
+            raise ValueError(f"pace_factor: must be a finite number >= 0 (0: off), got "
+                             f"{self.pace_factor!r}")
         if not 0 < self.single_size_latency_share < 1:
             raise ValueError(f"single_size_latency_share: must be in (0, 1), got "
                              f"{self.single_size_latency_share!r}")

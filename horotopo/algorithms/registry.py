@@ -279,8 +279,8 @@ REGISTRY: Dict[str, List[Candidate]] = {
     ALLREDUCE: [
         Candidate("tree", ALLREDUCE, "a plan with trees and an allreduce dtype", _tree_enabled,
                   lambda t, plan, pool, window, params: TreeAllreduce(
-                      t, plan, window=window, pool=pool,
-                      in_flight_extra=params.in_flight_extra), _tree_predict),
+                      t, plan, window=window, pool=pool, in_flight_extra=params.in_flight_extra,
+                      pace_factor=params.pace_factor), _tree_predict),
         Candidate("ring", ALLREDUCE, "an allreduce dtype", _ring_enabled,
                   lambda t, plan, pool, window, params: RingAllreduce(t, pool=pool),
                   _ring_predict),

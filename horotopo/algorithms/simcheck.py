@@ -19,7 +19,7 @@ import numpy as np
 from ..engine import Engine
 from .flows import FlowNetwork
 from ..packing.alphabeta import NetworkModel, SoftwareCosts, window_for
-from ..params import RUNTIME, RuntimeParams
+from ..params import ENGINE, RUNTIME, EngineParams, RuntimeParams
 from ..plan import Plan, plan_from_trees
 from ..simulation.runner import run_simulated
 from ..simulation.support import SimCosts
@@ -189,16 +189,17 @@ def simulated_costs() -> SoftwareCosts:
 
 
 def timed_allreduce(plan: Plan, algorithm: str, elems: int, chunk_elems_bytes: int,
-                    window: int) -> Callable[[Any], Dict[str, Any]]:
+                    window: int, params: EngineParams = ENGINE
+                    ) -> Callable[[Any], Dict[str, Any]]:
     """A simulated rank's body: one allreduce of ``elems`` float32 (each rank's own rank
     number) by ``algorithm``, forced, on an engine bound to ``plan`` in chunks of
-    ``chunk_elems_bytes`` real bytes and ``window``; every rank starts at one simulated
+    ``chunk_elems_bytes`` real bytes, ``window`` and ``params``; every rank starts at one simulated
     instant, and the call ends once the rank has handled its last receive. Returns the
     rank's ``time_s`` and its ``wrong`` elements."""
     want = np.float32(plan.n * (plan.n - 1) / 2)
 
     def body(t: Any) -> Dict[str, Any]:
-        eng = Engine(t, plan, chunk_bytes=chunk_elems_bytes, window=window)
+        eng = Engine(t, plan, chunk_bytes=chunk_elems_bytes, window=window, params=params)
         if algorithm == "hierarchical":  # its hosts (an exchange of names) are not timed
             eng.allreduce_algorithms.get(algorithm).runner.layout()
         x = np.full(elems, t.rank, np.float32)

@@ -19,14 +19,24 @@ by default 2 MiB, see :func:`horotopo.schedule.window_for`), and at most the tab
 ``in_flight`` chunks per tree are in flight (that bounds outstanding messages). Every rank ends
 with the root's bits, so results are bitwise identical across ranks.
 
+With a pace factor ``f > 0`` (:attr:`~horotopo.params.EngineParams.pace_factor`), an
+allreduce holds each tree's sends at every rank to ``f`` times the tree's planned rate
+(``Tree.rate_Bps``), the sends up and the sends down alike: every arc of a tree carries the
+tree's whole segment once each way, so both streams are what its planned share of a shared link
+is made of. Chunk ``k`` of a stream goes out no earlier than the stream's first send plus the
+time the chunks before it take at that rate (a rank behind that time sends at once, so a stall
+is caught up, never carried on); the progress loop's timers release the sends held.
+
 MPI matches the messages of one (peer, tag) stream in the order they are posted but may report
 completions in any order, so each stream (receives from a child, the send up, the receive down,
 the sends down) is posted strictly in chunk order, whatever order the completions arrive in.
 """
 from __future__ import annotations
 
+import math
+from collections import deque
 from functools import partial
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, Deque, List, Optional, Tuple, Union
 
 from .. import timeline as _timeline
 from ..buffers import ScratchPool, combine_into, reduce_into, synchronize
@@ -37,6 +47,46 @@ from ..transport.base import Transport
 from .progress import Progress
 
 __all__ = ["TreeAllreduce", "TreeBroadcast", "Window", "window_for"]
+
+
+class _Pacer:
+    """One send stream of a tree at this rank, held to a rate: the send of the chunk that
+    starts at element ``first`` goes out no earlier than the stream's first send plus
+    ``(first - origin) * seconds_per_elem``; sends are posted in the order they were asked
+    for, whatever their times."""
+
+    __slots__ = ("prog", "seconds_per_elem", "origin", "start", "held")
+
+    def __init__(self, prog: Progress, seconds_per_elem: float, origin: int) -> None:
+        self.prog = prog
+        self.seconds_per_elem = seconds_per_elem
+        self.origin = origin
+        self.start: Optional[float] = None
+        self.held: Deque[Tuple[float, Callable[[], None]]] = deque()
+
+    def send(self, first: int, post: Callable[[], None]) -> None:
+        """Call ``post`` (which posts the send) now, or from a timer once it is due."""
+        now = self.prog.now()
+        if self.start is None:
+            self.start = now
+        due = self.start + (first - self.origin) * self.seconds_per_elem
+        if self.held:
+            self.held.append((due, post))
+        elif due <= now:
+            post()
+        else:
+            self.held.append((due, post))
+            self.prog.at(due, self._release)
+
+    def _release(self) -> None:
+        held = self.held
+        held.popleft()[1]()  # its timer fired: due
+        if held:
+            now = self.prog.now()
+            while held and held[0][0] <= now:
+                held.popleft()[1]()
+            if held:
+                self.prog.at(held[0][0], self._release)
 
 
 class _TreeRun:
@@ -60,10 +110,13 @@ class _TreeRun:
         Chunks of scratch per reduce child.
     allreduce : bool
         False for a broadcast: chunks start final at the root and are only passed down.
+    pace_s_per_elem : float, optional
+        Seconds per element of this tree's sends at its paced rate; None sends at once.
     """
 
     def __init__(self, prog: Progress, table: TreeTable, out: Any, src: Any, op: str,
-                 tag_base: int, scratch: Optional[Any], window: int, allreduce: bool) -> None:
+                 tag_base: int, scratch: Optional[Any], window: int, allreduce: bool,
+                 pace_s_per_elem: Optional[float] = None) -> None:
         self.prog = prog
         self.chunks = table.chunks
         self.out = out
@@ -118,6 +171,12 @@ class _TreeRun:
         else:
             steps += 1
         self.steps = steps
+        self.pace_up: Optional[_Pacer] = None
+        self.pace_down: Optional[_Pacer] = None
+        if pace_s_per_elem is not None and self.chunks:
+            origin = self.chunks[0][0]
+            self.pace_up = _Pacer(prog, pace_s_per_elem, origin)
+            self.pace_down = _Pacer(prog, pace_s_per_elem, origin)
 
     @property
     def done(self) -> bool:
@@ -191,7 +250,12 @@ class _TreeRun:
                 a, b = self.chunks[j]
                 own = self.recv_children or self.src is self.out
                 buf = self.out[a:b] if own else self.src[a:b]
-                self.prog.isend(buf, self.send_parent, self.tag_up, partial(self._up_sent, j))
+                if self.pace_up is None:
+                    self.prog.isend(buf, self.send_parent, self.tag_up,
+                                    partial(self._up_sent, j))
+                else:
+                    self.pace_up.send(a, partial(self.prog.isend, buf, self.send_parent,
+                                                 self.tag_up, partial(self._up_sent, j)))
         if self.phases is not None and self.ready_low == len(self.chunks):
             self.phases.reduced(self.table.tree)
         self._step(k)
@@ -221,9 +285,15 @@ class _TreeRun:
         while self.down_low < len(self.chunks) and self.final[self.down_low]:
             j = self.down_low
             self.down_low += 1
-            a, b = self.chunks[j]
-            for c in self.send_children:
-                self.prog.isend(self.out[a:b], c, self.tag_down, partial(self._step, j))
+            if self.pace_down is None:
+                self._send_down(j)
+            elif self.send_children:
+                self.pace_down.send(self.chunks[j][0], partial(self._send_down, j))
+
+    def _send_down(self, k: int) -> None:
+        a, b = self.chunks[k]
+        for c in self.send_children:
+            self.prog.isend(self.out[a:b], c, self.tag_down, partial(self._step, k))
 
     def _step(self, k: int) -> None:
         self.left[k] -= 1
@@ -246,7 +316,8 @@ class _TreeAlgorithm:
 
     def __init__(self, transport: Transport, plan: Plan, window: Window = None,
                  pool: Optional[ScratchPool] = None,
-                 in_flight_extra: int = ENGINE.in_flight_extra) -> None:
+                 in_flight_extra: int = ENGINE.in_flight_extra,
+                 pace_factor: float = 0.0) -> None:
         if plan.n != transport.size:
             raise ValueError(f"the plan is for {plan.n} ranks but the transport has "
                              f"{transport.size}")
@@ -254,6 +325,10 @@ class _TreeAlgorithm:
             window = int(window(plan))
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 chunk, got {window}")
+        if not 0 <= pace_factor < math.inf:
+            raise ValueError(f"pace_factor must be a finite number >= 0 (0: off), got "
+                             f"{pace_factor!r}")
+        self.pace_factor = pace_factor
         self.transport = transport
         self.plan = plan
         self.window = window
@@ -261,6 +336,15 @@ class _TreeAlgorithm:
         self.schedules = ScheduleCache(plan, transport.rank, window,
                                        in_flight_extra=in_flight_extra)
         self.last_messages = 0
+
+    def _pace_s_per_elem(self, tree: int, itemsize: int) -> Optional[float]:
+        """Seconds per element of plan tree ``tree`` at the pace factor times its planned
+        rate, in the network's bytes (the transport's ``scale``); None unpaced (pacing off,
+        or a tree without a planned rate)."""
+        rate = self.plan.trees[tree].rate_Bps * self.pace_factor
+        if not 0 < rate < math.inf:
+            return None
+        return itemsize * self.transport.scale / rate
 
     def _run(self, runs: List[_TreeRun], prog: Progress) -> None:
         phases = _timeline.tree_phases(runs[0].allreduce) if runs else None
@@ -297,6 +381,10 @@ class TreeAllreduce(_TreeAlgorithm):
     in_flight_extra : int
         Chunks of a tree in flight beyond the window and a chunk per hop each way (the
         engine's :attr:`~horotopo.params.EngineParams.in_flight_extra`).
+    pace_factor : float
+        0 sends as soon as the pipeline allows; ``f > 0`` holds every tree's sends to ``f``
+        times its planned rate (the engine's :attr:`~horotopo.params.EngineParams.pace_factor`;
+        see the module docstring).
     """
 
     def run(self, src: Any, out: Any, op: str, chunk_elems: int) -> None:
@@ -305,7 +393,7 @@ class TreeAllreduce(_TreeAlgorithm):
         ``op`` is one of sum, min, max, product; ``chunk_elems`` is the elements per message.
         """
         table = self.schedules.allreduce(out.size, out.dtype, chunk_elems)
-        prog = Progress(self.transport)
+        prog = Progress(self.transport, timed=self.pace_factor > 0)
         base = self.transport.alloc_tags(table.tags)
         block = self.pool.get(table.scratch_elems, out) if table.scratch_elems else None
         runs = []
@@ -315,8 +403,10 @@ class TreeAllreduce(_TreeAlgorithm):
                 at = t.scratch_offset
                 scratch = block[at:at + t.scratch_rows * t.scratch_width].reshape(
                     t.scratch_rows, t.scratch_width)
+            pace = (self._pace_s_per_elem(t.tree, out.dtype.itemsize) if prog.timed
+                    else None)
             runs.append(_TreeRun(prog, t, out, src, op, base, scratch, table.window,
-                                 allreduce=True))
+                                 allreduce=True, pace_s_per_elem=pace))
         self._run(runs, prog)
 
 

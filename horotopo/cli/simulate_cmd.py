@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .. import costs as cost_profiles
 from ..costs import RANK_KINDS, CostProfile
 from ..generate import GENERATORS, describe_generators, generate
+from ..params import ENGINE, EngineParams
 from ..plan import Plan, format_size, make_plan, ring_plan
 from ..topology import Topology, TopologyError, from_dict, load, plural
 from . import CommandError, positive_size
@@ -171,7 +172,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
              max_host_trees: Optional[int] = None,
              window: Optional[int] = None, ranks_are: str = "cpu", cuda_aware: bool = True,
              profile: Optional[CostProfile] = None,
-             profile_source: Optional[str] = None) -> Dict[str, Any]:
+             profile_source: Optional[str] = None,
+             engine_params: Optional[EngineParams] = None) -> Dict[str, Any]:
     """Run the simulation; the result as a JSON-ready dict (see :func:`run`).
 
     ``software_costs`` False charges no per-message or per-byte receive cost (the network
@@ -183,7 +185,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
     (``network/crosstraffic:0``, ``network/bandwidth-factor:1``...), recorded in the result.
     ``max_host_trees``: the planner's bound on a host forest's trees (``make_plan``'s).
     ``window``: the engine's window for every algorithm (None: each one's automatic window at
-    its full-size chunk), recorded in the result.
+    its full-size chunk), recorded in the result. ``engine_params``: the engine's parameters
+    (None: the defaults, :data:`horotopo.params.ENGINE`), its pace factor recorded.
 
     ``probe`` is one of :data:`PROBES`. ``progress`` receives one-line messages (rank 0's
     probe progress, in simulated seconds; each simulation's messages and clock once a minute
@@ -217,7 +220,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
         profile, profile_source = cost_profiles.from_settings()
     with cost_profiles.charging(profile, ranks_are, cuda_aware):
         out = _simulate(topology, size, probe, progress, timeout_s, algorithms, plan,
-                        chunk_bytes, software_costs, simgrid_config, max_host_trees, window)
+                        chunk_bytes, software_costs, simgrid_config, max_host_trees, window,
+                        engine_params or ENGINE)
     out["cost_profile"] = {"ranks_are": ranks_are, "cuda_aware": bool(cuda_aware),
                            "source": profile_source or "given", "profile": profile.to_json()}
     return out
@@ -226,7 +230,8 @@ def simulate(topology: Topology, size: int, probe: str = "declared",
 def _simulate(topology: Topology, size: int, probe: str, progress: Any,
               timeout_s: Optional[float], algorithms: Sequence[str], plan: Optional[Plan],
               chunk_bytes: Optional[int], software_costs: bool, simgrid_config: Sequence[str],
-              max_host_trees: Optional[int], window: Optional[int]) -> Dict[str, Any]:
+              max_host_trees: Optional[int], window: Optional[int],
+              engine_params: EngineParams) -> Dict[str, Any]:
     from ..algorithms.choice import (forest_predictor, predictions, recorded_algorithm,
                                      with_choice)
     from ..algorithms.simcheck import timed_allreduce
@@ -323,7 +328,7 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         # planner parameters the plan was made with
         win = window or window_for(full, 2 if alg == "dbtree" else len(made.trees),
                                    PlannerParams.recorded(made.planner.get("params", {})))
-        body = timed_allreduce(made, alg, elems, chunk, win)
+        body = timed_allreduce(made, alg, elems, chunk, win, engine_params)
         if progress is not None:
             progress(f"{alg}: simulating one {format_size(size)} allreduce")
         timed[alg] = simulated(body, alg)
@@ -360,7 +365,8 @@ def _simulate(topology: Topology, size: int, probe: str, progress: Any,
         "messages": sum(r.messages for r in runs), "plan": doc,
         "software_costs": {"per_message_s": costs.per_message_s,
                            "recv_s_per_byte": costs.recv_s_per_byte},
-        "simgrid_config": list(simgrid_config), "window": window}
+        "simgrid_config": list(simgrid_config), "window": window,
+        "pace_factor": engine_params.pace_factor}
     if first["probed"] is not None:
         out["probed_topology"] = first["probed"]
     return out

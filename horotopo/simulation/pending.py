@@ -167,8 +167,9 @@ class CompletionQueue:
         self._ready.append(request.cb)
         request.watch = request.cb = None
 
-    def next(self) -> Callable[[], None]:
+    def next(self, deadline: Optional[float] = None) -> Optional[Callable[[], None]]:
         """Block (in simulated time) until a watched request has completed; its callback.
+        With a ``deadline`` (simulated seconds), None once the clock reaches it first.
 
         Raises
         ------
@@ -194,7 +195,15 @@ class CompletionQueue:
                     best, first = r, seq
             if best is None:
                 reqs = list(candidates)
-                t.complete(reqs[t.sg.Comm.wait_any([r.comm for r in reqs])], waited=True)
+                comms = [r.comm for r in reqs]
+                if deadline is None:
+                    got = t.sg.Comm.wait_any(comms)
+                else:
+                    left = deadline - t.now()
+                    got = t.sg.Comm.wait_any_for(comms, left) if left > 0 else -1
+                    if got < 0:
+                        return None
+                t.complete(reqs[got], waited=True)
             else:
                 t.complete(best)
         self._open -= 1

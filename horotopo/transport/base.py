@@ -19,7 +19,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from ..params import RUNTIME
 from . import p2p, wire
 from .p2p import allreduce_point_to_point
-from .poll import TransportError, TransportTimeout
+from .poll import DONE, IDLE, TransportError, TransportTimeout, poll
 from .types import ControlOp, Describe, ReduceOp
 
 __all__ = ["Transport", "TransportError", "TransportTimeout", "ReduceOp", "ControlOp",
@@ -39,6 +39,11 @@ class Transport:
     #: none; a transport that the runtime builds holds the environment's
     #: (:attr:`horotopo.params.RuntimeParams.idle_nap_s`), read once at its construction.
     idle_nap_s: Tuple[float, float] = RUNTIME.idle_nap_s
+
+    #: Bytes the network carries per byte of a point-to-point buffer: 1, except for a
+    #: simulated transport whose small buffers stand for full-size ones. A rate in bytes per
+    #: second of the network is ``scale`` times the buffer's.
+    scale: float = 1.0
 
     @property
     def rank(self) -> int:
@@ -76,6 +81,23 @@ class Transport:
     def waitall(self, requests: Sequence[Any]) -> None:
         """Block until every request in ``requests`` has completed."""
         raise NotImplementedError
+
+    def waitsome_until(self, requests: Sequence[Any], deadline: float) -> List[int]:
+        """:meth:`waitsome` that gives up at ``deadline`` (a :meth:`now` value): the completed
+        indices, or an empty list once the deadline has passed with none completed. With no
+        requests it only waits for the deadline.
+
+        Polls, yielding the CPU between polls rather than sleeping: the caller has something
+        due at the deadline (a paced send), and a nap would make it late.
+        """
+        found: List[int] = []
+
+        def step() -> int:
+            found.extend([k for k, r in enumerate(requests) if self.test(r)])
+            return DONE if found else IDLE
+
+        poll(step, deadline, busy=True, clock=self.now)
+        return found
 
     def alloc_tags(self, count: int) -> int:
         """Reserve ``count`` consecutive tags for one collective call; return the first.
@@ -266,6 +288,14 @@ class WrappedTransport(Transport):
     def now(self) -> float:
         # Deadlines handed to the inner transport's wait are read on its clock.
         return self.inner.now()
+
+    def waitsome_until(self, requests: Sequence[Any], deadline: float) -> List[int]:
+        if type(self.inner).waitsome_until is not Transport.waitsome_until:
+            # the inner transport's own timed wait takes its own requests, not the wrapper's,
+            # and a poll loop here would never let a simulated clock reach the deadline
+            raise TransportError(f"{type(self).__name__} cannot wait with a deadline over "
+                                 f"{type(self.inner).__name__}")
+        return super().waitsome_until(requests, deadline)
 
     def barrier(self, timeout_s: Optional[float] = None, what: str = "barrier") -> None:
         self.inner.barrier(timeout_s, what)

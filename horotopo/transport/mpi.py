@@ -129,6 +129,22 @@ class MPITransport(Transport):
             raise TransportError("waitsome on requests that have all completed already")
         return done
 
+    def waitsome_until(self, requests: Sequence[Any], deadline: float) -> List[int]:
+        testsome = MPI.Request.Testsome
+        found: List[Any] = []
+
+        def step() -> int:
+            if not requests:
+                return IDLE
+            got = testsome(requests)
+            if got is None:
+                raise TransportError("waitsome on requests that have all completed already")
+            found.extend(got)
+            return DONE if got else IDLE
+
+        poll(step, deadline, busy=True)
+        return found
+
     def cancel(self, request: Any) -> None:
         try:
             request.Cancel()

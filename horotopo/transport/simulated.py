@@ -369,6 +369,15 @@ class SimulatedTransport(SimCollectives, Transport):
         return CompletionQueue(self)
 
     def waitsome(self, requests: Sequence[Any]) -> List[int]:
+        return self._waitsome(requests, None)
+
+    def waitsome_until(self, requests: Sequence[Any], deadline: float) -> List[int]:
+        """:meth:`waitsome` that gives up at ``deadline``, simulated seconds: an empty list
+        once the simulated clock reaches it with none completed (SimGrid's timed
+        ``wait_any_for``; with no requests, a sleep until the deadline)."""
+        return self._waitsome(requests, deadline)
+
+    def _waitsome(self, requests: Sequence[Any], deadline: Optional[float]) -> List[int]:
         self.flush()
         while True:
             ready = [k for k, r in enumerate(requests) if r.done]
@@ -383,16 +392,33 @@ class SimulatedTransport(SimCollectives, Transport):
                     self.complete(head)
                     break
             else:
-                self._wait_any(requests)
+                if not self._wait_any(requests, deadline):
+                    return []
 
-    def _wait_any(self, requests: Sequence[Any]) -> None:
-        """Block until one of ``requests`` (none done) completes, and complete it."""
+    def _wait_any(self, requests: Sequence[Any], deadline: Optional[float] = None) -> bool:
+        """Block until one of ``requests`` (none done) completes, and complete it; False when
+        ``deadline`` (simulated seconds) came first."""
+        if deadline is not None:
+            left = deadline - self.now()
+            if left <= 0:
+                return False
+            if not requests:
+                self.sg.this_actor.sleep_for(left)
+                return False
         # A request is its own head once posted; only sends held behind others on their
         # stream share one, and only then do the heads need making unique.
         heads = requests
         if any([r.comm is None for r in requests]):  # a list: faster than a generator
             heads = list({id(h): h for h in map(self._head, requests)}.values())
-        self.complete(heads[self.sg.Comm.wait_any([h.comm for h in heads])], waited=True)
+        comms = [h.comm for h in heads]
+        if deadline is None:
+            got = self.sg.Comm.wait_any(comms)
+        else:
+            got = self.sg.Comm.wait_any_for(comms, left)
+            if got < 0:
+                return False
+        self.complete(heads[got], waited=True)
+        return True
 
     def waitall(self, requests: Sequence[Any]) -> None:
         pending = [r for r in requests if not r.done]
