@@ -22,11 +22,10 @@ simulator charges). The variants:
   (:attr:`~horotopo.params.PlannerParams.min_window`);
 - ``hosts-1``, ``hosts-2``, ``hosts-4``: fewer flows per NIC, the host forest
   (``make_plan(forest="hosts", max_host_trees=K)``) of at most K host-level trees, where the
-  topology offers host forests, at its own automatic window.
-
-Pacing each tree's sends at its planned rate is not a variant: the engine's progress loop has
-no timer to hold a send back (the simulated transport's completion queue wakes a rank only on
-message completions), so it cannot be measured without building one.
+  topology offers host forests, at its own automatic window;
+- ``pace-x1.0``, ``pace-x1.1``: the plan at the automatic window, every tree's sends held to
+  1.0 and 1.1 times its planned rate (:attr:`~horotopo.params.EngineParams.pace_factor`); the
+  flow model does not model pacing, so their prediction is the baseline's.
 
 Fractions of the optimum are the row's plan's bound over the simulated time (the optimum is
 ``size / plan.upper_bound_Bps``, the certified bound of the topology, the same for every
@@ -56,7 +55,7 @@ from horotopo.costs import RANK_KINDS
 from horotopo.generate import SCALE_TABLE_SPECS
 from horotopo.packing.alphabeta import NetworkModel
 from horotopo.packing.forests import kind_names
-from horotopo.params import PlannerParams
+from horotopo.params import EngineParams, PlannerParams
 from horotopo.plan import Plan, format_size, make_plan, parse_size
 from horotopo.schedule import window_for
 from horotopo.simulation import SimulationError
@@ -73,9 +72,13 @@ WINDOW_FACTORS = (2, 4)
 SMALL_WINDOW = 2
 #: Host-level tree bounds of the host-forest variants.
 HOST_TREES = (1, 2, 4)
+#: Multiples of each tree's planned rate that the pace variants hold its sends to.
+PACE_FACTORS = (1.0, 1.1)
+PACE = "pace-x"
 VARIANTS: Tuple[str, ...] = ((BASELINE, BDP) + tuple(f"window-x{f}" for f in WINDOW_FACTORS)
                              + (f"window={SMALL_WINDOW}",)
-                             + tuple(f"hosts-{k}" for k in HOST_TREES))
+                             + tuple(f"hosts-{k}" for k in HOST_TREES)
+                             + tuple(f"{PACE}{f:.1f}" for f in PACE_FACTORS))
 PLAN_CHUNK = "plan"
 HOST_FOREST = "hosts"
 #: The default rows: every scale-table generator at 64 ranks at its plan's chunk, and two
@@ -162,15 +165,16 @@ def host_plan(topology: Topology, size: int, chunk: Optional[int], host_trees: i
 
 
 def run_cell(topology: Topology, plan: Plan, size: int, chunk: Optional[int], window: int,
-             ranks_are: str, args: argparse.Namespace, profile: cost_profiles.CostProfile,
-             source: Optional[str]) -> Dict[str, Any]:
-    """The plan's trees simulated once at ``window``: the time, or the limit met."""
+             pace: float, ranks_are: str, args: argparse.Namespace,
+             profile: cost_profiles.CostProfile, source: Optional[str]) -> Dict[str, Any]:
+    """The plan's trees simulated once at ``window`` and pace factor ``pace`` (0: unpaced):
+    the time, or the limit met."""
     w0 = time.perf_counter()
     try:
         res = simulate(topology, size, "declared", timeout_s=args.max_wall, algorithms=("tree",),
                        plan=plan, chunk_bytes=chunk, window=window, ranks_are=ranks_are,
                        cuda_aware=args.cuda_aware == "yes", profile=profile,
-                       profile_source=source)
+                       profile_source=source, engine_params=EngineParams(pace_factor=pace))
     except SimulationError as exc:
         return {"limit": str(exc).splitlines()[0], "wall_s": time.perf_counter() - w0}
     row = res["rows"][0]
@@ -180,29 +184,33 @@ def run_cell(topology: Topology, plan: Plan, size: int, chunk: Optional[int], wi
 
 def variant_plans(topology: Topology, plan: Plan, size: int, chunk: Optional[int],
                   variants: Sequence[str], network: NetworkModel
-                  ) -> List[Tuple[str, Optional[Plan], Optional[int], str]]:
-    """``(variant, plan, window, note)`` per variant; a variant the row cannot run has no plan
-    and says why in its note."""
+                  ) -> List[Tuple[str, Optional[Plan], Optional[int], float, str]]:
+    """``(variant, plan, window, pace factor, note)`` per variant; a variant the row cannot
+    run has no plan and says why in its note."""
     auto = automatic_window(plan, chunk)
-    out: List[Tuple[str, Optional[Plan], Optional[int], str]] = []
+    out: List[Tuple[str, Optional[Plan], Optional[int], float, str]] = []
     offers_hosts = HOST_FOREST in kind_names() and HOST_FOREST in plan.planner.get("forest", {})
     for name in variants:
         if name == BASELINE:
-            out.append((name, plan, auto, f"forest {plan.planner.get('forest', {}).get('chosen')}"))
+            out.append((name, plan, auto, 0.0,
+                        f"forest {plan.planner.get('forest', {}).get('chosen')}"))
         elif name == BDP:
             product = bdp_chunks(topology, plan, chunk, network)
-            out.append((name, plan, max(auto, product), f"largest tree product {product} chunks"))
+            out.append((name, plan, max(auto, product), 0.0,
+                        f"largest tree product {product} chunks"))
         elif name.startswith("window-x"):
-            out.append((name, plan, auto * int(name[len("window-x"):]), ""))
+            out.append((name, plan, auto * int(name[len("window-x"):]), 0.0, ""))
         elif name.startswith("window="):
-            out.append((name, plan, int(name[len("window="):]), ""))
+            out.append((name, plan, int(name[len("window="):]), 0.0, ""))
+        elif name.startswith(PACE):
+            out.append((name, plan, auto, float(name[len(PACE):]), ""))
         else:
             k = int(name[len("hosts-"):])
             if not offers_hosts:
-                out.append((name, None, None, "the topology offers no host forest"))
+                out.append((name, None, None, 0.0, "the topology offers no host forest"))
                 continue
             made = host_plan(topology, size, chunk, k)
-            out.append((name, made, automatic_window(made, chunk),
+            out.append((name, made, automatic_window(made, chunk), 0.0,
                         f"{len(made.trees)} trees"))
     return out
 
@@ -226,8 +234,8 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], ranks_are: str,
     # the simulator is deterministic: a variant that runs the same trees at the same window as
     # an earlier one (the bdp window where no tree's product passes the automatic window, the
     # host forest where it is the plan) has that one's cell
-    cells: Dict[Tuple[str, int], Tuple[str, Dict[str, Any]]] = {}
-    for name, made, window, note in variants:
+    cells: Dict[Tuple[str, int, float], Tuple[str, Dict[str, Any]]] = {}
+    for name, made, window, pace, note in variants:
         row: Dict[str, Any] = {"generator": spec, "topology": topology.name, "ranks": n,
                                "ranks_are": ranks_are, "chunk": chunk or plan.chunk_bytes, "variant": name,
                                "window": window, "note": note, "optimum_s": optimum,
@@ -242,7 +250,7 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], ranks_are: str,
         row["trees"] = len(made.trees)
         row["chunks_per_tree"] = max(math.ceil(t.share * size / c)
                                      for t, c in zip(made.trees, made.tree_chunks(chunk)))
-        key = (made.digest, int(window or 0))
+        key = (made.digest, int(window or 0), pace)
         if key in cells:
             same, cell = cells[key]
             row.update(cell)
@@ -250,7 +258,8 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], ranks_are: str,
             say(f"  {name}: the same trees and window as {same}")
             continue
         say(f"  {name}: {len(made.trees)} trees, window {window}: simulating")
-        cell = run_cell(topology, made, size, chunk, window, ranks_are, args, profile, source)
+        cell = run_cell(topology, made, size, chunk, window, pace, ranks_are, args, profile,
+                        source)
         cells[key] = (name, cell)
         row.update(cell)
         say(f"  {name}: {describe(row)}")
@@ -350,9 +359,9 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]],
         ("worst vs baseline", lambda v: results_doc.fmt(v["worst"], ".2f"))])
     notes = ("Chunks per tree: the largest tree's; a window of that many chunks or more holds "
              "no chunk back, so the window variants of such a row run the same schedule.\n\n"
-             "Pacing each tree's sends at its planned rate is not measured: the engine's "
-             "progress loop has no timer to hold a send back (the simulated transport wakes a "
-             "rank only on message completions), so it needs one built first.\n\n"
+             "Pace variants: every tree's sends up and down at every rank held to the factor "
+             "times the tree's planned rate (EngineParams.pace_factor); predicted as the "
+             "baseline, since the flow model has no pacing.\n\n"
              "The bdp window is one window for every tree (the engine takes one), the largest "
              "tree's product, at least the automatic window.")
     results_doc.write(args.markdown, "Execution variants of the plan's trees (SimGrid)",
