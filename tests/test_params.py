@@ -722,7 +722,7 @@ NOT_TUNING_BODY: Dict[str, str] = {
        "the design of a test network of measure_network (its links' rates and latencies, "
        "the chain's chunk and window, a message tag): the figures measured are ratios to "
        "what the design declares"
-       for function, values in (("_chain_time", (0.002, 0.01, 10.0, 128, 16)),
+       for function, values in (("_chain_time", (0.002, 0.05, 10.0, 128, 16)),
                                 ("_two_flows", (10.0,)), ("body", (7,)),
                                 ("measure_network", (0.0002, 0.005, 10.0, 5.0)))
        for value in values},
