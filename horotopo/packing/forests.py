@@ -143,8 +143,8 @@ def choose_forest(given: Candidates, build: Callable[[Packing], Any], size: int,
     ``predict_time`` predicts on; ``predict(plan, size)``, where given, predicts instead (the
     flow model of the algorithm choice); ``record["model"]`` says which predicted. ``forest``
     names a kind to force it: that kind alone is built, but for fewer than three ranks or a
-    network where nothing binds, where the deep forest stands. Every candidate carries the certified packing's bound, which bounds every
-    packing.
+    network where nothing binds, where the deep forest stands. Every candidate carries the
+    certified packing's bound, which bounds every packing.
 
     Returns the plan and a record of the choice: the size, the chosen kind and, per kind
     weighed, its best candidate's predicted time, throughput, tree count and deepest tree
