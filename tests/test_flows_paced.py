@@ -55,3 +55,19 @@ def test_without_a_measured_cost_of_unequal_weights_the_flows_share_equally():
     network = FlowNetwork(weight_bytes=NETWORK.weight_bytes, crosstraffic=0.0)
     assert plan_time(topology, plan, GiB, costs=NO_COSTS, network=network) == pytest.approx(
         GiB * 2.0 / NIC_BPS, rel=0.01)
+
+
+def test_flows_of_one_half_take_turns_and_keep_the_link():
+    """Two children of unequal weights reduce into one rank over its NIC, and it broadcasts
+    back over the other direction: each direction carries one half of the tree, and the
+    simulator runs it at the flows' equal shares (weighing them cost 26-54% here)."""
+    topology = from_dict({"name": "star", "switches": ["s", "t"], "ranks": ["p", "c0", "c1"],
+                          "links": [{"ends": ["p", "s"], "gbps": 10.0, "latency_ms": 0.01},
+                                    {"ends": ["c0", "s"], "gbps": 10.0, "latency_ms": 0.01},
+                                    {"ends": ["c1", "t"], "gbps": 10.0, "latency_ms": 0.01},
+                                    {"ends": ["s", "t"], "gbps": 1000.0, "latency_ms": 0.06}]})
+    assert _penalty(topology, 2, 0) > 3 * _penalty(topology, 1, 0)
+    star = (-1, 0, 0)
+    plan = plan_from_trees(3, [(0, star, star, 1.0)], chunk_bytes=64 << 10, topology=topology)
+    got = plan_time(topology, plan, GiB, costs=NO_COSTS, network=NETWORK)
+    assert got == pytest.approx(GiB * 2.0 / NIC_BPS, rel=0.01)

@@ -35,9 +35,11 @@ import scipy.sparse as sp
 
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
                                  fill_time, on_network, rank_degrees, window_for, window_rate)
+from ..packing.profiles import forest_depths
 from ..packing.sharing import progressive_filling, usage_of
 from ..params import PLANNER, PlannerParams
 from ..plan import Plan
+from ..schedule import in_flight_for
 from ..topology import Topology
 
 __all__ = ["Flow", "FlowNetwork", "TCP_NETWORK", "stage_time", "trees_time", "plan_time",
@@ -231,19 +233,21 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
 def _arc_weights(topology: Topology,
                  shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
                  network: FlowNetwork) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                np.ndarray]:
-    """Every arc of every tree, up and down: ``(arc, tree, ptr, res, weight)``, ``arc[i]``
-    indexing the distinct arcs whose routes are ``res[ptr[a]:ptr[a + 1]]`` and whose weights
-    (inverse penalties, :class:`FlowNetwork`) are ``weight[a]``, ``tree[i]`` the tree."""
+                                                np.ndarray, np.ndarray]:
+    """Every arc of every tree, up and down: ``(arc, tree, ptr, res, weight, half)``,
+    ``arc[i]`` indexing the distinct arcs whose routes are ``res[ptr[a]:ptr[a + 1]]`` and
+    whose weights (inverse penalties, :class:`FlowNetwork`) are ``weight[a]``, ``tree[i]``
+    the tree and ``half[i]`` 0 for a reduce arc, 1 for a broadcast arc."""
     n = topology.n
     inv_cap = 1.0 / topology.capacity_array
-    keys, tree = [], []
+    keys, tree, half = [], [], []
     child = np.arange(n, dtype=np.int64)
     for k, (_, up, down) in enumerate(shapes):
         up_a, down_a = np.asarray(up, dtype=np.int64), np.asarray(down, dtype=np.int64)
-        arcs = np.concatenate([(child * n + up_a)[up_a >= 0], (down_a * n + child)[down_a >= 0]])
-        keys.append(arcs)
-        tree.append(np.full(len(arcs), k))
+        ups, downs = (child * n + up_a)[up_a >= 0], (down_a * n + child)[down_a >= 0]
+        keys.append(np.concatenate([ups, downs]))
+        tree.append(np.full(len(ups) + len(downs), k))
+        half.append(np.concatenate([np.zeros(len(ups), np.int64), np.ones(len(downs), np.int64)]))
     # trees share most arcs (the channels of a host forest): each arc's route and weight once
     distinct, which = np.unique(np.concatenate(keys), return_inverse=True)
     ptr, res = topology.arc_routes(distinct)
@@ -251,14 +255,14 @@ def _arc_weights(topology: Topology,
     np.add.at(per_byte, np.repeat(np.arange(len(distinct)), np.diff(ptr)), inv_cap[res])
     latency = topology.arc_latencies(distinct)
     weight = 1.0 / np.maximum(latency + network.weight_bytes * per_byte, 1e-12)
-    return which.ravel(), np.concatenate(tree), ptr, res, weight
+    return which.ravel(), np.concatenate(tree), ptr, res, weight, np.concatenate(half)
 
 
 def _tree_weights(arcs: Tuple[np.ndarray, ...], trees: int, links: int, load: np.ndarray,
                   cap: np.ndarray, used: np.ndarray) -> np.ndarray:
     """Each tree's weight in the links' sharing: the mean weight of its ``arcs``
     (:func:`_arc_weights`) over its most loaded link, where its pace is set."""
-    which, tree_of, ptr, res, weight = arcs
+    which, tree_of, ptr, res, weight, _ = arcs
     routes = sp.csr_matrix((np.ones(len(res)), res, ptr), shape=(len(weight), links))
     busiest = used[np.argmax(load / cap[:, None], axis=0)]
     crosses = np.asarray(routes[which, busiest[tree_of]]).ravel() > 0
@@ -272,10 +276,14 @@ def _paced_load(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, widt
                 most: float) -> np.ndarray:
     """``(len(used), trees)``: what a tree's ``arcs`` (:func:`_arc_weights`) load the link
     ``used[i]`` (of ``width`` resources, every arc's among them) with per byte of the tree's
-    rate. The tree's flows move at one pace, its lightest flow's over the link, whose weighted
-    share of the link holds it there: each flow counts its weight over the lightest's, at
-    most ``most`` (equal weights: one each, the flows' count)."""
-    which, tree_of, ptr, res, weight = arcs
+    rate: one per flow, but where the link carries both a reduce flow and a broadcast flow
+    of the tree, each flow counts its weight over the lightest's, at most ``most``. There
+    the two halves pace each other (a rank's broadcast waits on its reduce through the
+    root), so the tree moves at its lightest flow's pace, and the link gives that flow only
+    its weighted share. Flows of one half over a link take turns as their window allows
+    and keep the whole link (the simulator: a rank's children of unequal weights reducing
+    into it lose nothing)."""
+    which, tree_of, ptr, res, weight, half = arcs
     links = len(used)
     row = np.full(width, -1, dtype=np.int64)
     row[used] = np.arange(links)
@@ -286,9 +294,35 @@ def _paced_load(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, widt
     w = weight[which][occurrence]
     low = np.full(trees * links, np.inf)
     np.minimum.at(low, key, w)
+    halves = np.zeros((2, trees * links), dtype=bool)
+    halves[half[occurrence], key] = True
+    paced = halves[0] & halves[1]
     load = np.zeros(trees * links)
-    np.add.at(load, key, np.minimum(w / low[key], most))
+    np.add.at(load, key, np.where(paced[key], np.minimum(w / low[key], most), 1.0))
     return load.reshape(trees, links).T
+
+
+def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
+                   recvs: np.ndarray, chunks: np.ndarray, window: int) -> np.ndarray:
+    """``(ranks, trees)``: the messages each rank posts at the start for the chunks of each
+    tree beyond its first, as the tree engine starts them all at once: a leaf as many chunks
+    as the tree keeps in flight (:func:`~horotopo.schedule.in_flight_for` its depth), each a
+    receive of the result and a send up; a rank with reduce children its ``window`` of
+    chunks, each a receive per child. ``recvs`` is :func:`rank_degrees`' (a receive per
+    reduce child, and one from the parent off the root), ``chunks`` each tree's count."""
+    n = recvs.shape[1]
+    roots = np.array([root for root, _, _ in shapes])
+    off_root = np.ones((len(shapes), n))
+    off_root[np.arange(len(shapes)), roots] = 0.0
+    children = recvs - off_root
+    leaf = (children == 0) & (off_root > 0)
+    depths = forest_depths(shapes, n)
+    if depths is None:
+        raise ValueError("a tree's parent arrays are not an arborescence at its root")
+    in_flight = np.array([in_flight_for(window, up + down) for up, down in depths], dtype=float)
+    ahead = np.maximum(np.where(leaf, np.minimum(chunks, in_flight)[:, None],
+                                np.minimum(chunks, window)[:, None]) - 1.0, 0.0)
+    return (ahead * np.where(leaf, 2.0, children)).T
 
 
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
@@ -353,11 +387,20 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     # every tree's first chunk reaches a rank before any pipeline runs full, and one CPU
     # handles them one after another: the busiest rank's work on the other trees' first
     # chunks delays a fill (with one chunk per tree, nearly all of a rank's work, which the
-    # simulator adds to the fills: docs/results/predict_check_scale.md)
+    # simulator adds to the fills: docs/results/predict_check_scale.md), and so do its posts
+    # of the further chunks every tree starts at once
     first = cpu * chunk_a[None, :]
     crowd = float((first.sum(axis=1) - first.max(axis=1)).max())
     finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
-    return float((fill + finish).max()) + crowd
+    # the further chunks every tree starts at once: their posts hold the network back
+    # where it sets the pace; where the CPU does, they are part of the work it paces
+    started = float((_started_posts(shapes, recvs, np.ceil(parts_a / chunk_a), win).sum(
+        axis=1)).max()) * costs.per_message_s
+    slowest = float(finish.max())
+    network_bound = (slowest if (cpu @ (parts_a - chunk_a)).max() + started <= slowest
+                     else float(_fluid(links, link_cap, weight, bound, parts_a - chunk_a).max()))
+    late = max(0.0, network_bound + started - slowest)
+    return float((fill + finish).max()) + crowd + late
 
 
 def plan_time(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None,
