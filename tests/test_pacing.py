@@ -1,7 +1,7 @@
 """Pacing a tree allreduce's sends at the plan's tree rates (EngineParams.pace_factor).
 
-Checked: with pacing off the progress loop never reads the clock (the unpaced path is the one
-that ran before pacing existed); with pacing on the results are the unpaced run's, bit for
+Checked: with pacing off the progress loop never reads the clock (no cost per message); with
+pacing on the results are the unpaced run's, bit for
 bit, in the simulator (its completion queue and its list-based wait) and over threads standing
 in for ranks (the polled wait, as MPI's); and a paced run cannot beat its pace, while the same
 run unpaced does, so a pacing that holds nothing back fails here.
