@@ -71,3 +71,26 @@ def test_flows_of_one_half_take_turns_and_keep_the_link():
     plan = plan_from_trees(3, [(0, star, star, 1.0)], chunk_bytes=64 << 10, topology=topology)
     got = plan_time(topology, plan, GiB, costs=NO_COSTS, network=NETWORK)
     assert got == pytest.approx(GiB * 2.0 / NIC_BPS, rel=0.01)
+
+
+def test_the_halves_of_different_ranks_over_one_link_pace_each_other_too():
+    """One 10 gbps uplink carries rank a1's reduce flow and rank a2's broadcast flow to a far
+    rank, 3.5 times lighter; every other link is ten times faster. The simulator runs such a
+    tree at 0.64 of two flows' shares (64 MiB: 189.3 ms against 120.7 with the far rank
+    near), so the link is charged as for one rank's two halves."""
+    fast = 100.0
+    topology = from_dict({
+        "name": "uplink", "switches": ["s", "t", "u"], "ranks": ["r", "a1", "a2", "z"],
+        "links": [{"ends": ["r", "t"], "gbps": fast, "latency_ms": 0.01},
+                  {"ends": ["a1", "s"], "gbps": fast, "latency_ms": 0.01},
+                  {"ends": ["a2", "s"], "gbps": fast, "latency_ms": 0.01},
+                  {"ends": ["z", "u"], "gbps": fast, "latency_ms": 0.01},
+                  {"ends": ["s", "t"], "gbps": 10.0, "latency_ms": 0.0},
+                  {"ends": ["t", "u"], "gbps": fast, "latency_ms": 0.06}]})
+    assert _penalty(topology, 2, 3) > 2 * _penalty(topology, 1, 0)
+    reduce_parent = (-1, 0, 1, 0)   # a2 -> a1 -> r, z -> r
+    bcast_parent = (-1, 0, 0, 2)    # r -> a1, r -> a2, a2 -> z
+    plan = plan_from_trees(4, [(0, reduce_parent, bcast_parent, 1.0)], chunk_bytes=64 << 10,
+                           topology=topology)
+    got = plan_time(topology, plan, GiB, costs=NO_COSTS, network=NETWORK)
+    assert got == pytest.approx(GiB * 2.5 / NIC_BPS, rel=0.01)
