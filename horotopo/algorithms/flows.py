@@ -316,10 +316,14 @@ def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
     off_root[np.arange(len(shapes)), roots] = 0.0
     children = recvs - off_root
     leaf = (children == 0) & (off_root > 0)
-    depths = forest_depths(shapes, n)
-    if depths is None:
-        raise ValueError("a tree's parent arrays are not an arborescence at its root")
-    in_flight = np.array([in_flight_for(window, up + down) for up, down in depths], dtype=float)
+    if chunks.max() <= window:
+        in_flight = chunks  # every chunk starts at once whatever the depth
+    else:
+        depths = forest_depths(shapes, n)
+        if depths is None:
+            raise ValueError("a tree's parent arrays are not an arborescence at its root")
+        in_flight = np.array([in_flight_for(window, up + down) for up, down in depths],
+                             dtype=float)
     ahead = np.maximum(np.where(leaf, np.minimum(chunks, in_flight)[:, None],
                                 np.minimum(chunks, window)[:, None]) - 1.0, 0.0)
     return (ahead * np.where(leaf, 2.0, children)).T
