@@ -226,3 +226,28 @@ def test_the_packing_cpu_cap_grows_with_the_square_of_the_machines():
         params.hierarchical_packing_cpu_s / 16)
     assert hierarchy.packing_cpu_cap(128, PlannerParams(hierarchical_packing_cpu_s=2.0)) == \
         pytest.approx(0.125)
+
+
+def test_the_intra_host_stage_is_a_chain_from_the_designated_rank():
+    """In every channel the ranks of a machine form one chain from the channel's designated
+    rank, the host-level arcs hanging off it: no rank takes more than one child from its own
+    machine (a star would put all of them on the designated rank's local link)."""
+    topo = from_dict(generate.generate("racks:hosts_per_rack=2,gpus=4,oversub=2", 16))
+    model = hierarchy.HostModel(topo)
+    host_tree = (-1, 0, 1, 1)
+    trees = model.expand([hierarchy.TreeRate(0, host_tree, host_tree, 1.0)])
+    assert len(trees) == 4
+    for channel, tree in enumerate(trees):
+        d = model.designated[channel]
+        assert tree.root == d[0]
+        for parent in (tree.reduce_parent, tree.bcast_parent):
+            mine = model.machine_of
+            local_children = np.bincount([p for v, p in enumerate(parent)
+                                          if p >= 0 and mine[p] == mine[v]], minlength=16)
+            assert local_children.max() == 1
+            for v, p in enumerate(parent):
+                if v in d:  # the designated ranks carry the host-level tree
+                    h = mine[v]
+                    assert p == (-1 if host_tree[h] < 0 else d[host_tree[h]])
+                else:
+                    assert p >= 0 and mine[p] == mine[v]

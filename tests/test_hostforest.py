@@ -83,7 +83,8 @@ def test_sites_forest_reaches_the_host_level_optimum_with_one_wan_crossing_each_
     """sites at 64 ranks, 8 hosts of 8 GPUs behind 10 gbps NICs: every tree pair crosses
     NICs 2 (H - 1) times each way, so H c / (2 (H - 1)) = 714.3 MB/s is the best any
     schedule over hosts reaches; the rotated forest reaches it, and each of its 64 rank-level
-    trees crosses the 5 ms WAN once in its reduce tree and once in its broadcast tree."""
+    trees crosses the 5 ms WAN once in its reduce tree and once in its broadcast tree, at most
+    3 machines deep above the chain of a machine's 8 ranks."""
     topo = from_dict(generate(SITES, 64))
     got = pack_host_forest(topo)
     assert got.throughput == pytest.approx(8 * 1.25e9 / 14, rel=1e-9)
@@ -91,7 +92,7 @@ def test_sites_forest_reaches_the_host_level_optimum_with_one_wan_crossing_each_
     for t in got.trees:
         assert _crossings(topo, t.reduce_parent, True) == 1
         assert _crossings(topo, t.bcast_parent, False) == 1
-        assert depth(t.reduce_parent) <= 4 and depth(t.bcast_parent) <= 4
+        assert depth(t.reduce_parent) <= 3 + 7 and depth(t.bcast_parent) <= 3 + 7
 
 
 def test_chosen_on_sites_and_fattree_not_on_racks_with_slow_nics():
@@ -103,7 +104,7 @@ def test_chosen_on_sites_and_fattree_not_on_racks_with_slow_nics():
         record = plan.planner["forest"]
         assert record["chosen"] == "hosts", spec
         assert record["hosts"]["predicted_s"] < record["deep"]["predicted_s"] * 0.95
-        assert record["hosts"]["max_hops"] <= 8
+        assert record["hosts"]["max_hops"] <= 2 * (3 + 7)  # 3 machines deep, chains of 8
         # 4 or 8 host trees (every rotation): with the fill's crowding 8 are predicted about
         # 5% slower than 4, their channels crowding more NICs at once; simulated, the two are
         # within 3% (`horotopo simulate SPEC --ranks 64 --algorithms tree --plan P`)
@@ -157,7 +158,7 @@ def test_sites_with_racks_group_in_two_levels_one_wan_crossing_and_one_per_rack(
         for parent in (t.reduce_parent, t.bcast_parent):
             assert _cut_arcs(topo, parent, lambda h: h[:1]) == 1  # site
             assert _cut_arcs(topo, parent, lambda h: h[:4]) == 3  # rack
-            assert depth(parent) <= 6
+            assert depth(parent) <= 5 + 7  # 5 machines deep above a chain of 8 ranks
 
 
 def test_nested_groups_rotate_every_role():

@@ -21,7 +21,7 @@ broadcast tree is the same tree reversed. Rotating
 the roles over the ``H`` trees gives every machine each position once per group size, so the
 NICs carry equal loads, the condition for the hierarchical optimum ``H c / (2 (H - 1))`` when
 the NICs are the bottleneck. Each host-level tree runs in ``K`` channels with the intra-host
-star (:meth:`~.hierarchy.HostModel.expand`), at one common rate: the most the network allows.
+chain (:meth:`~.hierarchy.HostModel.expand`), at one common rate: the most the network allows.
 
 A forest of all ``H`` rotations expands to ``H K`` rank-level trees: 4096 trees of 4096 ranks
 at 512 hosts of 8, each with a 16 KiB share of 64 MiB, too many trees to run or even
