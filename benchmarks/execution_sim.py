@@ -361,7 +361,8 @@ def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]],
              "no chunk back, so the window variants of such a row run the same schedule.\n\n"
              "Pace variants: every tree's sends up and down at every rank held to the factor "
              "times the tree's planned rate (EngineParams.pace_factor); predicted as the "
-             "baseline, since the flow model has no pacing.\n\n"
+             "baseline, since the flow model has no pacing. A tree's first chunk sets the "
+             "start of its pace, so a tree of one chunk is not held at all.\n\n"
              "The bdp window is one window for every tree (the engine takes one), the largest "
              "tree's product, at least the automatic window.")
     results_doc.write(args.markdown, "Execution variants of the plan's trees (SimGrid)",
