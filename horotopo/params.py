@@ -91,9 +91,9 @@ class EngineParams:
         0.0, "0 sends a tree's chunks as soon as its pipeline allows; f > 0 holds each tree "
              "allreduce's sends up and down to f times the tree's planned rate, so that no "
              "tree takes more of a shared link than the plan gave it. Off: in the simulator "
-             "(benchmarks/execution_sim.py's pace variants, docs/results/execution_sim.md) it "
-             "moved the trees' times by a few percent either way, and not at all where a tree "
-             "has one chunk.")
+             "(benchmarks/execution_sim.py's pace variants, "
+             "docs/results/execution_sim_pacing.md) it moved the trees' times by a few percent "
+             "either way, and not at all where a tree has one chunk.")
     check_first_bytes: int = _param(
         256 << 10, "From this many bytes up, the library allreduce's float min and max first "
                    "ask the ranks whether any holds a NaN or -0.0 (two passes and a latency) "
