@@ -36,7 +36,7 @@ GBPS_TO_BPS = 1e9 / 8.0
 
 __all__ = ["Topology", "TopologyError", "load", "load_for_job", "resolve", "from_dict",
            "check_schema", "schema", "GBPS_TO_BPS", "bundled", "bundled_names", "file_budget",
-           "plural"]
+           "plural", "run_positions"]
 
 
 class TopologyError(ValueError):
@@ -904,6 +904,15 @@ def measured_document(name: str, hosts: Sequence[str], bandwidth_gbps: Sequence[
     return doc
 
 
+def run_positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Positions of the entries of runs ``starts[i] .. starts[i] + counts[i]``, run after run:
+    the gather of CSR rows (or routes) in numpy alone, without a Python loop per row."""
+    counts = np.asarray(counts, dtype=np.int64)
+    before = np.cumsum(counts) - counts
+    return (np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(before, counts)
+            + np.repeat(np.asarray(starts, dtype=np.int64), counts))
+
+
 class _RouteStore:
     """The routes of a measured topology's arcs read so far, as a CSR over their sorted keys:
     a lookup of arcs already read costs no Python per arc."""
@@ -924,8 +933,7 @@ class _RouteStore:
         lo, count = self.ptr[at], self.ptr[at + 1] - self.ptr[at]
         out_ptr = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum(count, out=out_ptr[1:])
-        pos = np.arange(int(out_ptr[-1])) - np.repeat(out_ptr[:-1], count) + np.repeat(lo, count)
-        return out_ptr, self.res[pos]
+        return out_ptr, self.res[run_positions(lo, count)]
 
     def _add(self, keys: np.ndarray) -> None:
         n, routes = self.topology.n, self.topology.routes
@@ -943,6 +951,4 @@ class _RouteStore:
         self.keys = all_keys[order]
         self.ptr = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(count, out=self.ptr[1:])
-        pos = np.arange(int(self.ptr[-1])) - np.repeat(self.ptr[:-1], count) \
-            + np.repeat(all_ptr[order], count)
-        self.res = all_res[pos]
+        self.res = all_res[run_positions(all_ptr[order], count)]

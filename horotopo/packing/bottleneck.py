@@ -22,6 +22,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ..params import PLANNER
+from ..topology import run_positions
 
 __all__ = ["bottleneck_pair", "seed_pairs"]
 
@@ -35,8 +36,7 @@ def _gather(matrix, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarra
     lo, hi = matrix.indptr[rows], matrix.indptr[rows + 1]
     count = hi - lo
     owner = np.repeat(np.arange(len(rows)), count)
-    pos = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) \
-        + np.repeat(lo, count)
+    pos = run_positions(lo, count)
     return owner, matrix.indices[pos], matrix.data[pos]
 
 
