@@ -170,3 +170,41 @@ def test_a_message_charged_below_what_the_receive_expects_is_an_error():
     with pytest.raises(SimulationError, match="true_size"):
         run_simulated(from_dict(uniform_star(2)), body, scale=8.0)
 
+
+
+@pytest.mark.parametrize("queued", [True, False], ids=["queue", "list"])
+def test_urgent_receives_complete_at_once_run_their_callbacks_first(queued, monkeypatch):
+    # Both messages are in before rank 0 looks: the urgent receive's callback runs first,
+    # though it was posted second, in the completion queue and in the list-based loop alike.
+    if not queued:
+        monkeypatch.setattr(SimulatedTransport, "completion_queue", None)
+
+    def body(t):
+        if t.rank == 1:
+            t.waitall([t.isend(np.full(4, k, np.int64), 0, k) for k in (1, 2, 3)])
+            return None
+        prog = Progress(t)
+        bufs = [np.zeros(4, np.int64) for _ in range(3)]
+        order = []
+        for k, urgent in ((1, False), (2, True), (3, False)):
+            prog.irecv(bufs[k - 1], 1, k, lambda k=k: order.append(k), urgent=urgent)
+        t.flush()  # the receives go on the network now, and the messages arrive meanwhile
+        t.sg.this_actor.sleep_for(1.0)
+        prog.run()
+        return order, (prog._queue is not None)
+
+    assert run_simulated(from_dict(uniform_star(2)), body).results[0] == ([2, 1, 3], queued)
+
+
+def test_the_list_loop_runs_urgent_callbacks_first_from_one_wait():
+    # what an MPI transport's waitsome gives: every request of the list complete at once
+    class AllDone:
+        def waitsome(self, requests):
+            return list(range(len(requests)))[::-1]
+
+    prog = Progress(AllDone())
+    order = []
+    for k, urgent in ((1, False), (2, True), (3, False), (4, True)):
+        prog.post(object(), lambda k=k: order.append(k), urgent=urgent)
+    prog.run()
+    assert order == [2, 4, 1, 3]

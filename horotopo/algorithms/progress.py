@@ -1,6 +1,7 @@
 """The nonblocking progress loop shared by the point-to-point algorithms."""
 from __future__ import annotations
 
+import bisect
 import heapq
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -21,6 +22,12 @@ class Progress:
     between waits, so that a completion does not cost a pass over every outstanding request;
     others get the list through ``waitsome`` on every wait.
 
+    A request posted ``urgent`` has its callback run before those of requests that completed
+    with it or before it and are still waiting: the receives that carry a tree's final chunks
+    down, so that a rank forwards the broadcast before it reduces the chunks queued behind it
+    (each rank's CPU serves one callback at a time; first come first served, the window's next
+    reduce chunks ran ahead of every broadcast chunk at each hop of a chain).
+
     A ``timed`` loop also runs timers (:meth:`at`): callbacks due at a time of the transport's
     clock (``transport.now()``); it waits on the requests only up to the next timer
     (``waitsome_until``, or the completion queue's ``next(deadline)``). An untimed loop never
@@ -33,8 +40,11 @@ class Progress:
         # to its inner transport, whose queue would bypass the wrapper's own waitsome.
         make = getattr(type(transport), "completion_queue", None)
         self._queue: Any = make(transport) if make is not None else None
+        # the urgent requests first (the first _urgent of the lists), each group in posting
+        # order: the waits report completions in list order, and callbacks run in it
         self._reqs: List[Any] = []
         self._cbs: List[Callable[[], None]] = []
+        self._urgent = 0
         self.messages = 0
         self.timed = timed
         self._timers: List[Tuple[float, int, Callable[[], None]]] = []
@@ -51,18 +61,26 @@ class Progress:
         """The transport's clock, which timers are due on."""
         return self.transport.now()
 
-    def post(self, request: Any, callback: Callable[[], None]) -> None:
+    def post(self, request: Any, callback: Callable[[], None], urgent: bool = False) -> None:
+        """Watch ``request``; ``callback`` runs once it completes (``urgent``: before the
+        callbacks of the non-urgent requests complete with it)."""
         if self._queue is not None:
-            self._queue.add(request, callback)
+            self._queue.add(request, callback, urgent)
             return
-        self._reqs.append(request)
-        self._cbs.append(callback)
+        if urgent:
+            self._reqs.insert(self._urgent, request)
+            self._cbs.insert(self._urgent, callback)
+            self._urgent += 1
+        else:
+            self._reqs.append(request)
+            self._cbs.append(callback)
 
     def isend(self, buf: Any, dest: int, tag: int, callback: Callable[[], None]) -> None:
         self.post(self.transport.isend(buf, dest, tag), callback)
 
-    def irecv(self, buf: Any, source: int, tag: int, callback: Callable[[], None]) -> None:
-        self.post(self.transport.irecv(buf, source, tag), callback)
+    def irecv(self, buf: Any, source: int, tag: int, callback: Callable[[], None],
+              urgent: bool = False) -> None:
+        self.post(self.transport.irecv(buf, source, tag), callback, urgent)
 
     def run(self) -> None:
         if self.timed:
@@ -88,9 +106,12 @@ class Progress:
             ready = cbs[:]
             reqs.clear()
             cbs.clear()
+            self._urgent = 0
         else:
             done = sorted(done)
             ready = [cbs[i] for i in done]
+            if self._urgent:
+                self._urgent -= bisect.bisect_left(done, self._urgent)
             # deleted from the end, in place: each a memmove, not a pass in Python
             for i in reversed(done):
                 del reqs[i]

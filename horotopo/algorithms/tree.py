@@ -13,7 +13,11 @@ pipelined. At rank ``v``, chunk ``k`` of a tree goes through these steps:
 4. ``send_child``: every rank forwards the final chunk to its broadcast children.
 
 The root broadcasts chunk ``k`` as soon as it is reduced, so the reduce and broadcast stages of
-one tree overlap, and every tree of the table runs in the same nonblocking progress loop. Only
+one tree overlap, and every tree of the table runs in the same nonblocking progress loop. The
+receives from the broadcast parent are urgent (:meth:`Progress.post
+<horotopo.algorithms.progress.Progress.post>`): of the receives complete at once, a rank
+forwards the final chunks before it reduces the next ones, which would otherwise hold the
+broadcast back at every hop of a chain by the reduce work queued ahead of it. Only
 ``window`` chunks per tree and reduce child may hold scratch at once (that bounds memory;
 by default 2 MiB, see :func:`horotopo.schedule.window_for`), and at most the table's
 ``in_flight`` chunks per tree are in flight (that bounds outstanding messages). Every rank ends
@@ -206,11 +210,11 @@ class _TreeRun:
                 self._ready(k)
             else:
                 self.prog.irecv(self.out[a:b], self.recv_parent, self.tag_down,
-                                partial(self._arrived, k))
+                                partial(self._arrived, k), urgent=True)
             return
         if self.prepost:
             self.prog.irecv(self.out[a:b], self.recv_parent, self.tag_down,
-                            partial(self._arrived, k))
+                            partial(self._arrived, k), urgent=True)
         if self.recv_children:
             slot = (k % self.window) * len(self.recv_children)
             for i, c in enumerate(self.recv_children):
@@ -270,7 +274,7 @@ class _TreeRun:
                 self.up_low += 1
                 a, b = self.chunks[j]
                 self.prog.irecv(self.out[a:b], self.recv_parent, self.tag_down,
-                                partial(self._arrived, j))
+                                partial(self._arrived, j), urgent=True)
         self._step(k)
 
     def _arrived(self, k: int) -> None:

@@ -64,6 +64,10 @@ class Request:
         self.est = 0
 
 
+#: Subtracted from an urgent request's posting number, so that it sorts before every other.
+_URGENT = 1 << 62
+
+
 class CompletionQueue:
     """Requests of one progress loop with a callback each; :meth:`next` hands out the callback
     of the next request to complete, in the order the list-based ``waitsome`` loop would.
@@ -88,9 +92,10 @@ class CompletionQueue:
         """Requests added whose callbacks have not been handed out."""
         return self._open
 
-    def add(self, request: Any, callback: Callable[[], None]) -> None:
+    def add(self, request: Any, callback: Callable[[], None], urgent: bool = False) -> None:
         """Watch ``request`` (an ``isend``/``irecv`` of this transport); :meth:`next` hands out
-        ``callback`` once it has completed."""
+        ``callback`` once it has completed. Of the requests found complete at once, the
+        ``urgent`` ones go first (``Progress.post``), each group in posting order."""
 
         if not isinstance(request, Request) or request.buf is None and request.kind == "recv":
             raise TransportError(f"a completion queue takes the transport's isend and irecv "
@@ -110,7 +115,8 @@ class CompletionQueue:
             return
         request.watch = self
         request.cb = callback
-        request.seq = self._seq
+        # the order next() takes completed requests in: urgent ones first
+        request.seq = self._seq - (_URGENT if urgent else 0)
         self._seq += 1
         if request.kind == "recv":
             scale = 1.0 if self._t.unscaled else self._t.scale
@@ -187,8 +193,9 @@ class CompletionQueue:
             if not candidates:
                 raise TransportError(f"rank {t.rank}: {self._open} requests watched, none of "
                                      "them on the network (posted out of order?)")
-            # The first posted of those complete, as the list-based waitsome takes it; read
-            # from finish_time without a simcall (see SimulatedTransport._finished).
+            # The first posted of those complete (the urgent first), as the list-based loop
+            # takes them; read from finish_time without a simcall (see
+            # SimulatedTransport._finished).
             best, first = None, self._seq
             for r, seq in candidates.items():
                 if seq < first and r.comm.finish_time >= 0:
