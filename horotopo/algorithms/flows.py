@@ -385,7 +385,10 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     weight = (_tree_weights(arcs, g, width, links, link_cap, used) if arcs is not None
               else np.ones(g))
     hops = [on_network(p, network) for p in profiles]
-    bound = np.array([window_rate(h, c, win, costs, network.streams, p)
+    # the chunks a tree keeps in flight over its critical paths' hops (the engine counts its
+    # depth, which walking every tree's ranks costs a prediction at scale)
+    bound = np.array([window_rate(h, c, win, costs, network.streams, p, network,
+                                  in_flight_for(win, sum(k for _, _, k in p)))
                       for h, c, p in zip(hops, chunk_a, profiles)])
     fill = np.array([fill_time(h, c, costs) for h, c in zip(hops, chunk_a)])
     # every tree's first chunk reaches a rank before any pipeline runs full, and one CPU

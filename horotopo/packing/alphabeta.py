@@ -219,21 +219,41 @@ def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts,
 
 
 def window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts,
-                 streams: str = "free", declared: Optional[Profile] = None) -> float:
+                streams: str = "free", declared: Optional[Profile] = None,
+                network: Optional[NetworkModel] = None,
+                in_flight: Optional[float] = None) -> float:
     """The rate that ``window`` chunks in flight per arc sustain over the profile's slowest
     hop (fewer where the transport's ``streams`` hold back a stream's messages; ``"bdp"``
-    counts the bandwidth-delay product on the ``declared`` hops, default the profile's)."""
+    counts the bandwidth-delay product on the ``declared`` hops, default the profile's).
+
+    On a ``network`` whose messages in flight share a link (``shared_messages``), the chunks
+    in flight over a hop cross it as one block: they arrive together, after the hop's
+    latency and their bytes at the link's rate (each message held to its own TCP window,
+    not the block), and the receiver posts the next block only then. ``in_flight``: the
+    chunks the tree keeps in flight between a leaf's send up and the result's return, which
+    bound it to that many per round trip of its critical paths (every hop of the profile,
+    each taking its block's time)."""
     best = math.inf
-    for (lat, inv, _), (lat0, inv0, _) in zip(profile, declared or profile):
-        hop = _hop_time(lat, inv, chunk, costs)
-        if hop <= 0:
-            continue
+    trip = 0.0
+    factor = network.bandwidth_factor if network is not None else 1.0
+    shared = network is not None and network.shared_messages
+    for (lat, inv, count), (lat0, inv0, _) in zip(profile, declared or profile):
         w = float(window)
         if streams == "serial":
             w = 1.0
         elif streams == "bdp" and inv0 > 0:
             w = min(w, 1.0 + math.floor(lat0 / inv0 / chunk))
+        if shared and w > 1:
+            moved = max(w * chunk * inv0 / factor, chunk * inv) / chunk
+            hop = _hop_time(lat, moved, chunk, costs)
+        else:
+            hop = _hop_time(lat, inv, chunk, costs)
+        if hop <= 0:
+            continue
+        trip += count * hop
         best = min(best, w * chunk / hop)
+    if in_flight is not None and trip > 0:
+        best = min(best, in_flight * chunk / trip)
     return best
 
 
@@ -267,7 +287,7 @@ def tree_time(part: float, chunk: float, rate_Bps: float, profile: Profile,
     win = window if window is not None else window_for(int(c), params=params)
     hops = on_network(profile, network)
     rate = min(rate_Bps * network.bandwidth_factor,
-               window_rate(hops, c, win, costs, network.streams, profile))
+               window_rate(hops, c, win, costs, network.streams, profile, network))
     # Where a link is shared among the messages in flight, a window of chunks crosses each
     # hop at once and they finish together: the window is the pipeline's unit.
     # (Streams held to one message, or to a bandwidth-delay product, keep that block small.)
