@@ -60,12 +60,8 @@ class Request:
         # receive's bytes as its sender charges them
         self.watch: Optional[CompletionQueue] = None
         self.cb: Any = None
-        self.seq = 0
+        self.seq: Tuple[bool, int] = (True, 0)
         self.est = 0
-
-
-#: Subtracted from an urgent request's posting number, so that it sorts before every other.
-_URGENT = 1 << 62
 
 
 class CompletionQueue:
@@ -83,7 +79,7 @@ class CompletionQueue:
         self._open = 0  # requests added whose callbacks next() has not handed out yet
         self._ready: Deque[Callable[[], None]] = deque()
         # posted and not done, possibly next to complete: request -> its posting number
-        self._candidates: Dict[Request, int] = {}
+        self._candidates: Dict[Request, Tuple[bool, int]] = {}
         # per receive stream (source, destination, tag): its posted receives not done, in
         # SimGrid's matching order (a mailbox matches FIFO)
         self._streams: Dict[Tuple[int, int, int], Deque[Request]] = {}
@@ -115,8 +111,8 @@ class CompletionQueue:
             return
         request.watch = self
         request.cb = callback
-        # the order next() takes completed requests in: urgent ones first
-        request.seq = self._seq - (_URGENT if urgent else 0)
+        # the order next() takes completed requests in: urgent ones first, then by posting
+        request.seq = (not urgent, self._seq)
         self._seq += 1
         if request.kind == "recv":
             scale = 1.0 if self._t.unscaled else self._t.scale
@@ -196,7 +192,7 @@ class CompletionQueue:
             # The first posted of those complete (the urgent first), as the list-based loop
             # takes them; read from finish_time without a simcall (see
             # SimulatedTransport._finished).
-            best, first = None, self._seq
+            best, first = None, (True, self._seq)
             for r, seq in candidates.items():
                 if seq < first and r.comm.finish_time >= 0:
                     best, first = r, seq
