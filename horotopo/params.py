@@ -542,7 +542,8 @@ class PlannerParams:
     hierarchy_auto_min_ranks: int = _param(
         64, "HOROTOPO_HIERARCHY=auto plans over hosts above this many ranks, where some machine "
             "holds several: the flat planner takes about a second at 64 ranks and grows steeply "
-            "beyond, while the hierarchy loses little.")
+            "beyond, while the hierarchy loses little. Above it, ranks that each have a host of "
+            "their own are grouped by their top-of-rack switch into machines.")
     hierarchical_large_machines: int = _param(
         64, "Past this many machines the hierarchical packing works at scale: the topology-"
             "aware ring's chains alone seed it (the rank-order ring's too would double the LP "

@@ -38,6 +38,20 @@ def test_machines_follow_host_switches_and_host_names():
     assert hierarchy.machines(from_dict(measured)) == (0, 0, 1, 1)
 
 
+def test_past_the_auto_threshold_single_rank_hosts_are_grouped_by_rack():
+    # one rank per host behind uplinks as fast as a NIC: flat planning is exact up to the
+    # threshold, past it the racks are the machines (flat took 202 s at 1024 ranks)
+    small = _topo("racks:hosts_per_rack=4,oversub=4,gpus=1", 64)
+    assert hierarchy.machines(small) == tuple(range(64))
+    assert not hierarchy.use_hierarchy(small, "auto")
+    large = _topo("racks:hosts_per_rack=4,oversub=4,gpus=1", 68)
+    assert hierarchy.machines(large) == tuple(np.repeat(np.arange(17), 4))
+    assert hierarchy.use_hierarchy(large, "auto")
+    assert hierarchy.machines(large, PlannerParams(hierarchy_auto_min_ranks=68)) == \
+        tuple(range(68))
+    assert make_plan(large, size=16 << 20).planner["machines"] == 17
+
+
 def _flat_load(topo, trees):
     model = ArcModel(topo)
     return sum(t.rate * model.load(t.root, t.reduce_parent, t.bcast_parent) for t in trees)

@@ -93,7 +93,7 @@ class HostForest(ForestKind):
         return has_hosts(topology, params)
 
     def pack(self, given: Candidates) -> List[Packing]:
-        h_count = len(set(machines(given.topology)))
+        h_count = len(set(machines(given.topology, given.params)))
         return pack_host_forests(given.topology,
                                  host_tree_counts(h_count, limit=given.max_host_trees,
                                                   params=given.params),

@@ -56,20 +56,24 @@ __all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "packi
 PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
 
 
-def machines(topology: Topology) -> Tuple[int, ...]:
+def machines(topology: Topology, params: PlannerParams = PLANNER) -> Tuple[int, ...]:
     """The machine (host) of every rank, numbered in order of first rank.
 
     Ranks with one host name are on one machine, as ``local_rank`` counts them. In a declared
     topology so are the ranks under a *host switch*, the way :mod:`horotopo.generate` declares
     a multi-GPU host: a node whose routes all leave by one link (its NIC) and that only ranks on
     leaf links hang from, every leaf link faster in both directions than the NIC in either. A
-    top-of-rack switch of single-rank hosts passes only when its uplink is slower than every
-    NIC; the rack is then planned as one machine, a valid (if coarser) schedule.
+    top-of-rack switch of single-rank hosts passes when its uplink is slower than every NIC,
+    and, past ``params.hierarchy_auto_min_ranks`` ranks that each have a host of their own,
+    whatever its uplink: the rack is then planned as one machine, a valid (if coarser)
+    schedule, where planning a thousand single-rank hosts flat takes minutes.
     """
     label: Dict[Any, int] = {}
     key: List[Any] = list(topology.hosts)
     routes = topology.routes
     if isinstance(routes, HostRoutes):
+        alone = (topology.n > params.hierarchy_auto_min_ranks
+                 and len(set(topology.hosts)) == topology.n)
         cap = topology.capacity_Bps
         by_attach: Dict[int, List[int]] = {}
         for i in range(topology.n):
@@ -83,7 +87,7 @@ def machines(topology: Topology) -> Tuple[int, ...]:
             if len(nic_out) != 1 or len(nic_in) != 1:
                 continue
             local = min(min(cap[routes.up[i]], cap[routes.down[i]]) for i in ranks)
-            if local > max(cap[nic_out.pop()], cap[nic_in.pop()]):
+            if alone or local > max(cap[nic_out.pop()], cap[nic_in.pop()]):
                 for i in ranks:
                     key[i] = ("host switch", a)
     return tuple(label.setdefault(k, len(label)) for k in key)
@@ -446,15 +450,15 @@ def ring_throughput(topology: Topology) -> float:
 def use_hierarchy(topology: Topology, setting: Optional[str] = None,
                   params: PlannerParams = PLANNER) -> bool:
     """Whether to plan ``topology`` over hosts: ``setting`` (default ``HOROTOPO_HIERARCHY``)
-    ``on``, ``off``, or ``auto``: when some machine has several ranks and there are more than
-    ``params.hierarchy_auto_min_ranks`` ranks."""
+    ``on``, ``off``, or ``auto``: when some machine (:func:`machines`) has several ranks and
+    there are more than ``params.hierarchy_auto_min_ranks`` ranks."""
     setting = setting or config.get("HOROTOPO_HIERARCHY")
     if setting not in ("auto", "on", "off"):
         raise ValueError(f"hierarchy must be auto, on or off, got {setting!r}")
     if setting != "auto":
         return setting == "on"
     return (topology.n > params.hierarchy_auto_min_ranks
-            and len(set(machines(topology))) < topology.n)
+            and len(set(machines(topology, params))) < topology.n)
 
 
 def packing_cpu_cap(machines: int, params: PlannerParams = PLANNER) -> float:
@@ -499,7 +503,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     """
     start = time.perf_counter()
     say = progress or (lambda msg: None)
-    model = HostModel(topology) if host_model is None else host_model
+    model = HostModel(topology, machines(topology, params)) if host_model is None else host_model
     built = time.perf_counter() - start
     say(f"hierarchy: {model.n} machines, {model.channels} channels, "
         f"{len(model.capacity)} merged resources of {len(model.flat_capacity)} ({built:.2f} s)")

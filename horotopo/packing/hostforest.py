@@ -64,7 +64,7 @@ def has_hosts(topology: Topology, params: PlannerParams = PLANNER) -> bool:
     """Whether ``topology`` has at least two machines and one with several ranks on one host
     name or on a local fabric ``params.host_fabric_factor`` times faster than its way out (the
     case this forest is for)."""
-    of = machines(topology)
+    of = machines(topology, params)
     if not 2 <= len(set(of)) < topology.n:
         return False
     cap = topology.capacity_Bps
@@ -356,7 +356,7 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: Optional
     if not has_hosts(topology, params):
         raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
                          "with several ranks")
-    model = HostModel(topology) if model is None else model
+    model = HostModel(topology, machines(topology, params)) if model is None else model
     counts = [int(c) for c in counts]
     if not counts or any(not 1 <= c <= model.n for c in counts):
         raise ValueError(f"host tree counts must lie in 1..{model.n}, got {counts}")
@@ -398,5 +398,5 @@ def pack_host_forest(topology: Topology, arity: Optional[int] = None,
         count outside ``1..H``.
     """
     if count is None:
-        count = min(len(set(machines(topology))), params.max_host_trees)
+        count = min(len(set(machines(topology, params))), params.max_host_trees)
     return pack_host_forests(topology, [count], arity, params=params)[0]
