@@ -95,9 +95,11 @@ def sharing_matters(network: NetworkModel) -> bool:
 
 
 def _sharing(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int, ...]]],
-             network: FlowNetwork) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
+             network: FlowNetwork, in_flight: Sequence[float]
+             ) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
     """The links' load per unit of each flow's rate (its route, and its reverse route's cross
-    traffic), the links' capacities, the flows' weights and their bounds."""
+    traffic), the links' capacities, the flows' weights and their bounds (each of a flow's
+    ``in_flight`` messages held to its own TCP window)."""
     capacity = topology.capacity_array
     n = len(live)
     rows, cols, coef = [], [], []
@@ -108,7 +110,7 @@ def _sharing(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int
         inv = [1.0 / capacity[r] for r in route]
         penalty[f] = declared + network.weight_bytes * sum(inv)
         # alone, a flow has its reverse route to itself: the link's own rate bounds it
-        _, s_per_byte = network.hop(declared, max(inv, default=0.0))
+        s_per_byte = _flow_per_byte(network, declared, max(inv, default=0.0), in_flight[f])
         bound[f] = (1.0 + network.crosstraffic) / s_per_byte if s_per_byte > 0 else math.inf
         rows += list(route)
         cols += [f] * len(route)
@@ -127,11 +129,20 @@ def _sharing(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int
     return matrix, cap, 1.0 / np.maximum(penalty, 1e-12), bound
 
 
+def _flow_per_byte(network: NetworkModel, latency_s: float, s_per_byte: float,
+                   messages: float) -> float:
+    """Seconds per byte of a stream over a route of declared ``latency_s`` whose bottleneck
+    moves a byte in ``s_per_byte``, ``messages`` of its messages in flight at once: the TCP
+    window caps each message, not the stream."""
+    _, capped = network.hop(latency_s, s_per_byte)
+    return max(s_per_byte / network.bandwidth_factor, capped / max(1.0, messages))
+
+
 def _fluid_finish(topology: Topology, live: Sequence[Tuple[int, int, float, Tuple[int, ...]]],
-                  network: FlowNetwork) -> np.ndarray:
+                  network: FlowNetwork, in_flight: Sequence[float]) -> np.ndarray:
     """Seconds until each of ``live``'s flows has moved its bytes, started together, at the
     rates weighted max-min sharing gives (:class:`FlowNetwork`), recomputed as flows end."""
-    matrix, cap, weight, bound = _sharing(topology, live, network)
+    matrix, cap, weight, bound = _sharing(topology, live, network, in_flight)
     return _fluid(matrix, cap, weight, bound, np.array([b for _, _, b, _ in live], dtype=float))
 
 
@@ -208,26 +219,37 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
         return 0.0
     capacity = topology.capacity_Bps
     bf = network.bandwidth_factor
-    fluid = _fluid_finish(topology, live, network) if sharing_matters(network) else None
-    wire = 0.0
+    # each flow's chunks, and how many of them its stream keeps in flight at once
+    streams = []
+    for u, v, nbytes, route in live:
+        alone = max((1.0 / capacity[r] for r in route), default=0.0)
+        c = min(chunk, nbytes)
+        chunks = math.ceil(nbytes / c)
+        streams.append((alone, c, chunks, min(float(chunks), _in_flight(
+            network, topology.latency(u, v), alone, c))))
+    fluid = (_fluid_finish(topology, live, network, [m for *_, m in streams])
+             if sharing_matters(network) else None)
+    wire = landed = 0.0
     pieces = 1
-    for f, (u, v, nbytes, route) in enumerate(live):
+    for f, ((u, v, nbytes, route), (alone, c, chunks, messages)) in enumerate(
+            zip(live, streams)):
         declared = topology.latency(u, v)
         shared = (float(fluid[f]) if fluid is not None else
                   max((load[r] / (capacity[r] * bf) for r in route), default=0.0))
-        alone = max((1.0 / capacity[r] for r in route), default=0.0)
-        lat, inv = network.hop(declared, alone)
-        # the window cap binds one stream's bytes, the fair share all flows' on a link
-        c = min(chunk, nbytes)
-        chunks = math.ceil(nbytes / c)
-        rounds = max(1, math.ceil(chunks / _in_flight(network, declared, alone, c)))
+        lat, _ = network.hop(declared, alone)
+        inv = _flow_per_byte(network, declared, alone, messages)
+        # the window cap binds each message in flight, the fair share all flows' on a link
+        rounds = max(1, math.ceil(chunks / messages))
         # the fluid flows hold their window caps among their bounds
-        wire = max(wire, rounds * lat + (shared if fluid is not None
-                                         else max(shared, nbytes * inv)))
+        moved = rounds * lat + (shared if fluid is not None else max(shared, nbytes * inv))
+        wire = max(wire, moved)
+        # a round's messages share the route and land together: the last round's bytes are
+        # handled after it, one chunk's on a short route, the whole flow's over a long one
+        landed = max(landed, moved + nbytes / rounds * costs.per_byte_s)
         pieces = max(pieces, chunks)
     post = max(posts.values()) * costs.per_message_s
     handling = max(handled.values()) * costs.per_byte_s
-    return post + max(wire, handling) + min(wire, handling) / pieces
+    return post + max(max(wire, handling) + min(wire, handling) / pieces, landed)
 
 
 def _arc_weights(topology: Topology,
@@ -329,6 +351,44 @@ def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
     return (ahead * np.where(leaf, 2.0, children)).T
 
 
+def _gated_arcs(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
+                used: np.ndarray, width: int, chunk: np.ndarray, window: int,
+                network: NetworkModel) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """The reduce arcs whose windows a long route holds back: ``(routes, tree, idle)``,
+    ``routes`` the arcs' loads on the ``used`` links (rows), ``tree[a]`` arc ``a``'s tree and
+    ``idle[a]`` its seconds of latency per byte of the tree (the route's latency over the
+    chunks its parent's window keeps in flight on it, fewer where the stream holds back past
+    the bandwidth-delay product)."""
+    n = topology.n
+    keys, tree = [], []
+    child = np.arange(n, dtype=np.int64)
+    for k, (_, up, _) in enumerate(shapes):
+        up_a = np.asarray(up, dtype=np.int64)
+        keys.append((child * n + up_a)[up_a >= 0])
+        tree.append(np.full(int((up_a >= 0).sum()), k))
+    key = np.concatenate(keys)
+    tree_of = np.concatenate(tree)
+    ptr, res = topology.arc_routes(key)
+    latency = topology.arc_latencies(key)
+    inv_cap = 1.0 / topology.capacity_array
+    slowest = np.zeros(len(key))
+    np.maximum.at(slowest, np.repeat(np.arange(len(key)), np.diff(ptr)), inv_cap[res])
+    c = chunk[tree_of]
+    flight = np.full(len(key), float(window))
+    if network.streams == "serial":
+        flight[:] = 1.0
+    elif network.streams == "bdp":
+        with np.errstate(divide="ignore"):
+            flight = np.minimum(flight, 1.0 + np.floor(
+                np.where(slowest > 0, latency / np.where(slowest > 0, slowest, 1.0) / c,
+                         np.inf)))
+    idle = latency * network.latency_factor / (flight * c)
+    row = np.full(width, -1, dtype=np.int64)
+    row[used] = np.arange(len(used))
+    routes = sp.csr_matrix((np.ones(len(res)), row[res], ptr), shape=(len(key), len(used)))
+    return routes.T.tocsr(), tree_of, idle
+
+
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
                parts: Sequence[float], chunks: Sequence[float], profiles: Sequence[Any],
                costs: SoftwareCosts = ENGINE_COSTS, network: NetworkModel = IDEAL_NETWORK,
@@ -379,9 +439,9 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     # the ranks' CPUs: seconds of software work per byte of each tree
     msgs, recvs = rank_degrees(shapes)
     cpu = (msgs / chunk_a[:, None] * costs.per_message_s + recvs * costs.per_byte_s).T
-    busy = cpu.sum(axis=1) > 0
-    matrix = np.vstack([links, cpu[busy]])
-    cap = np.concatenate([link_cap, np.ones(int(busy.sum()))])
+    busy_cpu = cpu.sum(axis=1) > 0
+    matrix = np.vstack([links, cpu[busy_cpu]])
+    cap = np.concatenate([link_cap, np.ones(int(busy_cpu.sum()))])
     weight = (_tree_weights(arcs, g, width, links, link_cap, used) if arcs is not None
               else np.ones(g))
     hops = [on_network(p, network) for p in profiles]
@@ -399,6 +459,27 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     first = cpu * chunk_a[None, :]
     crowd = float((first.sum(axis=1) - first.max(axis=1)).max())
     finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
+    if network.shared_messages and arcs is not None:
+        # A parent posts a window of receives per child and the next only once they have
+        # arrived: over a long route a reduce arc idles for the latency between its windows.
+        # The arcs of a link start together and keep in step, so while their windows are on
+        # the wire they load it at the rate x with 1 / r = 1 / x + idle (r the tree's rate,
+        # x = r / (1 - r idle)), and the idle time is lost to the link; the rates the loads
+        # come from are the last sharing's, twice. A window bound already holds r idle below
+        # 1; the cap keeps a rate of the first sharing that ignored it finite.
+        routes, gated_tree, idle = _gated_arcs(topology, shapes, used, width, chunk_a, win,
+                                               network)
+        base = links
+        for _ in range(2):
+            rate = (parts_a - chunk_a) / np.maximum(finish, 1e-300)
+            busy = np.minimum(rate[gated_tree] * idle, 0.9)
+            if busy.max(initial=0.0) < 0.01:
+                break  # short routes: the windows' latency is lost in their bytes' time
+            extra = np.zeros_like(base)
+            np.add.at(extra.T, gated_tree, (routes.multiply(busy / (1.0 - busy))).T.toarray())
+            links = base + extra
+            matrix = np.vstack([links, cpu[busy_cpu]])
+            finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
     # the further chunks every tree starts at once: their posts hold the network back
     # where it sets the pace; where the CPU does, they are part of the work it paces
     started = float((_started_posts(shapes, recvs, np.ceil(parts_a / chunk_a), win).sum(
