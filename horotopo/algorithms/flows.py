@@ -356,9 +356,9 @@ def _gated_arcs(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], S
                 network: NetworkModel) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     """The reduce arcs whose windows a long route holds back: ``(routes, tree, idle)``,
     ``routes`` the arcs' loads on the ``used`` links (rows), ``tree[a]`` arc ``a``'s tree and
-    ``idle[a]`` its seconds of latency per byte of the tree (the route's latency over the
-    chunks its parent's window keeps in flight on it, fewer where the stream holds back past
-    the bandwidth-delay product)."""
+    ``idle[a]`` its seconds of latency per byte of the tree: the route's latency over the
+    chunks its parent's window keeps in flight on it, where the route's bandwidth-delay
+    product holds the whole window (0 elsewhere)."""
     n = topology.n
     keys, tree = [], []
     child = np.arange(n, dtype=np.int64)
@@ -382,7 +382,9 @@ def _gated_arcs(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], S
             flight = np.minimum(flight, 1.0 + np.floor(
                 np.where(slowest > 0, latency / np.where(slowest > 0, slowest, 1.0) / c,
                          np.inf)))
-    idle = latency * network.latency_factor / (flight * c)
+    # where the stream holds its messages back, not the window, the arcs of a link do not
+    # wait together
+    idle = np.where(flight >= window, latency * network.latency_factor / (flight * c), 0.0)
     row = np.full(width, -1, dtype=np.int64)
     row[used] = np.arange(len(used))
     routes = sp.csr_matrix((np.ones(len(res)), row[res], ptr), shape=(len(key), len(used)))
