@@ -19,8 +19,8 @@ def test_one_tree_over_a_wan_is_held_by_its_window_per_round_trip(window, simula
     WAN and the broadcast back), 64 MiB in 128 KiB chunks, no software cost, against the
     simulated times of this plan at each window (simcheck.timed_allreduce): a window of
     chunks crosses per latency plus its bytes at the link's rate, and the tree keeps its
-    in-flight chunks per round trip (one chunk's hop time per window put window 16 at
-    180.9 ms)."""
+    in-flight chunks per round trip (a window per one chunk's hop time is twice as fast at
+    window 16)."""
     topo = from_dict(generate("sites:gpus=1,wan_gbps=10", 2))
     chain = (-1, 0)
     plan = plan_from_trees(2, [(0, chain, chain, 1.25e9)], chunk_bytes=128 << 10,
@@ -53,8 +53,8 @@ def test_reduce_arcs_over_a_wan_idle_in_step(window, simulated_ms):
     16 trees (each a chain per machine, the far chain's head reducing into the root across
     the WAN), 64 MiB in 256 KiB chunks, no software cost, against the simulated times of this
     plan at each window (simcheck.timed_allreduce): the WAN's reduce arcs wait a latency
-    between their windows together, and the link idles with them (fair sharing alone put
-    every window at 68.8 ms)."""
+    between their windows together, and the link idles with them (fair sharing alone gives
+    every window the same time, the WAN's bytes at its rate)."""
     topo = from_dict(generate("sites:gpus=8,wan_gbps=10", 16))
     plan = plan_from_trees(16, _host_forest(2, 8), chunk_bytes=256 << 10, topology=topo)
     got = plan_time(topo, plan, 64 * MiB, 256 << 10, NO_COSTS, TCP_NETWORK, window)
@@ -66,7 +66,7 @@ def test_the_tcp_window_caps_each_message_of_a_ring_step(chunk_kib, simulated_ms
     """Ring allreduce between two sites over a 10 gbps WAN of 5 ms, 64 MiB, no software
     cost, against its simulated times (simcheck.timed_allreduce, 128 KiB and 1 MiB chunks):
     a step's chunks in flight each get a TCP window over the round trip, so together they
-    fill the link (one window for the whole step put it at 217.4 ms)."""
+    fill the link (one window for the whole step would make it nearly twice as slow)."""
     from horotopo.algorithms.ring import predict_time
 
     topo = from_dict(generate("sites:gpus=1,wan_gbps=10", 2))
