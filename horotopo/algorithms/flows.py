@@ -19,10 +19,11 @@ been handled. Its time is the sum of
   destination and tag) as the transport lets them (:attr:`NetworkModel.streams`: one at a time,
   a bandwidth-delay product's worth, or all at once), each paying the route's latency, and its
   bytes cross every link of its route at that link's rate shared fairly among the stage's
-  flows (max-min fair sharing: a link's bytes of all flows at its capacity), capped by a TCP
-  window over the round trip;
+  flows (max-min fair sharing: a link's bytes of all flows at its capacity), each message in
+  flight capped by a TCP window over the round trip;
 - the handling of received bytes (the copy or reduce after a receive), the busiest rank's,
-  which overlaps the wire but for one chunk's worth: the last chunk is handled after it lands.
+  which overlaps the wire but for the last round's worth: the messages in flight at once
+  land together and are handled after they land.
 """
 from __future__ import annotations
 
@@ -405,8 +406,10 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     on a :class:`FlowNetwork`), and each rank's CPU as a resource too: a tree at rate ``r``
     costs a rank ``r`` times its posts per byte and its handled bytes per byte (the software
     ``costs``); each tree is also held to what its window of chunks per arc sustains over its
-    hops (``window``, or the automatic one under ``params``). Rates are recomputed as trees
-    finish. A tree's time is its first chunk's way up and down (its fill) plus the rest of its
+    hops (``window``, or the automatic one under ``params``) and per round trip of its
+    critical paths, and where a long route holds a parent's whole window of a reduce arc in
+    flight, the arcs of a link wait for their next windows together and the link idles with
+    them. Rates are recomputed as trees finish. A tree's time is its first chunk's way up and down (its fill) plus the rest of its
     part at those rates; and the fills wait for the busiest rank's CPU to handle the other
     trees' first chunks.
     """
