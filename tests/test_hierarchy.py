@@ -11,6 +11,7 @@ from horotopo.engine import Engine
 from horotopo.params import PlannerParams
 from horotopo.packing import ArcModel, hierarchy, pack
 from horotopo.packing.arborescence import best_root_arborescence
+from horotopo.packing.hostforest import has_hosts
 from horotopo.plan import make_plan
 from horotopo.topology import from_dict
 from horotopo.validate import validate
@@ -50,6 +51,8 @@ def test_past_the_auto_threshold_single_rank_hosts_are_grouped_by_rack():
     assert hierarchy.machines(large, PlannerParams(hierarchy_auto_min_ranks=68)) == \
         tuple(range(68))
     assert make_plan(large, size=16 << 20).planner["machines"] == 17
+    # and the racks get the host forest's shallow trees among the candidates
+    assert has_hosts(large) and not has_hosts(small)
 
 
 def _flat_load(topo, trees):

@@ -63,10 +63,15 @@ Group = Union[List[int], List["Group"]]
 def has_hosts(topology: Topology, params: PlannerParams = PLANNER) -> bool:
     """Whether ``topology`` has at least two machines and one with several ranks on one host
     name or on a local fabric ``params.host_fabric_factor`` times faster than its way out (the
-    case this forest is for)."""
+    case this forest is for), or racks of single-rank hosts that :func:`machines` plans as
+    machines past ``params.hierarchy_auto_min_ranks`` ranks (the forest's trees cross each
+    rack's uplink once, a few racks deep, where the certified packing's run hundreds of ranks
+    deep)."""
     of = machines(topology, params)
     if not 2 <= len(set(of)) < topology.n:
         return False
+    if topology.n > params.hierarchy_auto_min_ranks and len(set(topology.hosts)) == topology.n:
+        return True
     cap = topology.capacity_Bps
     slowest = lambda i, j: min((cap[r] for r in topology.route(i, j)), default=np.inf)
     first: dict = {}
