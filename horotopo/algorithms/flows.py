@@ -480,9 +480,12 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
             busy = np.minimum(rate[gated_tree] * idle, 0.9)
             if busy.max(initial=0.0) < 0.01:
                 break  # short routes: the windows' latency is lost in their bytes' time
-            extra = np.zeros_like(base)
-            np.add.at(extra.T, gated_tree, (routes.multiply(busy / (1.0 - busy))).T.toarray())
-            links = base + extra
+            # each gated arc's route, weighted, summed into its tree's column (sparse: a
+            # measured topology at 1024 ranks has half a million arcs over 9,000 links)
+            per_tree = sp.csr_matrix((busy / (1.0 - busy), (np.arange(len(gated_tree)),
+                                                             gated_tree)),
+                                     shape=(len(gated_tree), base.shape[1]))
+            links = base + (routes @ per_tree).toarray()
             matrix = np.vstack([links, cpu[busy_cpu]])
             finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
     # the further chunks every tree starts at once: their posts hold the network back
