@@ -591,6 +591,17 @@ class PlannerParams:
              "uplink also passes the machine test (racks-2x3: 4x), but a probe, which groups "
              "ranks by host name, could not find such a forest again.")
 
+    gated_min_busy: float = _param(
+        0.01, "The flow model charges the idle time a long route puts between a reduce arc's "
+              "windows only where it takes at least this share of the arc's time: below it the "
+              "windows' latency is lost in their bytes' time, and a further fluid run would "
+              "move the prediction by less.")
+    gated_max_busy: float = _param(
+        0.9, "The share of a reduce arc's time that the idle time between its windows may take "
+             "in the flow model, read from the first sharing, which ignored that time: keeps "
+             "the link load r / (1 - share) finite; a window bound holds the true share "
+             "below 1.")
+
     def __post_init__(self) -> None:
         counts = ("max_trees_per_root", "window_bytes", "default_window", "max_window",
                   "rank_window_bytes", "min_window", "min_chunk", "max_chunk", "exhaustive_max",
@@ -624,7 +635,8 @@ class PlannerParams:
         _require_at_least(self, 1, ("group_latency_factor", "host_fabric_factor"))
         _require_positive(self, ("packing_eps", "packing_time_limit_s", "prune_rank_share"))
         for name in ("packing_weights_share", "packing_columns_share", "prune_min_share",
-                     "smoothing_mix", "smoothing_min_mix", "prune_gap_share"):
+                     "smoothing_mix", "smoothing_min_mix", "prune_gap_share",
+                     "gated_min_busy"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name}: must be in (0, 1], got {getattr(self, name)!r}")
         if not self.hierarchical_packing_cpu_s > 0:
@@ -632,6 +644,9 @@ class PlannerParams:
                              f"{self.hierarchical_packing_cpu_s!r}")
         if not 0 <= self.tree_tie < 1:
             raise ValueError(f"tree_tie: must be in [0, 1), got {self.tree_tie!r}")
+        if not self.gated_min_busy <= self.gated_max_busy < 1:
+            raise ValueError(f"gated_max_busy: must be in [gated_min_busy, 1), got "
+                             f"{self.gated_max_busy!r}")
 
     @classmethod
     def recorded(cls, record: Mapping[str, Any]) -> "PlannerParams":

@@ -797,6 +797,7 @@ NOT_TUNING_BODY: Dict[str, str] = {
     "probe/flows.py:_run_flows:3": "three tags per test and three timings per flow: protocol",
     "algorithms/flows.py:_arc_weights:1e-12": "a guard against a division by zero",
     "algorithms/flows.py:_sharing:1e-12": "a guard against a division by zero",
+    "algorithms/flows.py:trees_time:1e-300": "a guard against a division by zero",
     "cli/simulate_cmd.py:_simulate:4": "bytes of a float32",
     "packing/forests.py:choose_forest:3": "a structural minimum: below three ranks every "
                                           "forest runs alike",

@@ -477,8 +477,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
         base = links
         for _ in range(2):
             rate = (parts_a - chunk_a) / np.maximum(finish, 1e-300)
-            busy = np.minimum(rate[gated_tree] * idle, 0.9)
-            if busy.max(initial=0.0) < 0.01:
+            busy = np.minimum(rate[gated_tree] * idle, params.gated_max_busy)
+            if busy.max(initial=0.0) < params.gated_min_busy:
                 break  # short routes: the windows' latency is lost in their bytes' time
             # each gated arc's route, weighted, summed into its tree's column (sparse: a
             # measured topology at 1024 ranks has half a million arcs over 9,000 links)
