@@ -175,12 +175,13 @@ def test_a_ranks_cpu_is_shared_by_the_trees_as_a_link_is():
 def test_dbtree_over_a_wan_keeps_the_rate_of_its_paced_arcs():
     """Each tree's arcs move at the tree's one rate, so a long arc's small weighted share of a
     link it does not fill does not hold the tree: on two sites the prediction on TCP's network
-    stays within the cost of its flows of unequal weights (1 / 0.75) and rates (1 / 0.924) of
-    the declared one (weighing every arc alone gave 87x)."""
+    stays within twice the declared one (weighing every arc alone gave 87x). Above it: flows of
+    unequal weights and rates, and the windows the 5 ms WAN holds back; the simulator runs this
+    case (the CPU profile's costs) in 348.2 ms, 1.89x the declared prediction."""
     topo = from_dict(generate("sites:gpus=2,wan_gbps=10", 16))
     declared = dbtree.predict_time(topo, 64 * MiB, 128 << 10, COSTS, ab.IDEAL_NETWORK)
     assert declared < dbtree.predict_time(topo, 64 * MiB, 128 << 10, COSTS, TCP_NETWORK) \
-        < 1.5 * declared
+        < 2 * declared
 
 
 def test_hierarchical_hosts_come_from_a_generated_clusters_gpus():

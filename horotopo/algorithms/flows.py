@@ -244,9 +244,11 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
         # the fluid flows hold their window caps among their bounds
         moved = rounds * lat + (shared if fluid is not None else max(shared, nbytes * inv))
         wire = max(wire, moved)
-        # a round's messages share the route and land together: the last round's bytes are
-        # handled after it, one chunk's on a short route, the whole flow's over a long one
-        landed = max(landed, moved + nbytes / rounds * costs.per_byte_s)
+        # where messages in flight share the route, a round's land together and the last
+        # round's bytes are handled after it (one chunk's on a short route, the whole flow's
+        # over a long one); else the messages land one after another, the last chunk last
+        last = nbytes / rounds if network.shared_messages else c
+        landed = max(landed, moved + last * costs.per_byte_s)
         pieces = max(pieces, chunks)
     post = max(posts.values()) * costs.per_message_s
     handling = max(handled.values()) * costs.per_byte_s
