@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -255,14 +255,26 @@ def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
     return post + max(max(wire, handling) + min(wire, handling) / pieces, landed)
 
 
+class _Arcs(NamedTuple):
+    """Every arc of every tree, up and down (:func:`_arc_weights`): ``which[i]`` indexes the
+    distinct arcs, whose routes are ``res[ptr[a]:ptr[a + 1]]``, weights (inverse penalties,
+    :class:`FlowNetwork`) ``weight[a]`` and declared latencies ``latency[a]``; ``tree[i]`` is
+    the tree and ``half[i]`` 0 for a reduce arc, 1 for a broadcast arc."""
+
+    which: np.ndarray
+    tree: np.ndarray
+    ptr: np.ndarray
+    res: np.ndarray
+    weight: np.ndarray
+    half: np.ndarray
+    latency: np.ndarray
+
+
 def _arc_weights(topology: Topology,
                  shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
-                 network: FlowNetwork) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                np.ndarray, np.ndarray]:
-    """Every arc of every tree, up and down: ``(arc, tree, ptr, res, weight, half)``,
-    ``arc[i]`` indexing the distinct arcs whose routes are ``res[ptr[a]:ptr[a + 1]]`` and
-    whose weights (inverse penalties, :class:`FlowNetwork`) are ``weight[a]``, ``tree[i]``
-    the tree and ``half[i]`` 0 for a reduce arc, 1 for a broadcast arc."""
+                 network: FlowNetwork) -> _Arcs:
+    """Every arc of every tree, up and down, each distinct arc's route read once
+    (:class:`_Arcs`)."""
     n = topology.n
     inv_cap = 1.0 / topology.capacity_array
     keys, tree, half = [], [], []
@@ -280,14 +292,15 @@ def _arc_weights(topology: Topology,
     np.add.at(per_byte, np.repeat(np.arange(len(distinct)), np.diff(ptr)), inv_cap[res])
     latency = topology.arc_latencies(distinct)
     weight = 1.0 / np.maximum(latency + network.weight_bytes * per_byte, 1e-12)
-    return which.ravel(), np.concatenate(tree), ptr, res, weight, np.concatenate(half)
+    return _Arcs(which.ravel(), np.concatenate(tree), ptr, res, weight, np.concatenate(half),
+                 latency)
 
 
-def _tree_weights(arcs: Tuple[np.ndarray, ...], trees: int, links: int, load: np.ndarray,
+def _tree_weights(arcs: _Arcs, trees: int, links: int, load: np.ndarray,
                   cap: np.ndarray, used: np.ndarray) -> np.ndarray:
     """Each tree's weight in the links' sharing: the mean weight of its ``arcs``
     (:func:`_arc_weights`) over its most loaded link, where its pace is set."""
-    which, tree_of, ptr, res, weight, _ = arcs
+    which, tree_of, ptr, res, weight = arcs.which, arcs.tree, arcs.ptr, arcs.res, arcs.weight
     routes = sp.csr_matrix((np.ones(len(res)), res, ptr), shape=(len(weight), links))
     busiest = used[np.argmax(load / cap[:, None], axis=0)]
     crosses = np.asarray(routes[which, busiest[tree_of]]).ravel() > 0
@@ -297,7 +310,7 @@ def _tree_weights(arcs: Tuple[np.ndarray, ...], trees: int, links: int, load: np
     return np.where(count > 0, total / np.maximum(count, 1.0), 1.0)
 
 
-def _paced_load(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, width: int,
+def _paced_load(arcs: _Arcs, trees: int, used: np.ndarray, width: int,
                 most: float) -> np.ndarray:
     """``(len(used), trees)``: what a tree's ``arcs`` (:func:`_arc_weights`) load the link
     ``used[i]`` (of ``width`` resources, every arc's among them) with per byte of the tree's
@@ -308,7 +321,8 @@ def _paced_load(arcs: Tuple[np.ndarray, ...], trees: int, used: np.ndarray, widt
     its weighted share. Flows of one half over a link take turns as their window allows
     and keep the whole link (the simulator: a rank's children of unequal weights reducing
     into it lose nothing)."""
-    which, tree_of, ptr, res, weight, half = arcs
+    which, tree_of, ptr, res, weight, half = (arcs.which, arcs.tree, arcs.ptr, arcs.res,
+                                              arcs.weight, arcs.half)
     links = len(used)
     row = np.full(width, -1, dtype=np.int64)
     row[used] = np.arange(links)
@@ -354,30 +368,24 @@ def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
     return (ahead * np.where(leaf, 2.0, children)).T
 
 
-def _gated_arcs(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
-                used: np.ndarray, width: int, chunk: np.ndarray, window: int,
-                network: NetworkModel) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """The reduce arcs whose windows a long route holds back: ``(routes, tree, idle)``,
-    ``routes`` the arcs' loads on the ``used`` links (rows), ``tree[a]`` arc ``a``'s tree and
-    ``idle[a]`` its seconds of latency per byte of the tree: the route's latency over the
-    chunks its parent's window keeps in flight on it, where the route's bandwidth-delay
-    product holds the whole window (0 elsewhere)."""
-    n = topology.n
-    keys, tree = [], []
-    child = np.arange(n, dtype=np.int64)
-    for k, (_, up, _) in enumerate(shapes):
-        up_a = np.asarray(up, dtype=np.int64)
-        keys.append((child * n + up_a)[up_a >= 0])
-        tree.append(np.full(int((up_a >= 0).sum()), k))
-    key = np.concatenate(keys)
-    tree_of = np.concatenate(tree)
-    ptr, res = topology.arc_routes(key)
-    latency = topology.arc_latencies(key)
-    inv_cap = 1.0 / topology.capacity_array
-    slowest = np.zeros(len(key))
-    np.maximum.at(slowest, np.repeat(np.arange(len(key)), np.diff(ptr)), inv_cap[res])
+def _gated_arcs(topology: Topology, arcs: _Arcs, used: np.ndarray, width: int,
+                chunk: np.ndarray, window: int, network: NetworkModel
+                ) -> Tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
+    """The reduce arcs whose windows a long route holds back: ``(routes, arc, tree, idle)``,
+    ``routes`` the distinct arcs' loads on the ``used`` links (rows, columns as ``arcs``
+    numbers them), and per reduce arc of a tree its distinct ``arc``, its ``tree`` and its
+    ``idle`` seconds of latency per byte of the tree: the route's latency over the chunks its
+    parent's window keeps in flight on it, where the route's bandwidth-delay product holds
+    the whole window (0 elsewhere)."""
+    reduce = arcs.half == 0
+    arc, tree_of = arcs.which[reduce], arcs.tree[reduce]
+    distinct = len(arcs.weight)
+    slowest = np.zeros(distinct)
+    np.maximum.at(slowest, np.repeat(np.arange(distinct), np.diff(arcs.ptr)),
+                  1.0 / topology.capacity_array[arcs.res])
+    latency, slowest = arcs.latency[arc], slowest[arc]
     c = chunk[tree_of]
-    flight = np.full(len(key), float(window))
+    flight = np.full(len(arc), float(window))
     if network.streams == "serial":
         flight[:] = 1.0
     elif network.streams == "bdp":
@@ -390,8 +398,9 @@ def _gated_arcs(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], S
     idle = np.where(flight >= window, latency * network.latency_factor / (flight * c), 0.0)
     row = np.full(width, -1, dtype=np.int64)
     row[used] = np.arange(len(used))
-    routes = sp.csr_matrix((np.ones(len(res)), row[res], ptr), shape=(len(key), len(used)))
-    return routes.T.tocsr(), tree_of, idle
+    routes = sp.csr_matrix((np.ones(len(arcs.res)), row[arcs.res], arcs.ptr),
+                           shape=(distinct, len(used)))
+    return routes.T.tocsr(), arc, tree_of, idle
 
 
 def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
@@ -474,8 +483,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
         # x = r / (1 - r idle)), and the idle time is lost to the link; the rates the loads
         # come from are the last sharing's, twice. A window bound already holds r idle below
         # 1; the cap keeps a rate of the first sharing that ignored it finite.
-        routes, gated_tree, idle = _gated_arcs(topology, shapes, used, width, chunk_a, win,
-                                               network)
+        routes, gated_arc, gated_tree, idle = _gated_arcs(topology, arcs, used, width, chunk_a,
+                                                          win, network)
         base = links
         for _ in range(2):
             rate = (parts_a - chunk_a) / np.maximum(finish, 1e-300)
@@ -484,9 +493,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
                 break  # short routes: the windows' latency is lost in their bytes' time
             # each gated arc's route, weighted, summed into its tree's column (sparse: a
             # measured topology at 1024 ranks has half a million arcs over 9,000 links)
-            per_tree = sp.csr_matrix((busy / (1.0 - busy), (np.arange(len(gated_tree)),
-                                                             gated_tree)),
-                                     shape=(len(gated_tree), base.shape[1]))
+            per_tree = sp.csr_matrix((busy / (1.0 - busy), (gated_arc, gated_tree)),
+                                     shape=(routes.shape[1], base.shape[1]))
             links = base + (routes @ per_tree).toarray()
             matrix = np.vstack([links, cpu[busy_cpu]])
             finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
