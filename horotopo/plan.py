@@ -500,7 +500,7 @@ def make_plan(topology: Topology, *, chunk_bytes: Optional[int] = None,
         rate = _hierarchy.ring_throughput(topology)  # O(n): no n^2 ring columns
         ring = Packing(trees=(), throughput=rate, upper_bound=None, full_throughput=rate)
         # the packing's, and the host forests'
-        host_model = _hierarchy.HostModel(topology, _hierarchy.machines(topology, params))
+        host_model = _hierarchy.HostModel(topology, params=params)
         packing = _hierarchy.pack_hierarchical(topology,
                                                max_trees_per_root=params.max_trees_per_root,
                                                target_gap=params.target_gap, progress=progress,

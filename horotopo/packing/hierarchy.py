@@ -49,11 +49,18 @@ from .certificate import check_certificate
 from .gk import dual_bound, pack, price
 from .model import ArcModel, Packing, TreeRate
 
-__all__ = ["machines", "HostModel", "use_hierarchy", "pack_hierarchical", "packing_cpu_cap",
+__all__ = ["machines", "lone_ranks_at_scale", "HostModel", "use_hierarchy", "pack_hierarchical", "packing_cpu_cap",
            "flat_bound", "ring_throughput"]
 
 #: The certificate's phase when :func:`cut_bound` gives the bound.
 PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
+
+
+def lone_ranks_at_scale(topology: Topology, params: PlannerParams = PLANNER) -> bool:
+    """Whether every rank of ``topology`` has a host of its own and there are more than
+    ``params.hierarchy_auto_min_ranks``: then :func:`machines` groups them by rack."""
+    return (topology.n > params.hierarchy_auto_min_ranks
+            and len(set(topology.hosts)) == topology.n)
 
 
 def machines(topology: Topology, params: PlannerParams = PLANNER) -> Tuple[int, ...]:
@@ -65,15 +72,15 @@ def machines(topology: Topology, params: PlannerParams = PLANNER) -> Tuple[int, 
     leaf links hang from, every leaf link faster in both directions than the NIC in either. A
     top-of-rack switch of single-rank hosts passes when its uplink is slower than every NIC,
     and, past ``params.hierarchy_auto_min_ranks`` ranks that each have a host of their own,
-    whatever its uplink: the rack is then planned as one machine, a valid (if coarser)
-    schedule, where planning a thousand single-rank hosts flat takes minutes.
+    whatever its uplink (:func:`lone_ranks_at_scale`): the rack is then planned as one
+    machine, a valid (if coarser) schedule, where planning a thousand single-rank hosts flat
+    takes minutes.
     """
     label: Dict[Any, int] = {}
     key: List[Any] = list(topology.hosts)
     routes = topology.routes
     if isinstance(routes, HostRoutes):
-        alone = (topology.n > params.hierarchy_auto_min_ranks
-                 and len(set(topology.hosts)) == topology.n)
+        alone = lone_ranks_at_scale(topology, params)
         cap = topology.capacity_Bps
         by_attach: Dict[int, List[int]] = {}
         for i in range(topology.n):
@@ -121,13 +128,16 @@ class HostModel:
     ----------
     topology : Topology
     machine_of : sequence of int, optional
-        Machine of every rank (default :func:`machines`).
+        Machine of every rank (default :func:`machines` under ``params``).
+    params : PlannerParams
+        What :func:`machines` groups by default.
     """
 
-    def __init__(self, topology: Topology, machine_of: Optional[Sequence[int]] = None):
+    def __init__(self, topology: Topology, machine_of: Optional[Sequence[int]] = None,
+                 params: PlannerParams = PLANNER):
         self.topology = topology
         self.machine_of = np.asarray(machine_of if machine_of is not None
-                                     else machines(topology), dtype=np.int64)
+                                     else machines(topology, params), dtype=np.int64)
         h_count = int(self.machine_of.max()) + 1
         self.n = h_count
         self.members = [np.flatnonzero(self.machine_of == h) for h in range(h_count)]
@@ -503,7 +513,7 @@ def pack_hierarchical(topology: Topology, *, with_flat_bound: bool = True,
     """
     start = time.perf_counter()
     say = progress or (lambda msg: None)
-    model = HostModel(topology, machines(topology, params)) if host_model is None else host_model
+    model = HostModel(topology, params=params) if host_model is None else host_model
     built = time.perf_counter() - start
     say(f"hierarchy: {model.n} machines, {model.channels} channels, "
         f"{len(model.capacity)} merged resources of {len(model.flat_capacity)} ({built:.2f} s)")

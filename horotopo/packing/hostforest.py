@@ -50,7 +50,7 @@ from scipy.sparse.csgraph import connected_components
 
 from ..params import PLANNER, PlannerParams
 from ..topology import Topology
-from .hierarchy import HostModel, machines
+from .hierarchy import HostModel, lone_ranks_at_scale, machines
 from .model import Packing, TreeRate
 
 __all__ = ["host_groups", "host_trees", "pick_rotations", "pack_host_forest",
@@ -70,7 +70,7 @@ def has_hosts(topology: Topology, params: PlannerParams = PLANNER) -> bool:
     of = machines(topology, params)
     if not 2 <= len(set(of)) < topology.n:
         return False
-    if topology.n > params.hierarchy_auto_min_ranks and len(set(topology.hosts)) == topology.n:
+    if lone_ranks_at_scale(topology, params):
         return True
     cap = topology.capacity_Bps
     slowest = lambda i, j: min((cap[r] for r in topology.route(i, j)), default=np.inf)
@@ -361,7 +361,7 @@ def pack_host_forests(topology: Topology, counts: Sequence[int], arity: Optional
     if not has_hosts(topology, params):
         raise ValueError(f"{topology.name}: a host forest needs two or more machines and one "
                          "with several ranks")
-    model = HostModel(topology, machines(topology, params)) if model is None else model
+    model = HostModel(topology, params=params) if model is None else model
     counts = [int(c) for c in counts]
     if not counts or any(not 1 <= c <= model.n for c in counts):
         raise ValueError(f"host tree counts must lie in 1..{model.n}, got {counts}")
