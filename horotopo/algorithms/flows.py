@@ -183,15 +183,17 @@ def _max_min(matrix: Any, cap: np.ndarray, weight: np.ndarray, bound: np.ndarray
                                active)
 
 
-def _in_flight(network: NetworkModel, latency_s: float, s_per_byte: float,
-               chunk: float) -> float:
+def _in_flight(network: NetworkModel, latency_s: Any, s_per_byte: Any, chunk: Any) -> Any:
     """Chunks of one stream in flight at once on a route of declared ``latency_s`` whose
-    bottleneck moves a byte in ``s_per_byte`` (inf: all of them)."""
+    bottleneck moves a byte in ``s_per_byte`` (inf: all of them); numbers or arrays alike."""
     if network.streams == "serial":
-        return 1.0
+        return np.ones_like(np.asarray(latency_s, dtype=float))[()]
     if network.streams == "bdp":
-        return 1.0 + (math.floor(latency_s / s_per_byte / chunk) if s_per_byte > 0 else math.inf)
-    return math.inf
+        latency_s, s_per_byte = np.asarray(latency_s, dtype=float), np.asarray(s_per_byte)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (1.0 + np.where(s_per_byte > 0, np.floor(
+                latency_s / np.where(s_per_byte > 0, s_per_byte, 1.0) / chunk), np.inf))[()]
+    return np.full_like(np.asarray(latency_s, dtype=float), math.inf)[()]
 
 
 def stage_time(topology: Topology, flows: Sequence[Flow], chunk_bytes: int,
@@ -385,14 +387,7 @@ def _gated_arcs(topology: Topology, arcs: _Arcs, used: np.ndarray, width: int,
                   1.0 / topology.capacity_array[arcs.res])
     latency, slowest = arcs.latency[arc], slowest[arc]
     c = chunk[tree_of]
-    flight = np.full(len(arc), float(window))
-    if network.streams == "serial":
-        flight[:] = 1.0
-    elif network.streams == "bdp":
-        with np.errstate(divide="ignore"):
-            flight = np.minimum(flight, 1.0 + np.floor(
-                np.where(slowest > 0, latency / np.where(slowest > 0, slowest, 1.0) / c,
-                         np.inf)))
+    flight = np.minimum(float(window), _in_flight(network, latency, slowest, c))
     # where the stream holds its messages back, not the window, the arcs of a link do not
     # wait together
     idle = np.where(flight >= window, latency * network.latency_factor / (flight * c), 0.0)
