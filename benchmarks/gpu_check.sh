@@ -6,7 +6,8 @@
 #      buffers, staged and, when MPI is CUDA-aware, direct; the hvd API on CuPy arrays and,
 #      where torch has CUDA, CUDA tensors, with no host copies); the torch.distributed
 #      backend's tests at 2 and 3 ranks (CUDA tensors against gloo);
-#   4. the kernel micro-benchmark: GB/s per dtype/op against the device copy bandwidth;
+#   4. the kernel micro-benchmark: GB/s per dtype/op against the device copy bandwidth, and
+#      the device path's cost figures for the simulator's gpu profile (benchmarks/gpu_costs.py);
 #   5. an allreduce of CuPy buffers through the engine, checked against MPI on host copies.
 # HOROTOPO_TEST_GPU=1 is set throughout: a test that would skip for lack of a device fails.
 # Results go to $OUT (when set, as on the device machine) or out/gpu_check-<time>/ (ignored);
@@ -124,6 +125,10 @@ fi
 step unit 240 "$PY" -m pytest -q -p no:cacheprovider -x tests/test_gpu_device.py tests/test_native.py \
     tests/test_gpu_staging.py tests/test_gpu_host.py tests/test_gpu_aware.py tests/test_gpu_import.py
 
+step kernel_bench 150 sh -c "\"$PY\" benchmarks/kernel_bench.py --size 256M --json --markdown \"$OUTDIR/kernel_bench.md\" > \"$OUTDIR/kernel_bench.json\""
+# the device figures of the simulator's gpu cost profile (docs/calibration.md)
+step gpu_costs 120 sh -c "\"$PY\" benchmarks/gpu_costs.py --json --markdown \"$OUTDIR/gpu_costs.md\" --profile \"$OUTDIR/gpu_costs_profile.json\" > \"$OUTDIR/gpu_costs.json\""
+
 if [ -z "$MPIEXEC" ]; then
     record "mpi" "FAIL (no mpiexec next to $PY or on PATH)"
     FAILED=1
@@ -140,10 +145,9 @@ else
     done
 fi
 
-step kernel_bench 150 sh -c "\"$PY\" benchmarks/kernel_bench.py --size 256M --json > \"$OUTDIR/kernel_bench.json\""
 
 if [ -n "$MPIEXEC" ]; then
-    step allreduce_n4 150 sh -c "\"$MPIEXEC\" -n 4 \"$PY\" benchmarks/gpu_allreduce.py --sizes 1M,16M,64M --json > \"$OUTDIR/gpu_allreduce.json\""
+    step allreduce_n4 150 sh -c "\"$MPIEXEC\" -n 4 \"$PY\" benchmarks/gpu_allreduce.py --sizes 1M,16M,64M --json --markdown \"$OUTDIR/gpu_allreduce.md\" > \"$OUTDIR/gpu_allreduce.json\""
 fi
 
 say "== summary ($OUTDIR/summary.txt)"

@@ -52,7 +52,10 @@ def commit() -> str:
     changes (untracked files, such as the results file being written, do not count)."""
     head = _run(["git", "rev-parse", "--short", "HEAD"])
     if head is None:
-        return "unknown (not a git checkout)"
+        # A copy of the tree without .git (the GPU machine gets one) is told its commit.
+        given = os.environ.get("HOROTOPO_RESULTS_COMMIT")
+        return f"{given} (given by HOROTOPO_RESULTS_COMMIT)" if given else \
+            "unknown (not a git checkout)"
     changes = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return head + ("+dirty" if changes else "")
 
