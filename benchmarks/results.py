@@ -50,12 +50,14 @@ def _run(cmd: Sequence[str], timeout: float = 30.0) -> Optional[str]:
 def commit() -> str:
     """``git rev-parse --short HEAD``, with ``+dirty`` when tracked files have uncommitted
     changes (untracked files, such as the results file being written, do not count)."""
+    # A copy of the tree sent elsewhere (the GPU machine gets one, with a .git that need not
+    # match it) is told its commit.
+    given = os.environ.get("HOROTOPO_RESULTS_COMMIT")
+    if given:
+        return f"{given} (given by HOROTOPO_RESULTS_COMMIT)"
     head = _run(["git", "rev-parse", "--short", "HEAD"])
     if head is None:
-        # A copy of the tree without .git (the GPU machine gets one) is told its commit.
-        given = os.environ.get("HOROTOPO_RESULTS_COMMIT")
-        return f"{given} (given by HOROTOPO_RESULTS_COMMIT)" if given else \
-            "unknown (not a git checkout)"
+        return "unknown (not a git checkout)"
     changes = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return head + ("+dirty" if changes else "")
 
