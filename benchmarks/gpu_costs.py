@@ -44,6 +44,7 @@ from horotopo.plan import plan_from_trees
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
+from kernel_bench import device_seconds  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
 REDUCE_SIZES = [64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
@@ -75,29 +76,12 @@ def _median_s(cp: Any, fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _median_device_s(cp: Any, fn: Callable[[], Any], repeats: int) -> float:
-    """Median seconds of the device work ``fn`` queues, timed with CUDA events: a host
-    synchronize costs tens of microseconds on a virtual machine, which would swamp a small
-    kernel, and the launch's host cost is the engine chain's per-message figure already."""
-    for _ in range(2):
-        fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(repeats):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return statistics.median(times)
-
-
 def reduce_rows(cp: Any, repeats: int) -> List[Dict[str, Any]]:
     rows = []
     for nbytes in REDUCE_SIZES:
         n = nbytes // 4
         dst, src = cp.ones(n, cp.float32), cp.ones(n, cp.float32)
-        t = _median_device_s(cp, lambda: gpu.reduce_into(dst, src, "sum"), repeats)
+        t = device_seconds(cp, lambda: gpu.reduce_into(dst, src, "sum"), repeats)
         rows.append({"what": "reduce", "direction": "float32 sum", "bytes": nbytes, "time_s": t})
         say(f"reduce {nbytes:>10} B: {t * 1e6:9.1f} us ({nbytes / t / 1e9:7.1f} GB/s received)")
     return rows

@@ -37,8 +37,9 @@ OPS = ["sum", "min", "max", "product"]
 _D2D = 3  # cudaMemcpyDeviceToDevice
 
 
-def _time(cp, fn, repeats: int) -> float:
-    """Median seconds per call, timed with CUDA events on the current stream."""
+def device_seconds(cp, fn, repeats: int) -> float:
+    """Median seconds per call of the device work ``fn`` queues, timed with CUDA events on the
+    current stream (a host synchronize on a virtual machine would swamp a small kernel)."""
     for _ in range(3):
         fn()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
@@ -63,8 +64,8 @@ def _copy_seconds(cp, nbytes: int, repeats: int) -> float:
     src = cp.zeros(nbytes, dtype=cp.uint8)
     dst = cp.empty_like(src)
     stream = cp.cuda.get_current_stream()
-    return _time(cp, lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes,
-                                                         _D2D, stream.ptr), repeats)
+    return device_seconds(cp, lambda: cp.cuda.runtime.memcpyAsync(
+        dst.data.ptr, src.data.ptr, nbytes, _D2D, stream.ptr), repeats)
 
 
 def _step(cp, a0, b, op: str, bf, repeats: int):
@@ -72,7 +73,8 @@ def _step(cp, a0, b, op: str, bf, repeats: int):
     once = a0.copy()
     gpu.reduce_into(once, b, op, 1.0, 1.0, dtype=bf)
     work = a0.copy()
-    return _time(cp, lambda: gpu.reduce_into(work, b, op, 1.0, 1.0, dtype=bf), repeats), once
+    step = device_seconds(cp, lambda: gpu.reduce_into(work, b, op, 1.0, 1.0, dtype=bf), repeats)
+    return step, once
 
 
 def main(argv=None) -> int:
