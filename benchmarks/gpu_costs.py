@@ -6,8 +6,8 @@ One process, one GPU, no MPI:
 
 - ``device_reduce_Bps``: received bytes per second of one reduce step (float32 sum, the native
   kernel through ``gpu.reduce_into``, timed on the device with CUDA events), fitted as ``time
-  = launch + bytes / rate`` over chunk sizes 64 KiB..64 MiB. A step reads two buffers and writes one, so this rate is a third of
-  the memory traffic ``kernel_bench.py`` reports.
+  = launch + bytes / rate`` over chunk sizes 64 KiB..64 MiB. A step reads two buffers and
+  writes one, so this rate is a third of the memory traffic ``kernel_bench.py`` reports.
 - ``staging_copy_Bps`` and ``staging_copy_s``: the pinned device<->host copies of the staging
   transport (``CupyCopier``, its own stream, waited for with its event), fitted as ``time =
   fixed + bytes / rate`` over 4 KiB..256 MiB in each direction; the profile takes the slower
@@ -241,7 +241,8 @@ def main(argv: Sequence[str] = None) -> int:
             summary=f"{name}, one process. Rates in bytes per second (the reduce's per "
                     f"received byte), times in seconds; median of {args.repeats} calls per "
                     f"row, the reduce timed on the device with CUDA events, the rest by the "
-                    f"host clock with the device synchronized. `device_per_message_s` is the engine chain's per-message time on "
+                    f"host clock with the device synchronized. `device_per_message_s` is the "
+                    f"engine chain's per-message time on "
                     f"device pointers; `staging_copy_*` the slower direction's rate and the "
                     f"larger fixed cost of the pinned copies.")
     if failed or errors:
