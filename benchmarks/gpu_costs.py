@@ -63,8 +63,10 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:
     return float(sol[0]), float(sol[1])
 
 
-def _median_s(cp: Any, fn: Callable[[], Any], repeats: int) -> float:
-    """Median wall seconds of ``fn`` with the device idle before and synchronized after."""
+def _median_s(cp: Any, fn: Callable[[], Any], repeats: int,
+              less: Callable[[], float] = lambda: 0.0) -> float:
+    """Median wall seconds of ``fn`` with the device idle before and synchronized after, each
+    call less what ``less()`` says after it."""
     for _ in range(2):
         fn()
     cp.cuda.Device().synchronize()
@@ -73,7 +75,7 @@ def _median_s(cp: Any, fn: Callable[[], Any], repeats: int) -> float:
         t0 = time.perf_counter()
         fn()
         cp.cuda.Device().synchronize()
-        times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0 - less())
     return statistics.median(times)
 
 
@@ -127,15 +129,7 @@ def chain_rows(cp: Any, repeats: int, staged: bool) -> List[Dict[str, Any]]:
         # The mirror's zero fill of each receive (a kernel launch on device buffers) stands in
         # for MPI filling it, which is the network's part, not the engine's: its host time is
         # taken off, as horotopo calibrate takes off the transport's own calls.
-        call()
-        cp.cuda.Device().synchronize()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            call()
-            cp.cuda.Device().synchronize()
-            times.append(time.perf_counter() - t0 - mirror.transport_cpu_s)
-        t = statistics.median(times)
+        t = _median_s(cp, call, repeats, less=lambda: mirror.transport_cpu_s)
         rows.append({"what": "engine chain", "direction": path, "bytes": chunk,
                      "messages": runner.last_messages, "received_bytes": mirror.received,
                      "time_s": t, "mirror_fill_s": mirror.transport_cpu_s})
