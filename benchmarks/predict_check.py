@@ -48,7 +48,7 @@ from horotopo.topology import Topology, bundled, from_dict, load  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared results writer
 import results as results_doc  # noqa: E402
-from scale_sim import PLAN_CHUNK, cell_key  # noqa: E402 - the cache's keys, one home
+from scale_sim import PLAN_CHUNK, cell_key, charges_name  # noqa: E402 - the cache's keys
 
 
 
@@ -109,8 +109,15 @@ def cached_rows(path: Path, counts: Sequence[int], kinds: Sequence[str],
         raise SystemExit(f"predict_check: --cache {path}: not a scale_sim cache ({exc})")
     profile, _ = cost_profiles.from_settings()
     rows = []
+    other_costs = 0
     for key, rec in recs.items():
         if rec["ranks"] not in counts or rec["ranks_are"] not in kinds:
+            continue
+        if not key.endswith("|" + charges_name(profile, rec["ranks_are"],
+                                               rec.get("cuda_aware", True))):
+            # simulated under other software costs: predicting it with these would compare
+            # two different clusters
+            other_costs += 1
             continue
         plan = Plan.from_json(rec["plan"])
         # the cells this row's plan ran, by scale_sim's own keys (a cell of an earlier plan
@@ -141,6 +148,9 @@ def cached_rows(path: Path, counts: Sequence[int], kinds: Sequence[str],
                              "simulated_at": cell.get("commit")})
                 _say(f"{rec['topology']} {rec['ranks_are']} {alg}: predicted "
                      f"{predicted[alg] * 1e3:.2f} ms, simulated {_ms(cell['time_s'])} ms")
+    if other_costs:
+        _say(f"{other_costs} row(s) of {path} were simulated under other software costs than "
+             "the profile now charged, and are left out")
     return rows
 
 

@@ -128,8 +128,15 @@ class Cache:
         os.replace(tmp, self.path)
 
 
-def row_key(spec: str, n: int, size: int, probe: str, costs: str) -> str:
-    return f"{spec}|{n}|{size}|{probe}|{costs}"
+def charges_name(profile: cost_profiles.CostProfile, ranks_are: str, cuda_aware: bool) -> str:
+    """The software costs a row's cells are charged, as its key spells them: a cell simulated
+    under other figures (a new built-in profile, another calibration) is not the same cell."""
+    per_message, per_byte = profile.charges(ranks_are, cuda_aware)
+    return f"{per_message:.6g}s/msg,{per_byte:.6g}s/B"
+
+
+def row_key(spec: str, n: int, size: int, probe: str, costs: str, charges: str) -> str:
+    return f"{spec}|{n}|{size}|{probe}|{costs}|{charges}"
 
 
 def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: str,
@@ -137,7 +144,8 @@ def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: 
              replan: bool = False) -> Tuple[Topology, Plan, Dict[str, Any]]:
     """The row's topology, its plan and its record (the cached one, or made now)."""
     topo = resolve(spec, n)
-    key = row_key(spec, n, size, probe, costs_name(ranks_are, cuda_aware))
+    key = row_key(spec, n, size, probe, costs_name(ranks_are, cuda_aware),
+                  charges_name(profile, ranks_are, cuda_aware))
     rec = cache.doc["rows"].get(key)
     # the forest is chosen for the engine's chunk (each candidate's pipeline fill depends on
     # it), so a row cached at another chunk is planned again
@@ -152,7 +160,8 @@ def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: 
     choice_s = time.perf_counter() - w0 - planner_s
     bound = plan.upper_bound_Bps
     rec = {"generator": spec, "topology": topo.name, "ranks": n, "size": size, "probe": probe,
-           "ranks_are": ranks_are, "cuda_aware": cuda_aware, "plan": plan.to_json(),
+           "ranks_are": ranks_are, "cuda_aware": cuda_aware,
+           "charges": list(profile.charges(ranks_are, cuda_aware)), "plan": plan.to_json(),
            "planner_s": planner_s, "choice_s": choice_s,
            "plan_chunk": chunk, "optimum_s": size / bound if bound else None, "predicted": {},
            "commit": results_doc.commit()}
@@ -271,7 +280,8 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
         for spec in specs:
             for ranks_are, cuda_aware in kinds:
                 costs = costs_name(ranks_are, cuda_aware)
-                rkey = row_key(spec, n, args.size, args.probe, costs)
+                rkey = row_key(spec, n, args.size, args.probe, costs,
+                               charges_name(profile, ranks_are, cuda_aware))
                 if rkey not in cache.doc["rows"] and spent(args):
                     rows.append(unplanned_row(spec, n, args, ranks_are, cuda_aware, chunk))
                     done += len(args.algorithms)

@@ -16,7 +16,7 @@ try:
 except SimulatorMissing as _exc:
     pytest.skip(str(_exc), allow_module_level=True)
 
-from horotopo import planning_protocol  # noqa: E402
+from horotopo import costs, planning_protocol  # noqa: E402
 from horotopo.generate import uniform_star  # noqa: E402
 from horotopo.plan import Plan, plan_from_trees  # noqa: E402
 from horotopo.schedule import ScheduleCache, compile_allreduce  # noqa: E402
@@ -197,7 +197,7 @@ def test_simulate_prints_each_algorithms_prediction_beside_its_time_and_marks_ho
     assert res["plan"]["planner"]["algorithm"] == chosen
 
 
-def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_path):
+def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_path, monkeypatch):
     """benchmarks/scale_sim.py: a row per generator, rank count and kind of rank, a cell per
     algorithm with exact results and its prediction; the horotopo column is the chosen
     algorithm's cell. A rerun with the same --cache simulates nothing and gives the same
@@ -218,6 +218,16 @@ def test_scale_table_caches_its_cells_reports_limits_and_writes_its_file(tmp_pat
     again = run_benchmark("scale_sim.py", *base)
     assert again.returncode == 0 and "simulating" not in again.stderr
     assert json.loads(again.stdout)["rows"] == rows
+    # cells simulated under other software costs are not this profile's cells
+    other = costs.save(costs.DEFAULT_PROFILE.replace(
+        device_per_message_s=2 * costs.DEFAULT_PROFILE.device_per_message_s),
+        tmp_path / "costs.json")
+    monkeypatch.setenv("HOROTOPO_COSTS", str(other))
+    recharged = run_benchmark("scale_sim.py", *base)
+    assert recharged.returncode == 0, recharged.stderr[-2000:]
+    assert re.findall(r" (cpu|gpu) tree at [^:]*: (cached|simulating)$", recharged.stderr,
+                      flags=re.M) == [("cpu", "cached"), ("gpu", "simulating")]
+    monkeypatch.delenv("HOROTOPO_COSTS")
     limited = run_benchmark("scale_sim.py", "--generators", "fattree", "--size", "64K",
                             "--ranks", "4,8", "--ranks-are", "cpu", "--algorithms", "ring",
                             "--predict-on", "declared",
