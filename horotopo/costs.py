@@ -170,36 +170,37 @@ class CostProfile:
 
 
 _DEV_MACHINE = "the 2-core development machine (MPICH over shared memory)"
-_H200_RUN = ("H200 run of benchmarks/gpu_check.sh on 2026-12-04 (figures from the project's "
-             "run log)")
-_UNMEASURED = ("not measured on the H200 run (MPICH there was not CUDA-aware, but no copy "
-               "was timed alone): ")
+_H100_RUN = ("bash benchmarks/gpu_check.sh on one NVIDIA H100 80GB HBM3, 2026-12-05 "
+             "(docs/results/gpu_check-2026-12-05-h100/)")
 
 #: The costs charged without a calibration: the CPU path measured on the development machine
-#: by ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M``, the device path from
-#: the H200 run.
+#: by ``mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M``, the device path on an
+#: H100 by ``benchmarks/gpu_check.sh`` (its kernel bench and ``benchmarks/gpu_costs.py``).
 DEFAULT_PROFILE = CostProfile(
     cpu_per_message_s=11.34e-6,
     cpu_per_byte_s=0.472e-9,
-    device_reduce_Bps=3.24e12,
-    device_per_message_s=11.34e-6,
-    staging_copy_Bps=64e9,
-    staging_copy_s=10e-6,
+    device_reduce_Bps=792e9,
+    device_per_message_s=27.8e-6,
+    staging_copy_Bps=52.2e9,
+    staging_copy_s=35.7e-6,
     sources={
         "cpu_per_message_s": f"mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M "
                              f"on {_DEV_MACHINE}, 2026-12-03",
         "cpu_per_byte_s": f"mpiexec -n 4 python benchmarks/engine_overhead.py --bytes 1M on "
                           f"{_DEV_MACHINE}, 2026-12-03 (largest-chunk row)",
-        "device_reduce_Bps": f"{_H200_RUN}: benchmarks/kernel_bench.py, native kernels "
-                             "3240-3510 GB/s over every dtype and op at 256 MiB; the low end",
-        "device_per_message_s": "the CPU path's per-message figure: the device path posts "
-                                "its messages with the same Python code; the kernel launch "
-                                "was not timed alone on the H200 run",
-        "staging_copy_Bps": f"{_UNMEASURED}PCIe 5.0 x16's nominal 64 GB/s; a device run "
-                            "is needed to measure it",
-        "staging_copy_s": f"{_UNMEASURED}a typical cudaMemcpyAsync with its stream "
-                          "synchronisation; a device run is needed to measure it"},
-    machine=_DEV_MACHINE)
+        "device_reduce_Bps": f"{_H100_RUN}: benchmarks/kernel_bench.py, native kernels "
+                             "2376-2584 GB/s of memory traffic over every dtype and op at "
+                             "256 MiB; a reduce step moves three bytes per received byte, so "
+                             "the low end over three",
+        "device_per_message_s": f"{_H100_RUN}: benchmarks/gpu_costs.py, the engine's chain on "
+                                "device pointers against a mirrored peer; it includes the "
+                                "mirror's zero fill of each receive (one small kernel launch "
+                                "per message), which that run did not take off",
+        "staging_copy_Bps": f"{_H100_RUN}: benchmarks/gpu_costs.py, pinned copies, the slower "
+                            "direction (host to device)",
+        "staging_copy_s": f"{_H100_RUN}: benchmarks/gpu_costs.py, pinned copies, the larger "
+                          "fixed cost (device to host)"},
+    machine=f"{_DEV_MACHINE} (CPU figures); one NVIDIA H100 (device figures)")
 
 
 def default_path() -> Path:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -28,13 +30,21 @@ def restore_active_profile():
     costs.activate(*before)
 
 
+def test_the_built_in_device_figures_name_the_results_they_come_from():
+    root = Path(__file__).resolve().parents[1]
+    for name in ("device_reduce_Bps", "device_per_message_s", "staging_copy_Bps",
+                 "staging_copy_s"):
+        folders = re.findall(r"docs/results/[\w.-]+/", costs.DEFAULT_PROFILE.sources[name])
+        assert folders and all((root / f).is_dir() for f in folders), name
+
+
 def test_profile_round_trips_through_json_with_its_sources():
     doc = json.loads(json.dumps(MEASURED.to_json()))
     back = costs.CostProfile.from_json(doc)
     assert back == MEASURED
     assert back.sources == MEASURED.sources and back.machine == "test box"
     assert back.sources["cpu_per_message_s"] == "a test"
-    assert "H200" in back.sources["device_reduce_Bps"]
+    assert back.sources["device_reduce_Bps"] == costs.DEFAULT_PROFILE.sources["device_reduce_Bps"]
     text = back.describe()
     assert all(name in text for name, _ in costs.FIGURES) and "3.00 us" in text
 

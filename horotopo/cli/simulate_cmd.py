@@ -86,8 +86,8 @@ def add_parser(sub: "argparse._SubParsersAction") -> argparse.ArgumentParser:
                    help="what the ranks are, for the software costs charged and planned with: "
                         "cpu (default) charges the CPU path of the cost profile (HOROTOPO_COSTS "
                         "or horotopo calibrate's file, else the built-in profile); gpu charges "
-                        "the device path: the reduce kernel's rate measured on an H200, the "
-                        "device path's per-message cost, and with --cuda-aware no the host "
+                        "the device path: the reduce kernel's rate and the device path's "
+                        "per-message cost (the built-in figures measured on an H100), and with --cuda-aware no the host "
                         "staging copies")
     p.add_argument("--cuda-aware", default="yes", choices=("yes", "no"),
                    help="with --ranks-are gpu: whether MPI takes device buffers (yes, default) "
