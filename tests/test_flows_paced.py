@@ -94,3 +94,60 @@ def test_the_halves_of_different_ranks_over_one_link_pace_each_other_too():
                            topology=topology)
     got = plan_time(topology, plan, GiB, costs=NO_COSTS, network=NETWORK)
     assert got == pytest.approx(GiB * 2.5 / NIC_BPS, rel=0.01)
+
+
+def _fork(far_ms: float, network_gbps: float = 10.0):
+    """Rank b reduces to rank a and gathers the reduce flows of a far rank c and a near rank
+    d: b's NIC carries, each way, the far flow, a near flow of its half and a near flow of
+    the other half."""
+    topology = from_dict({"name": "fork", "switches": ["s", "t"],
+                          "ranks": ["a", "b", "c", "d"],
+                          "links": [{"ends": ["a", "s"], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["b", "s"], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["c", "t"], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["d", "s"], "gbps": 10.0, "latency_ms": 0.002},
+                                    {"ends": ["s", "t"], "gbps": network_gbps,
+                                     "latency_ms": far_ms}]})
+    fork = (-1, 0, 1, 1)
+    return topology, plan_from_trees(4, [(0, fork, fork, 1.0)], chunk_bytes=128 << 10,
+                                     topology=topology)
+
+
+def test_a_heavier_flow_of_the_lightest_flows_half_takes_turns_with_it():
+    """Into b: c's reduce flow (the lightest), d's reduce flow and a's broadcast flow, both
+    heavier; out of b the same with the halves swapped. Only the other half's flow is
+    charged its weight: 1 + 1 + 1.5 shares each way, not 1 + 2 x 1.5."""
+    topology, plan = _fork(0.06, network_gbps=1000.0)
+    assert _penalty(topology, 2, 1) > 3 * _penalty(topology, 3, 1)
+    assert _penalty(topology, 1, 2) > 3 * _penalty(topology, 0, 1)
+    got = plan_time(topology, plan, GiB, costs=NO_COSTS, network=NETWORK)
+    assert got == pytest.approx(GiB * 3.5 / NIC_BPS, rel=0.01)
+
+
+@pytest.mark.parametrize("far_ms,simulated_ms", [(0.01, 215.2), (0.05, 230.3)])
+def test_the_fork_runs_as_simulated(far_ms, simulated_ms):
+    """The fork over a 10 gbps link between its switches, 64 MiB in 128 KiB chunks, window
+    16, no software cost, on the simulator's network (TCP_NETWORK), against the simulated
+    times of this plan (simcheck.timed_allreduce): charging the near flow of the far flow's
+    own half its weight too predicts 254 and 274 ms."""
+    from horotopo.algorithms.flows import TCP_NETWORK
+
+    topology, plan = _fork(far_ms)
+    got = plan_time(topology, plan, 64 * MiB, 128 << 10, NO_COSTS, TCP_NETWORK, 16)
+    assert got == pytest.approx(simulated_ms * 1e-3, rel=0.05)
+
+
+def test_the_double_binary_tree_over_two_racks_runs_as_simulated():
+    """NCCL's two trees over 16 ranks, two per host, four hosts per rack behind a 4:1
+    uplink, 64 MiB in 128 KiB chunks (window 16), no software cost, on the simulator's
+    network, against the simulated 221.8 ms (simcheck.timed_allreduce): a host's NIC carries
+    a far broadcast flow beside near reduce flows and a near broadcast flow, which takes turns
+    with it (charged its weight too, the prediction is 246.9 ms)."""
+    from horotopo.algorithms.dbtree import double_tree_plan_on
+    from horotopo.algorithms.flows import TCP_NETWORK
+    from horotopo.generate import generate
+
+    topology = from_dict(generate("racks:hosts_per_rack=4,gpus=2,oversub=4", 16))
+    plan = double_tree_plan_on(topology, 128 << 10)
+    got = plan_time(topology, plan, 64 * MiB, 128 << 10, NO_COSTS, TCP_NETWORK, 16)
+    assert got == pytest.approx(221.8e-3, rel=0.05)
