@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 from .. import config
 from ..params import PLANNER, PlannerParams
-from ..topology import HostRoutes, Topology
+from ..topology import HostRoutes, Topology, run_positions
 from .arborescence import best_root_arborescence
 from .bottleneck import seed_pairs
 from .certificate import check_certificate
@@ -253,10 +253,15 @@ class HostModel:
         v = np.flatnonzero(parent >= 0)
         tails, heads = (v, parent[v]) if inward else (parent[v], v)
         h = self.n
-        rows = self.core[self.key[tails] * self.keys + self.key[heads]]  # one per arc
+        # the core route of each arc, read from the CSR arrays: scipy's row indexing costs
+        # more per call than the rest of this sum (it runs for every column the LP prices)
+        rows = self.key[tails] * self.keys + self.key[heads]
+        lo = self.core.indptr[rows]
+        pos = run_positions(lo, self.core.indptr[rows + 1] - lo)
         return (self.out_T @ np.bincount(tails, minlength=h)
                 + self.in_T @ np.bincount(heads, minlength=h)
-                + np.bincount(rows.indices, weights=rows.data, minlength=len(self.capacity))
+                + np.bincount(self.core.indices[pos], weights=self.core.data[pos],
+                              minlength=len(self.capacity))
                 + self.fixed[0 if inward else 1])
 
     def load(self, root: int, reduce_parent: Sequence[int], bcast_parent: Sequence[int]
