@@ -55,6 +55,22 @@ def test_queue_builds_entries_and_handles_resolve_in_order():
     assert queue.pending_names == set()
 
 
+def test_polling_an_unfinished_handle_gives_up_the_gil(monkeypatch):
+    """A loop that spins on poll would otherwise hold the GIL that the background thread
+    needs to finish the op, each hand-back waiting out the interpreter's switch interval."""
+    from horotopo.api import queue as queue_module
+    yields = []
+    monkeypatch.setattr(queue_module.time, "sleep", yields.append)
+    queue = RequestQueue()
+    queue.size = 2
+    x = np.ones(3, np.float32)
+    hid = queue.enqueue(BROADCAST, [("x", x, x)], op=1, root=0)
+    (entry,), _ = queue.take()
+    assert not queue.poll(hid) and yields == [0]
+    queue.finish([entry], ["done"])
+    assert queue.poll(hid) and yields == [0]  # a finished handle answers at once
+
+
 def test_a_handle_keeps_the_first_error():
     handle = Handle(7, 2)
     handle.resolve(1, error="first")

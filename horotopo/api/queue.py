@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..params import RUNTIME
@@ -101,7 +102,12 @@ class RequestQueue:
 
     def poll(self, hid: int) -> bool:
         handle = self._handles.get(hid)
-        return True if handle is None else handle.done
+        if handle is None or handle.done:
+            return True
+        # A caller that spins on poll would hold the GIL that the background thread needs
+        # to finish the op (Horovod's thread is C++ and needs none): give it up once.
+        time.sleep(0)
+        return handle.done
 
     def wait(self, hid: int, alive: Callable[[], bool]) -> List[Any]:
         """Block until ``hid`` completes; return its results and forget the handle.
