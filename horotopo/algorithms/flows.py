@@ -65,8 +65,8 @@ class FlowNetwork(NetworkModel):
     #: The fraction of a link's rate that two flows of one tree over it keep, against two flows
     #: of equal weights, where their weights are far apart (a rank's reduce flow and broadcast
     #: flow over routes of unequal latency): the tree's flows move at one pace, the lightest
-    #: one's, and the link gives that one only its weighted share, so each heavier flow of the
-    #: other half costs the tree its weight over the lightest's in place of one flow's share, up to
+    #: one's, and the link gives that one only its weighted share, so each flow costs the tree
+    #: its weight over the other half's lightest in place of one flow's share, up to
     #: ``2 / mixed_efficiency - 1`` (:func:`_paced_load`;
     #: :func:`~horotopo.algorithms.simcheck.measure_network` times a three-rank chain with and
     #: without such a pair).
@@ -317,13 +317,13 @@ def _paced_load(arcs: _Arcs, trees: int, used: np.ndarray, width: int,
     """``(len(used), trees)``: what a tree's ``arcs`` (:func:`_arc_weights`) load the link
     ``used[i]`` (of ``width`` resources, every arc's among them) with per byte of the tree's
     rate: one per flow, but where the link carries both a reduce flow and a broadcast flow
-    of the tree, each flow of the other half than the lightest flow's counts its weight over
-    the lightest's, at most ``most``. There the two halves pace each other (a rank's
-    broadcast waits on its reduce through the root), so the tree moves at its lightest
-    flow's pace, and the link gives that flow only its weighted share against the other
-    half. Flows of one half over a link take turns as their window allows and keep the
-    whole link (the simulator: a rank's children of unequal weights reducing into it lose
-    nothing), so a heavier flow of the lightest's own half costs one flow's share."""
+    of the tree, each flow counts its weight over the lightest flow of the other half
+    there, between one and ``most``. There the two halves pace each other (a rank's
+    broadcast waits on its reduce through the root), so a light flow moves at the share
+    the link gives it against the other half's heavier flows, and the tree at its pace.
+    Flows of one half over a link take turns as their window allows and keep the whole
+    link (the simulator: a rank's children of unequal weights reducing into it lose
+    nothing), so a flow costs nothing for the lighter flows of its own half."""
     which, tree_of, ptr, res, weight, half = (arcs.which, arcs.tree, arcs.ptr, arcs.res,
                                               arcs.weight, arcs.half)
     links = len(used)
@@ -334,18 +334,15 @@ def _paced_load(arcs: _Arcs, trees: int, used: np.ndarray, width: int,
     offset = np.arange(len(occurrence)) - np.repeat(np.cumsum(lens) - lens, lens)
     key = tree_of[occurrence] * links + row[res[ptr[which][occurrence] + offset]]
     w = weight[which][occurrence]
-    low = np.full(trees * links, np.inf)
-    np.minimum.at(low, key, w)
-    halves = np.zeros((2, trees * links), dtype=bool)
-    halves[half[occurrence], key] = True
-    paced = halves[0] & halves[1]
-    # the halves that hold a tree's lightest flow over the link take turns with it
-    lightest = np.zeros((2, trees * links), dtype=bool)
-    at_low = w <= low[key]
-    lightest[half[occurrence][at_low], key[at_low]] = True
-    weighed = paced[key] & ~lightest[half[occurrence], key]
+    side = half[occurrence]
+    # each half's lightest flow of the tree over the link (inf: the half is not there)
+    low = np.full((2, trees * links), np.inf)
+    np.minimum.at(low, (side, key), w)
+    other = low[1 - side, key]
+    paced = np.isfinite(other)
     load = np.zeros(trees * links)
-    np.add.at(load, key, np.where(weighed, np.minimum(w / low[key], most), 1.0))
+    np.add.at(load, key, np.where(paced, np.clip(w / np.where(paced, other, w), 1.0, most),
+                                  1.0))
     return load.reshape(trees, links).T
 
 
