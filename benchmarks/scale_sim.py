@@ -23,7 +23,8 @@ The simulation's wall time is what this benchmark is planned around: a cell cost
 - ``--cache FILE`` keeps every finished cell (and each row's plan) in a JSON file: a later run
   with the same file reuses them and simulates only what is missing, so the table can be
   built across several runs. A cell's record carries the commit it was simulated at, and the
-  results file lists them.
+  results file lists them; a row's key carries the software costs its cells were charged, so
+  a cell simulated under another cost profile is simulated again, never reused.
 
 Progress goes to stderr, cell by cell with the elapsed time. A cell with wrong results makes
 the exit status 1; limits and cells not run do not (they are findings, reported).
