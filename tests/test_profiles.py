@@ -66,3 +66,12 @@ def test_hierarchical_expansion_and_single_rank():
         == [_walked_profile(topology, a, b, 1 << 20) for a, b in pairs]
     one = from_dict(generate("racks:hosts_per_rack=1,gpus=1", 1))
     assert profiles.tree_profiles(one, [((-1,), (-1,))], [65536], ab.ENGINE_COSTS) == [()]
+
+
+def test_a_parent_array_with_a_cycle_is_refused_not_walked_forever():
+    """Ranks 0 and 1 are each other's reduce parent under root 2: the walk from a rank to the
+    root never ends (the walked path grew without bound), so the profile refuses the tree."""
+    topo = from_dict(generate("sites:gpus=1,wan_gbps=10", 3))
+    cycle, star = (1, 0, -1), (2, 2, -1)
+    with pytest.raises(ValueError, match="cycle"):
+        profiles.tree_profiles(topo, [(cycle, star)], [128 << 10], ab.NO_COSTS)

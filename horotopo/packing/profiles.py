@@ -281,12 +281,16 @@ class _Batch:
         lat, inv = self.lat.ravel(), self.inv.ravel()
         steps: List[np.ndarray] = []
         cur = worst
-        while True:
+        # a rank reaches its root in fewer than n steps, or its parents go round a cycle
+        for _ in range(n + 1):
             cur = cur[flat_parent[cur] >= 0]
             if not len(cur):
                 break
             steps.append(cur)
             cur = flat_parent[cur]
+        else:
+            raise ValueError("a tree's parent array has a cycle: some ranks never reach its "
+                             "root")
         groups: List[Dict[Tuple[float, float], int]] = [{} for _ in range(t)]
         if not steps:
             return groups
