@@ -596,9 +596,15 @@ class PlannerParams:
               "windows only where it takes at least this share of the arc's time: below it the "
               "windows' latency is lost in their bytes' time, and a further fluid run would "
               "move the prediction by less.")
+    gated_passes: int = _param(
+        12, "The most fluid runs the flow model makes to find the rates of trees whose reduce "
+            "arcs idle between windows over a long route (each run's loads from the last "
+            "one's rates, averaged with the last loads); it stops sooner once the idle shares "
+            "move by less than gated_min_busy.")
     gated_max_busy: float = _param(
         0.9, "The share of a reduce arc's time that the idle time between its windows may take "
-             "in the flow model, read from the first sharing, which ignored that time: keeps "
+             "in the flow model, read from the rates of the last sharing, which the first one "
+             "found ignoring that time: keeps "
              "the link load r / (1 - share) finite; a window bound holds the true share "
              "below 1.")
 
@@ -612,7 +618,7 @@ class PlannerParams:
                   "rotation_passes", "weights_iterations_per_rank", "max_weights_iterations",
                   "filled_dual_period", "large_columns_per_round", "huge_columns_per_round",
                   "smoothing_shrink", "prune_passes_per_rank", "prune_min_passes",
-                  "huge_machines_factor")
+                  "huge_machines_factor", "gated_passes")
         _require_at_least(self, 1, counts)
         for name in counts:
             if int(getattr(self, name)) != getattr(self, name):
