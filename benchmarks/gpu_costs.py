@@ -39,7 +39,8 @@ import numpy as np
 from horotopo import costs as cost_profiles
 from horotopo import gpu
 from horotopo.algorithms.tree import TreeAllreduce
-from horotopo.cli.calibrate_cmd import MirrorPeer
+from horotopo.algorithms.cost import fit_line
+from horotopo.cli.calibrate_cmd import MirrorPeer, fit_costs
 from horotopo.packing import ring_parents
 from horotopo.plan import plan_from_trees
 
@@ -52,15 +53,6 @@ REDUCE_SIZES = [64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
 COPY_SIZES = [4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB, 256 * MIB]
 CHAIN_CHUNKS = [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
 CHAIN_MESSAGES = 512  # messages per row, as horotopo calibrate sizes its rows
-
-
-def fit_line(x: Sequence[float], y: Sequence[float]) -> Tuple[float, float]:
-    """``(intercept, slope)`` of the least-squares line, each point weighted by 1/y so that the
-    small and the large sizes count alike."""
-    a = np.array([[1.0, xi] for xi in x])
-    w = 1.0 / np.maximum(np.asarray(y, float), 1e-12)
-    sol, *_ = np.linalg.lstsq(a * w[:, None], np.asarray(y, float) * w, rcond=None)
-    return float(sol[0]), float(sol[1])
 
 
 def _median_s(cp: Any, fn: Callable[[], Any], repeats: int,
@@ -138,20 +130,14 @@ def chain_rows(cp: Any, repeats: int, staged: bool) -> List[Dict[str, Any]]:
     return rows
 
 
-def fit_chain(rows: Sequence[Dict[str, Any]]) -> Tuple[float, float]:
-    a = np.array([[r["messages"], r["received_bytes"]] for r in rows], float)
-    y = np.array([r["time_s"] for r in rows], float)
-    w = 1.0 / np.maximum(y, 1e-12)
-    sol, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
-    return float(sol[0]), float(sol[1])
-
-
 def figures(rows: Sequence[Dict[str, Any]]) -> Dict[str, float]:
     """The profile's device figures from the measured rows (see the module docstring)."""
     out: Dict[str, float] = {}
     def line(what: str, direction: str = "") -> Tuple[float, float]:
+        """``(fixed seconds, seconds per byte)`` of the rows' ``time = fixed + bytes / rate``."""
         sel = [r for r in rows if r["what"] == what and direction in r["direction"]]
-        return fit_line([r["bytes"] for r in sel], [r["time_s"] for r in sel])
+        fixed, rate = fit_line([(r["bytes"], r["time_s"]) for r in sel])
+        return fixed, 1.0 / rate
 
     # Only sections that ran give figures; a missing one makes its figures missing.
     if any(r["what"] == "reduce" for r in rows):
@@ -168,7 +154,9 @@ def figures(rows: Sequence[Dict[str, Any]]) -> Dict[str, float]:
     for path in ("direct", "staged"):
         sel = [r for r in rows if r["what"] == "engine chain" and r["direction"] == path]
         if sel:
-            out[f"{path}_per_message_s"], out[f"{path}_per_byte_s"] = fit_chain(sel)
+            # the fit horotopo calibrate makes of the CPU path, on wall time here
+            out[f"{path}_per_message_s"], out[f"{path}_per_byte_s"] = fit_costs(
+                [dict(r, cpu_s=r["time_s"]) for r in sel])
     if "direct_per_message_s" in out:
         out["device_per_message_s"] = out["direct_per_message_s"]
     return out
