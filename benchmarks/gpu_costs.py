@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -133,24 +133,20 @@ def chain_rows(cp: Any, repeats: int, staged: bool) -> List[Dict[str, Any]]:
 def figures(rows: Sequence[Dict[str, Any]]) -> Dict[str, float]:
     """The profile's device figures from the measured rows (see the module docstring)."""
     out: Dict[str, float] = {}
-    def line(what: str, direction: str = "") -> Tuple[float, float]:
-        """``(fixed seconds, seconds per byte)`` of the rows' ``time = fixed + bytes / rate``."""
-        sel = [r for r in rows if r["what"] == what and direction in r["direction"]]
-        fixed, rate = fit_line([(r["bytes"], r["time_s"]) for r in sel])
-        return fixed, 1.0 / rate
+
+    def line(what: str, direction: Optional[str] = None) -> Tuple[float, float]:
+        """``(fixed seconds, bytes per second)`` of the rows' ``time = fixed + bytes / rate``."""
+        return fit_line([(r["bytes"], r["time_s"]) for r in rows if r["what"] == what
+                         and direction in (None, r["direction"])])
 
     # Only sections that ran give figures; a missing one makes its figures missing.
     if any(r["what"] == "reduce" for r in rows):
-        launch, per_byte = line("reduce")
-        out["reduce_launch_s"], out["device_reduce_Bps"] = launch, 1.0 / per_byte
+        out["reduce_launch_s"], out["device_reduce_Bps"] = line("reduce")
     if any(r["what"] == "staging copy" for r in rows):
-        fixed, rate = [], []
         for direction in ("device-to-host", "host-to-device"):
-            f, s = line("staging copy", direction)
-            out[f"{direction}_s"], out[f"{direction}_Bps"] = f, 1.0 / s
-            fixed.append(f)
-            rate.append(1.0 / s)
-        out["staging_copy_s"], out["staging_copy_Bps"] = max(fixed), min(rate)
+            out[f"{direction}_s"], out[f"{direction}_Bps"] = line("staging copy", direction)
+        out["staging_copy_s"] = max(out["device-to-host_s"], out["host-to-device_s"])
+        out["staging_copy_Bps"] = min(out["device-to-host_Bps"], out["host-to-device_Bps"])
     for path in ("direct", "staged"):
         sel = [r for r in rows if r["what"] == "engine chain" and r["direction"] == path]
         if sel:

@@ -140,13 +140,12 @@ def row_key(spec: str, n: int, size: int, probe: str, costs: str, charges: str) 
     return f"{spec}|{n}|{size}|{probe}|{costs}|{charges}"
 
 
-def plan_row(cache: Cache, spec: str, n: int, size: int, probe: str, ranks_are: str,
+def plan_row(cache: Cache, key: str, spec: str, n: int, size: int, probe: str, ranks_are: str,
              cuda_aware: bool, profile: cost_profiles.CostProfile, chunk: Optional[int],
              replan: bool = False) -> Tuple[Topology, Plan, Dict[str, Any]]:
-    """The row's topology, its plan and its record (the cached one, or made now)."""
+    """The row's topology, its plan and its record under ``key`` (:func:`row_key`): the
+    cached one, or made now."""
     topo = resolve(spec, n)
-    key = row_key(spec, n, size, probe, costs_name(ranks_are, cuda_aware),
-                  charges_name(profile, ranks_are, cuda_aware))
     rec = cache.doc["rows"].get(key)
     # the forest is chosen for the engine's chunk (each candidate's pipeline fill depends on
     # it), so a row cached at another chunk is planned again
@@ -289,7 +288,7 @@ def build(args: argparse.Namespace) -> List[Dict[str, Any]]:
                     say(f"{rows[-1]['topology']} ({costs} ranks): not planned, "
                         f"{rows[-1]['cells'][args.algorithms[0]]['not_run']}")
                     continue
-                topo, plan, rec = plan_row(cache, spec, n, args.size, args.probe, ranks_are,
+                topo, plan, rec = plan_row(cache, rkey, spec, n, args.size, args.probe, ranks_are,
                                            cuda_aware, profile, chunk, args.replan)
                 row = dict(rec, costs=costs, chunk=chunk_name(chunk), cells={},
                            chosen=chosen_for(cache, rec, topo, plan, chunk, profile),

@@ -604,9 +604,8 @@ class PlannerParams:
     gated_max_busy: float = _param(
         0.9, "The share of a reduce arc's time that the idle time between its windows may take "
              "in the flow model, read from the rates of the last sharing, which the first one "
-             "found ignoring that time: keeps "
-             "the link load r / (1 - share) finite; a window bound holds the true share "
-             "below 1.")
+             "found ignoring that time: keeps the link load r / (1 - share) finite; a window "
+             "bound holds the true share below 1.")
 
     def __post_init__(self) -> None:
         counts = ("max_trees_per_root", "window_bytes", "default_window", "max_window",

@@ -479,8 +479,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
         # The arcs of a link start together and keep in step, so while their windows are on
         # the wire they load it at the rate x with 1 / r = 1 / x + idle (r the tree's rate,
         # x = r / (1 - r idle)), and the idle time is lost to the link; the rates the loads
-        # come from are the last sharing's, twice. A window bound already holds r idle below
-        # 1; the cap keeps a rate of the first sharing that ignored it finite.
+        # come from are the last sharing's (passes below). A window bound already holds r
+        # idle below 1; the cap keeps a rate of the first sharing that ignored it finite.
         routes, gated_arc, gated_tree, idle = _gated_arcs(topology, arcs, used, width, chunk_a,
                                                           win, network)
         base = links

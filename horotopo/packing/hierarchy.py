@@ -49,8 +49,8 @@ from .certificate import check_certificate
 from .gk import dual_bound, pack, price
 from .model import ArcModel, Packing, TreeRate
 
-__all__ = ["machines", "lone_ranks_at_scale", "HostModel", "use_hierarchy", "pack_hierarchical", "packing_cpu_cap",
-           "flat_bound", "ring_throughput"]
+__all__ = ["machines", "lone_ranks_at_scale", "HostModel", "use_hierarchy", "pack_hierarchical",
+           "packing_cpu_cap", "flat_bound", "ring_throughput"]
 
 #: The certificate's phase when :func:`cut_bound` gives the bound.
 PHASE_CUT = "dual at lengths 1/c on the slowest machine's cut"
