@@ -136,9 +136,11 @@ def cached_rows(path: Path, counts: Sequence[int], kinds: Sequence[str],
                 if cell is None:
                     continue
                 chunk = int(cell["chunk_bytes"])
-                predicted = predictions(topology, plan, rec["size"], chunk, costs=costs,
+                # profiled by the current model: the cached plan keeps its planner's profiles
+                now = plan.profiled_on(topology, chunk)
+                predicted = predictions(topology, now, rec["size"], chunk, costs=costs,
                                         network=network)
-                chosen, _ = choose(topology, plan, rec["size"], chunk, costs=costs)
+                chosen, _ = choose(topology, now, rec["size"], chunk, costs=costs)
                 rows.append({"topology": rec["topology"], "ranks": rec["ranks"],
                              "size": rec["size"], "ranks_are": rec["ranks_are"],
                              "algorithm": alg, "chosen": chosen == alg,
@@ -192,8 +194,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--ranks", default="64", help="rank counts (generators only)")
     ap.add_argument("--size", default="64M", help="allreduce size (K, M, G are binary)")
     ap.add_argument("--ranks-are", default="cpu,gpu",
-                    help="kinds of rank whose software costs are charged and predicted: cpu "
-                         "(the cost profile's CPU path), gpu (its device path), or both")
+                    help="comma-separated kinds of rank whose software costs are charged and "
+                         "predicted: cpu (the cost profile's CPU path), gpu (its device path); "
+                         "default both")
     ap.add_argument("--algorithms", default=",".join(candidates()),
                     help="subset of %(default)s")
     ap.add_argument("--tolerance", type=float, default=0.10)

@@ -186,12 +186,14 @@ def predicted_for(cache: Cache, rec: Dict[str, Any], topo: Topology, plan: Plan,
     gives, the model's figure for the cell's own conditions; ``"TCP's"``: what TCP makes of the
     declared links, as init predicts (:data:`~horotopo.algorithms.flows.TCP_NETWORK`);
     ``"declared"``: the links as
-    declared, as init predicts). Kept with the row's plan (``--replan`` makes both again)."""
+    declared, as init predicts). The plan's trees are profiled by the current model first
+    (:meth:`~horotopo.plan.Plan.profiled_on`: a cached plan keeps the profiles of the planner
+    that made it). Kept with the row's plan (``--replan`` makes both again)."""
     name = f"{chunk_name(chunk)} on the {network} network"
     if name not in rec["predicted"]:
         with cost_profiles.charging(profile, rec["ranks_are"], rec["cuda_aware"]):
             rec["predicted"][name] = predictions(
-                topo, plan, rec["size"], chunk, costs=simulated_costs(),
+                topo, plan.profiled_on(topo, chunk), rec["size"], chunk, costs=simulated_costs(),
                 network={"simulator's": simulator_network, "TCP's": lambda: TCP_NETWORK,
                          "declared": lambda: IDEAL_NETWORK}[network]())
         cache.save()

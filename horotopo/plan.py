@@ -151,6 +151,20 @@ class Plan:
                      else max(1, round(t.chunk_bytes * base / self.chunk_bytes))
                      for t in self.trees)
 
+    def profiled_on(self, topology: Topology, chunk_bytes: Optional[int] = None,
+                    costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS) -> "Plan":
+        """The same trees (and digest) with every tree's critical-path profile made again on
+        ``topology`` by the current model, at its chunk for ``chunk_bytes`` under ``costs``,
+        crowded by all the plan's trees as the planner crowds them
+        (:func:`~.packing.profiles.fill_crowding`): a plan kept from an earlier planner (a
+        benchmark's cache) is predicted as the model now predicts it."""
+        pairs = [(t.reduce_parent, t.bcast_parent) for t in self.trees]
+        chunks = [float(c) for c in self.tree_chunks(chunk_bytes)]
+        profiles = tree_profiles(topology, pairs, chunks, costs,
+                                 [t.rate_Bps for t in self.trees], fill_crowding(topology, pairs))
+        return replace(self, trees=tuple(replace(t, profile=p)
+                                         for t, p in zip(self.trees, profiles)))
+
     def predict_time(self, nbytes: int, chunk_bytes: Optional[int] = None, *,
                      costs: _ab.SoftwareCosts = _ab.ENGINE_COSTS,
                      network: _ab.NetworkModel = _ab.IDEAL_NETWORK) -> float:

@@ -1,5 +1,6 @@
 """The fill's crowding (horotopo.packing.profiles.Crowding): a first chunk crosses each link at
-its rate shared among the flows of the plan's trees that reach the link at the same depth, at
+its rate shared among the flows of the plan's trees that reach the link at the same step, and
+is handled at its receiving rank's rate shared among the chunks that reach it then, at
 least at its tree's rate. Checked against a brute-force count over every arc, on hand-worked
 cases, and against the simulator where the links' rates alone were off by 3x."""
 import math
@@ -18,14 +19,28 @@ from horotopo.topology import from_dict
 from test_plan_scale import _walk_hops  # the oracle of every rank's hops to its root
 
 
+def _steps(parent, half):
+    """Each rank's arc's step, counted the slow way: a broadcast arc's its hops from the root;
+    a reduce arc's one more than the longest path of children below it."""
+    if half == 1:
+        return _walk_hops(parent)
+    below = [0] * len(parent)
+    for v in range(len(parent)):
+        u, hops = v, 0
+        while parent[u] >= 0:  # v is `hops` below each rank on its way to the root
+            u, hops = parent[u], hops + 1
+            below[u] = max(below[u], hops)
+    return [b + 1 for b in below]
+
+
 def _brute_inverse_rates(topology, pairs, rates):
     """Per tree, per half, per rank: the first chunk's seconds per byte on its arc, from a
-    count of every flow over (resource, half, depth)."""
+    count of every flow over (resource, half, step)."""
     routes, cap = topology.routes, topology.capacity_Bps
     arcs = []
     for t, (a, b) in enumerate(pairs):
         for half, parent in enumerate((a, b)):
-            for v, d in enumerate(_walk_hops(parent)):
+            for v, d in enumerate(_steps(parent, half)):
                 if parent[v] >= 0:
                     tail, head = (v, parent[v]) if half == 0 else (parent[v], v)
                     arcs.append((t, half, v, d, routes.pair(tail, head)))
@@ -69,7 +84,7 @@ def test_inverse_rates_equal_a_brute_force_count(spec, n, monkeypatch):
             inv = np.array([ab.arc_figures(topology, int(i), int(j))[1]
                             for i, j in zip(tails, heads)])
             got = crowding.inverse_rates(tails, heads, np.full(len(kids), half),
-                                         np.array(_walk_hops(parent))[kids], inv,
+                                         np.array(_steps(parent, half))[kids], inv,
                                          np.full(len(kids), rate))
             assert got == pytest.approx([want[t, half, int(v)] for v in kids], rel=1e-12)
 
@@ -87,20 +102,44 @@ def test_channels_of_one_host_tree_share_the_nic_and_other_shapes_do_not():
     star = (-1, 0, 0, 0, 0, 4, 4, 4)
     pair = (star, star)
     crowding = profiles.fill_crowding(topology, [pair] * 4)
-    got = profiles.tree_profiles(topology, [pair] * 4, [1 << 20] * 4, ab.ENGINE_COSTS,
+    links_alone = ab.SoftwareCosts(per_message_s=ab.ENGINE_COSTS.per_message_s, per_byte_s=0.0)
+    got = profiles.tree_profiles(topology, [pair] * 4, [1 << 20] * 4, links_alone,
                                  rates=[1.0] * 4, crowding=crowding)
     alone = profiles.tree_profiles(topology, [pair], [1 << 20], ab.ENGINE_COSTS)
     inv = max(h[1] for h in got[0])
     inv_alone = max(h[1] for h in alone[0])
     assert inv_alone == pytest.approx(1 / nic)
     assert inv == pytest.approx(4 / nic)  # a quarter of the NIC per chunk where 4 share it
-    # a chain that crosses at depth 4 (0 <- 1 <- 2 <- 3 <- 4 ...) crowds nothing at depth 1
+    # a chain that crosses at step 4 both ways (0 <- 1 <- 2 <- 3 <- 4 ...) crowds nothing at
+    # the star's steps 1 and 2
     deep = tuple([-1, 0, 1, 2, 3, 4, 5, 6])
     mixed = [pair, (deep, deep)]
     crowding = profiles.fill_crowding(topology, mixed)
-    got = profiles.tree_profiles(topology, mixed, [1 << 20] * 2, ab.ENGINE_COSTS,
+    got = profiles.tree_profiles(topology, mixed, [1 << 20] * 2, links_alone,
                                  rates=[1.0] * 2, crowding=crowding)
     assert max(inv for _, inv, _ in got[1]) == pytest.approx(1 / nic)
+
+
+def test_a_rank_handles_the_chunks_that_reach_it_at_one_step_one_after_another():
+    topology = _two_hosts()
+    star = (-1, 0, 0, 0, 0, 4, 4, 4)
+    pair = (star, star)
+    crowding = profiles.fill_crowding(topology, [pair] * 4)
+    handling = ab.SoftwareCosts(per_message_s=0.0, per_byte_s=1e-9)  # 1 GB/s
+    # ranks 0 and 4 each take in their 3 leaves' chunks of the 4 trees at the first step
+    # (rank 4's own goes up at the second): a chunk waits for the 11 others' handling at
+    # 1 GB/s, longer than for the NIC's quarter (3.2 ns per byte)
+    got = profiles.tree_profiles(topology, [pair] * 4, [1 << 20] * 4, handling,
+                                 rates=[1.0] * 4, crowding=crowding)
+    assert max(inv for _, inv, _ in got[0]) == pytest.approx(11e-9)
+    # never slower than the tree's own rate
+    got = profiles.tree_profiles(topology, [pair] * 4, [1 << 20] * 4, handling,
+                                 rates=[1 / 6e-9] * 4, crowding=crowding)
+    assert max(inv for _, inv, _ in got[0]) == pytest.approx(6e-9)
+    # without crowding a hop costs its bottleneck link alone (and each chunk its handling,
+    # charged by the hop time besides)
+    alone = profiles.tree_profiles(topology, [pair], [1 << 20], handling)
+    assert max(inv for _, inv, _ in alone[0]) == pytest.approx(1 / 1.25e9)
 
 
 def test_a_chunk_never_moves_slower_than_its_tree():

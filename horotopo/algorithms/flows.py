@@ -348,11 +348,11 @@ def _paced_load(arcs: _Arcs, trees: int, used: np.ndarray, width: int,
 
 def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
                    recvs: np.ndarray, chunks: np.ndarray, window: int) -> np.ndarray:
-    """``(ranks, trees)``: the messages each rank posts at the start for the chunks of each
-    tree beyond its first, as the tree engine starts them all at once: a leaf as many chunks
-    as the tree keeps in flight (:func:`~horotopo.schedule.in_flight_for` its depth), each a
-    receive of the result and a send up; a rank with reduce children its ``window`` of
-    chunks, each a receive per child. ``recvs`` is :func:`rank_degrees`' (a receive per
+    """Per rank, the messages it posts at the start for the chunks of every tree, as the tree
+    engine starts them all at once, less one chunk's posts of its own tree (which that tree's
+    fill charges): a leaf as many chunks as the tree keeps in flight
+    (:func:`~horotopo.schedule.in_flight_for` its depth), each a receive of the result and a
+    send up; a rank with reduce children its ``window`` of chunks, each a receive per child. ``recvs`` is :func:`rank_degrees`' (a receive per
     reduce child, and one from the parent off the root), ``chunks`` each tree's count."""
     n = recvs.shape[1]
     roots = np.array([root for root, _, _ in shapes])
@@ -368,9 +368,10 @@ def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
             raise ValueError("a tree's parent arrays are not an arborescence at its root")
         in_flight = np.array([in_flight_for(window, up + down) for up, down in depths],
                              dtype=float)
-    ahead = np.maximum(np.where(leaf, np.minimum(chunks, in_flight)[:, None],
-                                np.minimum(chunks, window)[:, None]) - 1.0, 0.0)
-    return (ahead * np.where(leaf, 2.0, children)).T
+    per_chunk = np.where(leaf, 2.0, children)
+    started = np.where(leaf, np.minimum(chunks, in_flight)[:, None],
+                       np.minimum(chunks, window)[:, None]) * per_chunk
+    return started.sum(axis=0) - per_chunk.max(axis=0)
 
 
 def _gated_arcs(topology: Topology, arcs: _Arcs, used: np.ndarray, width: int,
@@ -419,8 +420,9 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     critical paths, and where a long route holds a parent's whole window of a reduce arc in
     flight, the arcs of a link wait for their next windows together and the link idles with
     them. Rates are recomputed as trees finish. A tree's time is its first chunk's way up
-    and down (its fill) plus the rest of its part at those rates; and the fills wait for the
-    busiest rank's CPU to handle the other trees' first chunks.
+    and down (its fill, over the ``profiles``' hops: a plan's are crowded by its other trees'
+    first chunks, on the links and on the receiving ranks' CPUs) plus the rest of its part at
+    those rates.
     """
     live = [k for k, p in enumerate(parts) if p > 0]
     if not live:
@@ -464,14 +466,11 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     bound = np.array([window_rate(h, c, win, costs, network.streams, p, network,
                                   in_flight_for(win, sum(k for _, _, k in p)))
                       for h, c, p in zip(hops, chunk_a, profiles)])
+    # a fill is its first chunk's way up and down; a rank's handling of the other trees'
+    # first chunks that reach it at the same step is in the profile's hops (the plan's
+    # crowding, horotopo.packing.profiles.Crowding), and its posts of the further chunks every
+    # tree starts at once are below
     fill = np.array([fill_time(h, c, costs) for h, c in zip(hops, chunk_a)])
-    # every tree's first chunk reaches a rank before any pipeline runs full, and one CPU
-    # handles them one after another: the busiest rank's work on the other trees' first
-    # chunks delays a fill (with one chunk per tree, nearly all of a rank's work, which the
-    # simulator adds to the fills: docs/results/predict_check_scale.md), and so do its posts
-    # of the further chunks every tree starts at once
-    first = cpu * chunk_a[None, :]
-    crowd = float((first.sum(axis=1) - first.max(axis=1)).max())
     finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
     if network.shared_messages and arcs is not None:
         # A parent posts a window of receives per child and the next only once they have
@@ -506,15 +505,17 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
             links = base + (routes @ per_tree).toarray()
             matrix = np.vstack([links, cpu[busy_cpu]])
             finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
-    # the further chunks every tree starts at once: their posts hold the network back
-    # where it sets the pace; where the CPU does, they are part of the work it paces
-    started = float((_started_posts(shapes, recvs, np.ceil(parts_a / chunk_a), win).sum(
-        axis=1)).max()) * costs.per_message_s
+    # the chunks every tree starts at once, the first ones included (with a chunk per tree,
+    # the busiest rank posts every tree's before the last of its sends is out): their posts
+    # hold the network back where it sets the pace; where the CPU does, they are part of the
+    # work it paces
+    started = float(_started_posts(shapes, recvs, np.ceil(parts_a / chunk_a),
+                                   win).max()) * costs.per_message_s
     slowest = float(finish.max())
     network_bound = (slowest if (cpu @ (parts_a - chunk_a)).max() + started <= slowest
                      else float(_fluid(links, link_cap, weight, bound, parts_a - chunk_a).max()))
     late = max(0.0, network_bound + started - slowest)
-    return float((fill + finish).max()) + crowd + late
+    return float((fill + finish).max()) + late
 
 
 def plan_time(topology: Topology, plan: Plan, nbytes: int, chunk_bytes: Optional[int] = None,

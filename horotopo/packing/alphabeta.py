@@ -441,8 +441,9 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     longer than larger chunks would).
 
     ``crowding`` (:func:`~horotopo.packing.profiles.fill_crowding` of every tree of the plan)
-    charges each hop at its links' rates shared among the flows that cross them at the same
-    depth, at least at the tree's rate; None charges the bottleneck link's rate.
+    charges each hop at its links' and its receiving rank's rates shared among the chunks that
+    reach them at the same step, at least at the tree's rate; None charges the bottleneck
+    link's rate.
 
     Every chunk lies between ``params.min_chunk`` and ``params.max_chunk``, and the windows
     are :func:`window_for` under ``params`` (:class:`~horotopo.params.PlannerParams`).

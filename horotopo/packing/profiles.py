@@ -92,20 +92,19 @@ def arc_figures_batch(topology: Topology, tails: np.ndarray, heads: np.ndarray
     return _figures_generic(topology, tails, heads)
 
 
-def _arcs_by_depth(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]]
-                   ) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Every arc of the trees, a batch at a time: ``(tails, heads, half, depth)``, half 0 for
-    reduce arcs (child -> parent) and 1 for broadcast arcs, depth the child's hops from the
-    root."""
+def _arcs_by_step(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]]
+                  ) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Every arc of the trees, a batch at a time: ``(tails, heads, half, step)``, half 0 for
+    reduce arcs (child -> parent) and 1 for broadcast arcs, step as :func:`_steps`."""
     n = topology.n
     per = max(1, BATCH_ENTRIES // max(1, 2 * n))
     for lo in range(0, len(pairs), per):
         parent = np.array([p for a, b in pairs[lo:lo + per] for p in (a, b)], dtype=np.int64)
         inward = (np.arange(len(parent)) % 2 == 0)[:, None]
         has, tails, heads, flat = _half_arcs(parent, inward)
-        depth = _depths(_levels(flat), parent.shape)
+        step = _steps(_levels(flat), flat, inward, parent.shape)
         half = np.broadcast_to(~inward, parent.shape)[has].astype(np.int64)
-        yield tails, heads, half, depth[has]
+        yield tails, heads, half, step[has]
 
 
 def _half_arcs(parent: np.ndarray, inward: np.ndarray
@@ -130,38 +129,64 @@ def _depths(levels: List[np.ndarray], shape: Tuple[int, int]) -> np.ndarray:
     return depth.reshape(shape)
 
 
+def _steps(levels: List[np.ndarray], flat_parent: np.ndarray, inward: np.ndarray,
+           shape: Tuple[int, int]) -> np.ndarray:
+    """The step at which each entry's arc first carries a chunk (:class:`Crowding`), in
+    ``shape``: in a broadcast row (``inward`` False) its hops from the root; in a reduce row
+    one more than the hops of the longest path below it (a leaf's arc is at step 1)."""
+    depth = _depths(levels, shape)
+    below = np.zeros(shape[0] * shape[1], dtype=np.int64)
+    for at in reversed(levels):
+        np.maximum.at(below, flat_parent[at], below[at] + 1)
+    return np.where(inward, below.reshape(shape) + 1, depth)
+
+
 def _arc_keys(n: int, tails: np.ndarray, heads: np.ndarray, half: np.ndarray,
-              depth: np.ndarray) -> np.ndarray:
-    """One key per ``(arc, half, depth)``: ``((tail * n + head) * 2 + half) * n + depth``."""
-    return ((tails * n + heads) * 2 + half) * n + depth
+              step: np.ndarray) -> np.ndarray:
+    """One key per ``(arc, half, step)``: ``((tail * n + head) * 2 + half) * n + step``."""
+    return ((tails * n + heads) * 2 + half) * n + step
 
 
 class Crowding:
-    """How fast a plan's first chunks cross each arc, the links shared among the flows that
-    reach them together.
+    """How fast a plan's first chunks cross each arc, the links and the receiving ranks' CPUs
+    shared among the chunks that reach them together.
 
     A plan's trees start together, and a chunk's first crossing of a link is shared with the
-    flows that reach that link at the same moment. Chunks that are the same number of hops
-    from their roots move in step: the channels of one host tree (a host forest's or a
-    hierarchical plan's 8 rank-level copies of each host tree) cross every NIC together, so
-    each first chunk gets an eighth of it (priced at the links' full rates, such a plan is
-    predicted several times faster than it runs). Trees of different shapes reach a link at
-    different depths and mostly do not crowd it (charged at the trees' steady rates, as if
-    every flow were always there, they would be predicted far slower than they run). A flow
-    of a reduce (half 0) or broadcast (half 1) arc whose child end is ``depth`` hops from its
-    root crowds the others of that half and depth on every resource of its route; an arc's
-    *shared rate* is the least over its route of the resource's capacity over its crowd.
+    flows that reach that link at the same moment. Chunks that cross at the same *step* move
+    in step: the channels of one host tree (a host forest's or a hierarchical plan's 8
+    rank-level copies of each host tree) cross every NIC together, so each first chunk gets
+    an eighth of it (priced at the links' full rates, such a plan is predicted several times
+    faster than it runs). Trees of different shapes reach a link at different steps and
+    mostly do not crowd it (charged at the trees' steady rates, as if every flow were always
+    there, they would be predicted far slower than they run). A broadcast arc's step is its
+    child's hops from the root (the chunk leaves the root and goes down a hop a step); a
+    reduce arc's is one more than the hops of the longest path below its child, since a rank
+    sends up once its slowest child's chunk is in: every leaf sends at the first step, and a
+    reduce arc at a given depth of a deep tree crosses long after those at that depth of a
+    shallow one (counted by depth, the host forests of 128 trees at 1024 ranks were
+    predicted far slower than they run: docs/results/predict_check_scale.md). A flow of a
+    reduce (half 0) or broadcast (half 1) arc at ``step`` crowds the others of that half and
+    step on every resource of its route; an arc's *shared rate* is the least over its route
+    of the resource's capacity over its crowd.
+
+    The receiving rank handles every chunk that reaches it at one step, one after another:
+    its CPU is crowded by them as a link is (:attr:`handled`, the chunks per receiving rank,
+    half and step), which :class:`TreeProfiler` charges at the software costs' handling rate.
     """
 
-    def __init__(self, n: int, keys: np.ndarray, shared: np.ndarray):
+    def __init__(self, n: int, keys: np.ndarray, shared: np.ndarray,
+                 handled_keys: Optional[np.ndarray] = None,
+                 handled: Optional[np.ndarray] = None):
         self.n, self.keys, self.shared = n, keys, shared
+        self.handled_keys = np.zeros(0, np.int64) if handled_keys is None else handled_keys
+        self.handled = np.zeros(0) if handled is None else handled
 
     def inverse_rates(self, tails: np.ndarray, heads: np.ndarray, half: np.ndarray,
-                      depth: np.ndarray, inv: np.ndarray, rate: np.ndarray) -> np.ndarray:
+                      step: np.ndarray, inv: np.ndarray, rate: np.ndarray) -> np.ndarray:
         """Seconds per byte of a first chunk on each arc of a tree at ``rate``: its shared
         rate, at least ``rate`` and at most the bottleneck's ``1 / inv`` (``inv`` 0: within
         a node, unchanged)."""
-        keys = _arc_keys(self.n, tails, heads, half.astype(np.int64), depth)
+        keys = _arc_keys(self.n, tails, heads, half.astype(np.int64), step)
         # looked up once per distinct key, in order: channels repeat most keys, and sorted
         # queries run about 10x faster than scattered ones at 4096 ranks (a million per batch)
         distinct, which = np.unique(keys, return_inverse=True)
@@ -175,15 +200,25 @@ class Crowding:
             slow = 1.0 / np.maximum(shared, np.where(np.isfinite(rate), rate, 0.0))
         return np.where(crossing, np.maximum(inv, slow), inv)
 
+    def handled_at(self, heads: np.ndarray, half: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """The first chunks that the rank ``heads[k]`` receives at ``step[k]`` of ``half[k]``
+        (at least 1: the arc's own)."""
+        if not len(self.handled_keys):
+            return np.ones(len(heads))
+        keys = (heads * 2 + half.astype(np.int64)) * self.n + step
+        at = np.minimum(np.searchsorted(self.handled_keys, keys), len(self.handled_keys) - 1)
+        return np.where(self.handled_keys[at] == keys, self.handled[at], 1.0)
+
 
 def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]]
                   ) -> Crowding:
     """:class:`Crowding` of every ``(reduce_parent, bcast_parent)`` of a plan: the flows
-    counted per resource, half and depth, then each distinct arc's shared rate."""
+    counted per resource, half and step, then each distinct arc's shared rate; and the
+    chunks each rank receives per half and step."""
     n = topology.n
-    # the distinct (arc, half, depth) and their flows: channels and rotations repeat most
+    # the distinct (arc, half, step) and their flows: channels and rotations repeat most
     found, flows_found = [], []
-    for arcs in _arcs_by_depth(topology, pairs):
+    for arcs in _arcs_by_step(topology, pairs):
         keys, flows = np.unique(_arc_keys(n, *arcs), return_counts=True)
         found.append(keys)
         flows_found.append(flows)
@@ -192,9 +227,12 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     keys, which = np.unique(np.concatenate(found), return_inverse=True)
     flows = np.bincount(which.ravel(), weights=np.concatenate(flows_found),
                         minlength=len(keys))
-    depth, rest = keys % n, keys // n
+    step, rest = keys % n, keys // n
     half, arcs = rest % 2, rest // 2
-    # each arc's route once (an arc recurs at several depths and in both halves)
+    # the receiving rank's chunks per (rank, half, step)
+    handled_keys, at = np.unique((arcs % n * 2 + half) * n + step, return_inverse=True)
+    handled = np.bincount(at.ravel(), weights=flows, minlength=len(handled_keys))
+    # each arc's route once (an arc recurs at several steps and in both halves)
     distinct, arc_of = np.unique(arcs, return_inverse=True)
     arc_of = arc_of.ravel()
     arc_ptr, arc_res = topology.arc_routes(distinct)
@@ -203,14 +241,15 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     np.cumsum(lengths, out=ptr[1:])
     owner = np.repeat(np.arange(len(keys)), lengths)
     res = arc_res[arc_ptr[arc_of[owner]] + np.arange(len(owner)) - ptr[owner]]
-    # the crowd of each (resource, half, depth): every flow that crosses it there
-    crowd_keys, at = np.unique((res * 2 + half[owner]) * n + depth[owner], return_inverse=True)
+    # the crowd of each (resource, half, step): every flow that crosses it there
+    crowd_keys, at = np.unique((res * 2 + half[owner]) * n + step[owner], return_inverse=True)
     crowd = np.bincount(at.ravel(), weights=flows[owner], minlength=len(crowd_keys))
     rates = topology.capacity_array[res] / crowd[at.ravel()]
     crossing = lengths > 0
     if not crossing.any():
-        return Crowding(n, np.zeros(0, np.int64), np.zeros(0))
-    return Crowding(n, keys[crossing], np.minimum.reduceat(rates, ptr[:-1][crossing]))
+        return Crowding(n, np.zeros(0, np.int64), np.zeros(0), handled_keys, handled)
+    return Crowding(n, keys[crossing], np.minimum.reduceat(rates, ptr[:-1][crossing]),
+                    handled_keys, handled)
 
 
 def _levels(parent: np.ndarray) -> List[np.ndarray]:
@@ -255,14 +294,33 @@ class _Batch:
         inv = np.zeros(parent.shape)
         lat[has], inv[has] = figures
         self.levels = _levels(self.flat_parent)
+        # per entry, the first chunks its receiving rank handles at that arc's step and the
+        # tree's rate (0 chunks: no crowding asked, nothing charged)
+        self.handled = np.zeros(parent.shape)
+        self.rate = np.zeros(parent.shape)
         if crowding is not None:
             rate = np.broadcast_to(np.array([h[2] for h in halves], dtype=float)[:, None],
                                    parent.shape)[has]
             half = np.broadcast_to(~inward, parent.shape)[has]
-            inv[has] = crowding.inverse_rates(tails, heads, half,
-                                              _depths(self.levels, parent.shape)[has],
-                                              inv[has], rate)
+            step = _steps(self.levels, self.flat_parent, inward, parent.shape)[has]
+            inv[has] = crowding.inverse_rates(tails, heads, half, step, inv[has], rate)
+            self.handled[has] = crowding.handled_at(heads, half, step)
+            self.rate[has] = rate
         self.has, self.lat, self.inv = has, lat, inv
+
+    def _crowded_inverse(self, costs: Any) -> np.ndarray:
+        """Each entry's seconds per byte: its link's (crowded where asked), or where slower
+        the receiving rank's handling of the other chunks that reach it at that step (the
+        chunk waits for them as a flow waits for a link's others), at least at the tree's
+        rate. Folded into the hop's inverse rate, so that a profile stays ``(latency,
+        s_per_byte, count)``; the chunk's own handling is charged besides, as every hop's is
+        (:func:`~.alphabeta.fill_time`)."""
+        others = np.maximum(self.handled - 1.0, 0.0)
+        if costs.per_byte_s <= 0 or not np.any(others > 0):
+            return self.inv
+        with np.errstate(divide="ignore"):
+            cpu = 1.0 / np.maximum(1.0 / (costs.per_byte_s * others), self.rate)
+        return np.maximum(self.inv, cpu)
 
     def groups(self, chunks: Sequence[float], costs: Any) -> List[Dict[Tuple[float, float], int]]:
         """Grouped hops of each half's critical path at its chunk in ``chunks``."""
@@ -270,7 +328,8 @@ class _Batch:
         chunk = np.asarray(chunks, dtype=float)[:, None]
         # alphabeta._hop_time, term by term in its order: latency + chunk * s_per_byte
         # + chunk * per_byte + 2 * per_message
-        hop = np.where(self.has, self.lat + chunk * self.inv + chunk * costs.per_byte_s
+        inv_all = self._crowded_inverse(costs)
+        hop = np.where(self.has, self.lat + chunk * inv_all + chunk * costs.per_byte_s
                        + 2 * costs.per_message_s, 0.0).ravel()
         total = np.zeros(t * n)
         # root first, a level at a time: total[w] = total[parent[w]] + hop[w] as in the walk
@@ -278,7 +337,7 @@ class _Batch:
             total[at] = total[flat_parent[at]] + hop[at]
         worst = np.argmax(total.reshape(t, n), axis=1) + np.arange(t) * n  # first max: lowest v
         # walk every slowest rank up to its root, all trees at once, collecting its hops
-        lat, inv = self.lat.ravel(), self.inv.ravel()
+        lat, inv = self.lat.ravel(), inv_all.ravel()
         steps: List[np.ndarray] = []
         cur = worst
         # a rank reaches its root in fewer than n steps, or its parents go round a cycle
@@ -362,9 +421,11 @@ def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
         The engine's software costs (``per_byte_s``, ``per_message_s``).
     rates, crowding : optional
         Each pair's rate, and :func:`fill_crowding` of every tree of the plan: a hop is then
-        charged at its links' rates shared among the flows that cross them at the same depth
-        (:class:`Crowding`), at least at the tree's rate. Without them a hop is charged at its
-        bottleneck link's rate, as a tree alone on the network sees it.
+        charged at its links' rates shared among the flows that cross them at the same step,
+        or where slower at its receiving rank's handling rate shared among the chunks that
+        reach that rank at that step (:class:`Crowding`), at least at the tree's rate.
+        Without them a hop is charged at its bottleneck link's rate, as a tree alone on the
+        network sees it.
 
     Returns
     -------
