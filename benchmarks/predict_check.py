@@ -131,16 +131,19 @@ def cached_rows(path: Path, counts: Sequence[int], kinds: Sequence[str],
         topology = _topology(rec["generator"], rec["ranks"])
         with cost_profiles.charging(profile, rec["ranks_are"], rec.get("cuda_aware", True)):
             costs = simulated_costs()
+            # the row's plan profiled by the current model once per chunk its cells ran at
+            # (the cached plan keeps its planner's profiles)
+            now: Dict[int, Plan] = {}
             for alg in algorithms:
                 cell = done.get(alg)
                 if cell is None:
                     continue
                 chunk = int(cell["chunk_bytes"])
-                # profiled by the current model: the cached plan keeps its planner's profiles
-                now = plan.profiled_on(topology, chunk)
-                predicted = predictions(topology, now, rec["size"], chunk, costs=costs,
+                if chunk not in now:
+                    now[chunk] = plan.profiled_on(topology, chunk)
+                predicted = predictions(topology, now[chunk], rec["size"], chunk, costs=costs,
                                         network=network)
-                chosen, _ = choose(topology, now, rec["size"], chunk, costs=costs)
+                chosen, _ = choose(topology, now[chunk], rec["size"], chunk, costs=costs)
                 rows.append({"topology": rec["topology"], "ranks": rec["ranks"],
                              "size": rec["size"], "ranks_are": rec["ranks_are"],
                              "algorithm": alg, "chosen": chosen == alg,

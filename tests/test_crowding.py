@@ -1,7 +1,7 @@
 """The fill's crowding (horotopo.packing.profiles.Crowding): a first chunk crosses each link at
 its rate shared among the flows of the plan's trees that reach the link at the same step, and
-is handled at its receiving rank's rate shared among the chunks that reach it then, at
-least at its tree's rate. Checked against a brute-force count over every arc, on hand-worked
+waits for its receiving rank to handle the other chunks that reach it then, at least at its
+tree's rate. Checked against a brute-force count over every arc, on hand-worked
 cases, and against the simulator where the links' rates alone were off by 3x."""
 import math
 from collections import Counter
@@ -160,6 +160,11 @@ def test_crowding_must_count_every_tree():
     with pytest.raises(ValueError, match="every tree of the plan"):
         profiles.tree_profiles(topology, [(b, b)], [65536], ab.ENGINE_COSTS, rates=[1.0],
                                crowding=crowding)
+    # nor does a rank's count of the chunks it receives at a step that no counted tree has
+    # (an arc within a node has no link to be checked against)
+    assert crowding.handled_at(np.array([0]), np.array([0]), np.array([1])) == [3]
+    with pytest.raises(ValueError, match="every tree of the plan"):
+        crowding.handled_at(np.array([2]), np.array([0]), np.array([5]))
     with pytest.raises(ValueError, match="go together"):
         profiles.tree_profiles(topology, [(a, a)], [65536], ab.ENGINE_COSTS, rates=[1.0])
 

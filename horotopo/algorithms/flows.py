@@ -352,8 +352,9 @@ def _started_posts(shapes: Sequence[Tuple[int, Sequence[int], Sequence[int]]],
     engine starts them all at once, less one chunk's posts of its own tree (which that tree's
     fill charges): a leaf as many chunks as the tree keeps in flight
     (:func:`~horotopo.schedule.in_flight_for` its depth), each a receive of the result and a
-    send up; a rank with reduce children its ``window`` of chunks, each a receive per child. ``recvs`` is :func:`rank_degrees`' (a receive per
-    reduce child, and one from the parent off the root), ``chunks`` each tree's count."""
+    send up; a rank with reduce children its ``window`` of chunks, each a receive per child.
+    ``recvs`` is :func:`rank_degrees`' (a receive per reduce child, and one from the parent
+    off the root), ``chunks`` each tree's count."""
     n = recvs.shape[1]
     roots = np.array([root for root, _, _ in shapes])
     off_root = np.ones((len(shapes), n))
@@ -468,8 +469,8 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
                       for h, c, p in zip(hops, chunk_a, profiles)])
     # a fill is its first chunk's way up and down; a rank's handling of the other trees'
     # first chunks that reach it at the same step is in the profile's hops (the plan's
-    # crowding, horotopo.packing.profiles.Crowding), and its posts of the further chunks every
-    # tree starts at once are below
+    # crowding, horotopo.packing.profiles.Crowding), and its posts of the chunks every tree
+    # starts at once, but for its own first chunk's, are below
     fill = np.array([fill_time(h, c, costs) for h, c in zip(hops, chunk_a)])
     finish = _fluid(matrix, cap, weight, bound, parts_a - chunk_a)
     if network.shared_messages and arcs is not None:

@@ -147,6 +147,11 @@ def _arc_keys(n: int, tails: np.ndarray, heads: np.ndarray, half: np.ndarray,
     return ((tails * n + heads) * 2 + half) * n + step
 
 
+def _handled_keys(n: int, heads: np.ndarray, half: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """One key per ``(receiving rank, half, step)``: ``(head * 2 + half) * n + step``."""
+    return (heads * 2 + half) * n + step
+
+
 class Crowding:
     """How fast a plan's first chunks cross each arc, the links and the receiving ranks' CPUs
     shared among the chunks that reach them together.
@@ -203,11 +208,13 @@ class Crowding:
     def handled_at(self, heads: np.ndarray, half: np.ndarray, step: np.ndarray) -> np.ndarray:
         """The first chunks that the rank ``heads[k]`` receives at ``step[k]`` of ``half[k]``
         (at least 1: the arc's own)."""
-        if not len(self.handled_keys):
-            return np.ones(len(heads))
-        keys = (heads * 2 + half.astype(np.int64)) * self.n + step
-        at = np.minimum(np.searchsorted(self.handled_keys, keys), len(self.handled_keys) - 1)
-        return np.where(self.handled_keys[at] == keys, self.handled[at], 1.0)
+        keys = _handled_keys(self.n, heads, half.astype(np.int64), step)
+        at = np.minimum(np.searchsorted(self.handled_keys, keys),
+                        max(0, len(self.handled_keys) - 1))
+        if len(keys) and (not len(self.handled_keys)
+                          or not np.array_equal(self.handled_keys[at], keys)):
+            raise ValueError("fill_crowding must count every tree of the plan")
+        return self.handled[at]
 
 
 def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Sequence[int]]]
@@ -230,7 +237,7 @@ def fill_crowding(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     step, rest = keys % n, keys // n
     half, arcs = rest % 2, rest // 2
     # the receiving rank's chunks per (rank, half, step)
-    handled_keys, at = np.unique((arcs % n * 2 + half) * n + step, return_inverse=True)
+    handled_keys, at = np.unique(_handled_keys(n, arcs % n, half, step), return_inverse=True)
     handled = np.bincount(at.ravel(), weights=flows, minlength=len(handled_keys))
     # each arc's route once (an arc recurs at several steps and in both halves)
     distinct, arc_of = np.unique(arcs, return_inverse=True)
@@ -422,8 +429,8 @@ def tree_profiles(topology: Topology, pairs: Sequence[Tuple[Sequence[int], Seque
     rates, crowding : optional
         Each pair's rate, and :func:`fill_crowding` of every tree of the plan: a hop is then
         charged at its links' rates shared among the flows that cross them at the same step,
-        or where slower at its receiving rank's handling rate shared among the chunks that
-        reach that rank at that step (:class:`Crowding`), at least at the tree's rate.
+        or where slower at the rate its receiving rank handles the other chunks that reach it
+        at that step (:class:`Crowding`), at least at the tree's rate.
         Without them a hop is charged at its bottleneck link's rate, as a tree alone on the
         network sees it.
 
