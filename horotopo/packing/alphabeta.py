@@ -215,7 +215,11 @@ def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts,
               moved: Optional[float] = None) -> float:
     """Seconds for one chunk of ``chunk`` bytes to cross every hop of ``profile`` (each hop
     moving ``moved`` bytes before the chunk is through, default the chunk)."""
-    return sum(count * _hop_time(lat, inv, chunk, costs, moved) for lat, inv, count in profile)
+    move = chunk if moved is None else moved
+    # _hop_time's terms in its order, the costs read once (the active profile's are looked up
+    # at each read, and the planner asks for fills a hundred thousand times at 1024 ranks)
+    handled, posted = chunk * costs.per_byte_s, 2 * costs.per_message_s
+    return sum(count * (lat + move * inv + handled + posted) for lat, inv, count in profile)
 
 
 def window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts,
@@ -415,7 +419,9 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
         return 0.0
     win = window if window is not None else window_for(int(max(c for _, c, _, _ in live)),
                                                        len(live), params)
-    worst = max(tree_time(p, c, x, prof, costs, win, network) for p, c, x, prof in live)
+    # the channels of a host tree repeat their part, chunk, rate and profile: each once
+    worst = max(tree_time(p, c, x, prof, costs, win, network)
+                for p, c, x, prof in dict.fromkeys(live))
     cpu = busiest_cpu_time(degrees, parts, chunks, costs)
     if cpu <= 0:
         return worst
@@ -449,6 +455,7 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     are :func:`window_for` under ``params`` (:class:`~horotopo.params.PlannerParams`).
     """
     lo, hi = params.min_chunk, params.max_chunk
+    costs = SoftwareCosts(costs.per_message_s, costs.per_byte_s)  # read once, not per hop
     msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
     busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
     # profiles of the whole batch at once
@@ -457,14 +464,20 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
 
     profiles_at = TreeProfiler(topology, pairs, costs, rates, crowding).at
 
+    def chosen(profiles: List[Profile], top: int, window: Optional[int]) -> List[int]:
+        # the channels of a host tree ask the same question: each asked once
+        asked = [(s * size, x, prof, bz) for (_, _, _, x), s, prof, bz
+                 in zip(trees, shares, profiles, busy)]
+        answer = {q: choose_chunk(*q, lo, top, costs, window, params)
+                  for q in dict.fromkeys(asked)}
+        return [answer[q] for q in asked]
+
     profiles = profiles_at([lo] * len(pairs))
-    first = [choose_chunk(s * size, x, prof, bz, lo, hi, costs, params=params)
-             for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
+    first = chosen(profiles, hi, None)
     profiles = profiles_at(first)
     top = max(first)
     window = window_for(top, len(pairs), params)
-    chunks = [choose_chunk(s * size, x, prof, bz, lo, top, costs, window)
-              for (_, _, _, x), s, prof, bz in zip(trees, shares, profiles, busy)]
+    chunks = chosen(profiles, top, window)
     parts = [s * size for s in shares]
     rates = [t[3] for t in trees]
 
