@@ -428,6 +428,7 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     live = [k for k, p in enumerate(parts) if p > 0]
     if not live:
         return 0.0
+    costs = SoftwareCosts(costs.per_message_s, costs.per_byte_s)  # read once, not per hop
     shapes = [shapes[k] for k in live]
     parts_a = np.array([float(parts[k]) for k in live])
     chunk_a = np.minimum(np.array([float(chunks[k]) for k in live]), parts_a)
