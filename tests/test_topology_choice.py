@@ -139,6 +139,18 @@ def test_dbtree_is_predicted_as_the_plan_of_its_two_trees():
         plan_time(topo, two, 16 * MiB, 256 << 10, COSTS))
 
 
+def test_dbtree_first_chunks_crowd_the_links_they_cross_together():
+    # Four ranks on a 1 gbps star: in the first tree (root 0, child 2, whose children are 1
+    # and 3) both leaves send up into rank 2 at the first step and rank 2 sends down to both
+    # at the last, over one link each time; the mirrored tree does the same at rank 1. Each
+    # critical path is then two hops at half the link's rate and two at its full rate (the
+    # pair's planned rate, a quarter of it per tree, is below both).
+    topo = _star(4, gbps=1.0, latency_ms=0.0)
+    for tree in dbtree.double_tree_plan_on(topo, 256 << 10).trees:
+        assert ab.fill_time(tree.profile, 256 << 10, NO_COSTS) == pytest.approx(
+            (256 << 10) * (2 / 125e6 + 2 / 62.5e6))
+
+
 def _pair_tree(topo, trees=1):
     """``trees`` copies of the one tree of two ranks (rank 1 reduces to rank 0, which
     broadcasts back), sharing the buffer equally."""

@@ -105,14 +105,17 @@ def double_tree_plan(n: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Plan:
 
 def double_tree_plan_on(topology: Topology, chunk_bytes: int) -> Plan:
     """The two trees as a Plan on ``topology``: equal shares (as the runner splits buffers),
-    each with its critical-path profile there at ``chunk_bytes`` and half the rate that the
-    topology's most loaded link allows the pair, so that it is timed as any plan is."""
+    each with half the rate that the topology's most loaded link allows the pair and its
+    critical-path profile there at ``chunk_bytes``, crowded by the other tree's first chunks
+    and its own that cross a link or reach a rank at the same step, as a planned plan's are
+    (:meth:`~horotopo.plan.Plan.profiled_on`), so that it is timed as any plan is."""
     shape = double_tree_plan(topology.n, int(chunk_bytes))
     if len(topology.capacity_Bps) == 0:
         return shape  # one rank: no link to bound the pair's rate
     per_tree = modelled_rate_on(shape, topology) / 2
     trees = [(t.root, t.reduce_parent, t.bcast_parent, per_tree) for t in shape.trees]
-    return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes), topology=topology)
+    return plan_from_trees(topology.n, trees, chunk_bytes=int(chunk_bytes)).profiled_on(
+        topology, int(chunk_bytes))
 
 
 def predict_time(topology: Topology, nbytes: int, chunk_bytes: int,
