@@ -940,7 +940,8 @@ class _RouteStore:
         found = [routes[i][j] for i, j in zip((keys // n).tolist(), (keys % n).tolist())]
         ptr = np.zeros(len(found) + 1, dtype=np.int64)
         ptr[1:] = np.cumsum([len(r) for r in found])
-        res = np.fromiter((r for x in found for r in x), dtype=np.int64, count=int(ptr[-1]))
+        res = np.fromiter(itertools.chain.from_iterable(found), dtype=np.int64,
+                          count=int(ptr[-1]))
         # merged with the arcs read before, kept sorted by key
         all_keys = np.concatenate([self.keys, keys])
         all_ptr = np.concatenate([self.ptr[:-1], ptr[:-1] + len(self.res)])
