@@ -25,7 +25,12 @@ simulator charges). The variants:
   topology offers host forests, at its own automatic window;
 - ``pace-x1.0``, ``pace-x1.1``: the plan at the automatic window, every tree's sends held to
   1.0 and 1.1 times its planned rate (:attr:`~horotopo.params.EngineParams.pace_factor`); the
-  flow model does not model pacing, so their prediction is the baseline's.
+  flow model does not model pacing, so their prediction is the baseline's;
+- ``links-x2``, ``links-x3``: fewer of a tree's flows per link, the other way: the plan made
+  as init makes it on the topology with every link's capacity capped at 2 or 3 times the
+  row's plan's rate (a fast NIC that four flows of a one-tree plan crossed takes at most two
+  or three), then profiled and run on the real topology; where no link is above the cap the
+  variant is the baseline's plan.
 
 Fractions of the optimum are the row's plan's bound over the simulated time (the optimum is
 ``size / plan.upper_bound_Bps``, the certified bound of the topology, the same for every
@@ -39,6 +44,7 @@ Example (docs/results/execution_sim.md; about 20 minutes here):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -47,7 +53,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from horotopo import costs as cost_profiles
-from horotopo.algorithms.choice import recorded_algorithm, with_choice
+from horotopo.algorithms.choice import forest_predictor, recorded_algorithm, with_choice
 from horotopo.algorithms.flows import plan_time
 from horotopo.algorithms.simcheck import measure_network, simulated_costs
 from horotopo.cli.simulate_cmd import resolve, simulate
@@ -75,10 +81,14 @@ HOST_TREES = (1, 2, 4)
 #: Multiples of each tree's planned rate that the pace variants hold its sends to.
 PACE_FACTORS = (1.0, 1.1)
 PACE = "pace-x"
+#: Multiples of the plan's rate that the capped-link variants cap every link's capacity at.
+LINK_CAPS = (2, 3)
+LINKS = "links-x"
 VARIANTS: Tuple[str, ...] = ((BASELINE, BDP) + tuple(f"window-x{f}" for f in WINDOW_FACTORS)
                              + (f"window={SMALL_WINDOW}",)
                              + tuple(f"hosts-{k}" for k in HOST_TREES)
-                             + tuple(f"{PACE}{f:.1f}" for f in PACE_FACTORS))
+                             + tuple(f"{PACE}{f:.1f}" for f in PACE_FACTORS)
+                             + tuple(f"{LINKS}{m}" for m in LINK_CAPS))
 PLAN_CHUNK = "plan"
 HOST_FOREST = "hosts"
 #: The default rows: every scale-table generator at 64 ranks at its plan's chunk, and two
@@ -164,6 +174,18 @@ def host_plan(topology: Topology, size: int, chunk: Optional[int], host_trees: i
     return with_choice(plan, topology, size)
 
 
+def capped_plan(topology: Topology, plan: Plan, size: int, chunk: Optional[int],
+                times: float) -> Plan:
+    """The plan init makes on ``topology`` with every link's capacity capped at ``times``
+    the rate of ``plan``, profiled on the real topology (its certificate is the capped
+    topology's: a packing there is one here, at the same rates)."""
+    cap = times * plan.throughput_Bps
+    capped = dataclasses.replace(topology, capacity_Bps=tuple(
+        min(c, cap) for c in topology.capacity_Bps))
+    made = make_plan(capped, size=size, chunk_bytes=chunk, predict=forest_predictor(capped))
+    return with_choice(made.profiled_on(topology, chunk), topology, size)
+
+
 def run_cell(topology: Topology, plan: Plan, size: int, chunk: Optional[int], window: int,
              pace: float, ranks_are: str, args: argparse.Namespace,
              profile: cost_profiles.CostProfile, source: Optional[str]) -> Dict[str, Any]:
@@ -204,6 +226,15 @@ def variant_plans(topology: Topology, plan: Plan, size: int, chunk: Optional[int
             out.append((name, plan, int(name[len("window="):]), 0.0, ""))
         elif name.startswith(PACE):
             out.append((name, plan, auto, float(name[len(PACE):]), ""))
+        elif name.startswith(LINKS):
+            times = float(name[len(LINKS):])
+            if max(topology.capacity_Bps) <= times * plan.throughput_Bps:
+                out.append((name, plan, auto, 0.0, "no link above the cap"))
+                continue
+            made = capped_plan(topology, plan, size, chunk, times)
+            out.append((name, made, automatic_window(made, chunk), 0.0,
+                        f"{len(made.trees)} trees, forest "
+                        f"{made.planner.get('forest', {}).get('chosen')}"))
         else:
             k = int(name[len("hosts-"):])
             if not offers_hosts:
@@ -225,7 +256,8 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], ranks_are: str,
         f"{ranks_are} ranks: planning")
     cuda_aware = args.cuda_aware == "yes"
     with cost_profiles.charging(profile, ranks_are, cuda_aware):
-        plan = with_choice(make_plan(topology, size=size, chunk_bytes=chunk), topology, size)
+        plan = with_choice(make_plan(topology, size=size, chunk_bytes=chunk,
+                                     predict=forest_predictor(topology)), topology, size)
         variants = variant_plans(topology, plan, size, chunk, args.variants, network)
         costs = simulated_costs()
     bound = plan.upper_bound_Bps
