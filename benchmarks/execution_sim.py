@@ -269,7 +269,8 @@ def run_row(spec: str, topology: Topology, chunk: Optional[int], ranks_are: str,
     cells: Dict[Tuple[str, int, float], Tuple[str, Dict[str, Any]]] = {}
     for name, made, window, pace, note in variants:
         row: Dict[str, Any] = {"generator": spec, "topology": topology.name, "ranks": n,
-                               "ranks_are": ranks_are, "chunk": chunk or plan.chunk_bytes, "variant": name,
+                               "ranks_are": ranks_are, "chunk": chunk or plan.chunk_bytes,
+                               "variant": name,
                                "window": window, "note": note, "optimum_s": optimum,
                                "chosen": recorded_algorithm(plan)}
         rows.append(row)
@@ -378,7 +379,8 @@ def network_summary(network: NetworkModel) -> str:
 def markdown(args: argparse.Namespace, rows: List[Dict[str, Any]],
              network: NetworkModel) -> None:
     summary = (f"{format_size(args.size)} allreduce of each row's plan's trees, simulated once "
-               f"per variant with the software costs of {' and of '.join(args.ranks_are)} ranks; predicted by "
+               f"per variant with the software costs of {' and of '.join(args.ranks_are)} "
+               f"ranks; predicted by "
                f"the flow model at the variant's window on the simulator's network "
                f"({network_summary(network)}). Error: predicted over simulated, minus one. Of "
                f"optimum: the topology's bound (size / plan.upper_bound_Bps) over the "
