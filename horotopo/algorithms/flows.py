@@ -35,7 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..packing.alphabeta import (ENGINE_COSTS, IDEAL_NETWORK, NetworkModel, SoftwareCosts,
-                                 fill_time, on_network, rank_degrees, window_for, window_rate)
+                                 fill_time, on_network, rank_degrees, settled, window_for,
+                                 window_rate)
 from ..packing.profiles import forest_depths
 from ..packing.sharing import progressive_filling, usage_of
 from ..params import PLANNER, PlannerParams
@@ -428,7 +429,7 @@ def trees_time(topology: Topology, shapes: Sequence[Tuple[int, Sequence[int], Se
     live = [k for k, p in enumerate(parts) if p > 0]
     if not live:
         return 0.0
-    costs = SoftwareCosts(costs.per_message_s, costs.per_byte_s)  # read once, not per hop
+    costs = settled(costs)
     shapes = [shapes[k] for k in live]
     parts_a = np.array([float(parts[k]) for k in live])
     chunk_a = np.minimum(np.array([float(chunks[k]) for k in live]), parts_a)

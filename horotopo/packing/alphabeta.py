@@ -100,6 +100,15 @@ class _ActiveCosts(SoftwareCosts):
 #: handling) and per received byte (the copy or reduction that follows), as the active cost
 #: profile has them (:mod:`horotopo.costs`; its built-in figures without a calibration).
 ENGINE_COSTS: SoftwareCosts = _ActiveCosts()
+
+
+def settled(costs: SoftwareCosts) -> SoftwareCosts:
+    """``costs`` with their figures read now: :data:`ENGINE_COSTS` looks the active profile up
+    at every read, and a plan's chunk choice or prediction reads them once per hop (hundreds
+    of thousands of times at 1024 ranks)."""
+    return SoftwareCosts(costs.per_message_s, costs.per_byte_s)
+
+
 #: No software cost: the network alone.
 NO_COSTS = SoftwareCosts(0.0, 0.0)
 
@@ -215,11 +224,7 @@ def fill_time(profile: Profile, chunk: float, costs: SoftwareCosts,
               moved: Optional[float] = None) -> float:
     """Seconds for one chunk of ``chunk`` bytes to cross every hop of ``profile`` (each hop
     moving ``moved`` bytes before the chunk is through, default the chunk)."""
-    move = chunk if moved is None else moved
-    # _hop_time's terms in its order, the costs read once (the active profile's are looked up
-    # at each read, and the planner asks for fills a hundred thousand times at 1024 ranks)
-    handled, posted = chunk * costs.per_byte_s, 2 * costs.per_message_s
-    return sum(count * (lat + move * inv + handled + posted) for lat, inv, count in profile)
+    return sum(count * _hop_time(lat, inv, chunk, costs, moved) for lat, inv, count in profile)
 
 
 def window_rate(profile: Profile, chunk: float, window: int, costs: SoftwareCosts,
@@ -415,6 +420,7 @@ def plan_time(parts: Sequence[float], chunks: Sequence[float], rates: Sequence[f
         plan (one deep tree in large chunks) is predicted short of what the simulation runs.
     """
     live = [(p, c, x, prof) for p, c, x, prof in zip(parts, chunks, rates, profiles) if p > 0]
+    costs = settled(costs)
     if not live:
         return 0.0
     win = window if window is not None else window_for(int(max(c for _, c, _, _ in live)),
@@ -455,7 +461,7 @@ def plan_chunks(topology: Topology, trees: Sequence[Tuple[int, Sequence[int], Se
     are :func:`window_for` under ``params`` (:class:`~horotopo.params.PlannerParams`).
     """
     lo, hi = params.min_chunk, params.max_chunk
-    costs = SoftwareCosts(costs.per_message_s, costs.per_byte_s)  # read once, not per hop
+    costs = settled(costs)
     msgs, recvs = rank_degrees([(r, a, b) for r, a, b, _ in trees])
     busy = [(float(m.max()), float(q.max())) for m, q in zip(msgs, recvs)]
     # profiles of the whole batch at once
